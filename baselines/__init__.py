@@ -1,0 +1,1 @@
+"""Baselines compared with MNP (SPEC §3); each is a :class:`mnp.routine.Routine` subclass."""

@@ -1,0 +1,252 @@
+"""The multi-view datamodule every dataset builds on.
+
+A batch is ``(views: list[Tensor], y: Tensor)``. Data is held as in-memory tensors and batched by
+index (no per-sample collation). Subclasses implement :meth:`load` returning a :class:`RawData`;
+everything else (validation, splits, held-out-class OOD, train-only scaling) happens here.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+import pytorch_lightning as pl
+import torch
+from torch import Tensor
+from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler, SequentialSampler
+
+from datamodules.errors import DataError
+
+
+@dataclass
+class RawData:
+    """Views (N×d_v float arrays), 0-based integer labels (N,), optional split indices and OOD views."""
+
+    views: list[np.ndarray]
+    y: np.ndarray
+    train_idx: np.ndarray | None = None
+    test_idx: np.ndarray | None = None
+    source: str = "<memory>"
+    external_ood: dict[str, list[np.ndarray]] = field(default_factory=dict)
+
+
+class IndexBatchDataset(Dataset):
+    """A dataset indexed by a whole list of indices at once: returns a full batch."""
+
+    def __init__(self, views: Sequence[Tensor], y: Tensor):
+        self.views, self.y = list(views), y
+
+    def __len__(self) -> int:
+        return int(self.y.shape[0])
+
+    def __getitem__(self, idx):
+        idx = torch.as_tensor(idx, dtype=torch.long)
+        return [v[idx] for v in self.views], self.y[idx]
+
+
+def index_loader(views: Sequence[Tensor], y: Tensor, batch_size: int, shuffle: bool, seed: int = 0,
+                 drop_last: bool = False, rank: int = 0, world_size: int = 1) -> DataLoader:
+    """A DataLoader yielding whole batches sliced by index; sharded by rank for DDP."""
+    if world_size > 1:
+        keep = torch.arange(rank, len(y), world_size)
+        views, y = [v[keep] for v in views], y[keep]
+    ds = IndexBatchDataset(views, y)
+    g = torch.Generator().manual_seed(seed)
+    base = RandomSampler(ds, generator=g) if shuffle else SequentialSampler(ds)
+    return DataLoader(ds, sampler=BatchSampler(base, batch_size, drop_last=drop_last), batch_size=None)
+
+
+def validate_arrays(views: Sequence[np.ndarray], y: np.ndarray, source: str) -> None:
+    """Raise :class:`DataError` on NaN/inf, empty or mismatched views, and non-integer labels."""
+    if len(views) == 0:
+        raise DataError(f"{source}: no views found")
+    n = len(y)
+    for v, x in enumerate(views):
+        if x.ndim != 2:
+            raise DataError(f"{source}: view {v + 1} has shape {x.shape}; expected samples × features")
+        if x.shape[1] == 0:
+            raise DataError(f"{source}: view {v + 1} has zero feature columns")
+        if x.shape[0] != n:
+            raise DataError(f"{source}: view {v + 1} has {x.shape[0]} rows but there are {n} labels")
+        bad = ~np.isfinite(x)
+        if bad.any():
+            r, c = np.argwhere(bad)[0]
+            raise DataError(f"{source}: view {v + 1} has {int(bad.sum())} NaN/inf values (first at row {r}, column {c}); "
+                            "clean or impute the features first")
+    yf = np.asarray(y)
+    if not np.issubdtype(yf.dtype, np.number) or not np.all(np.isfinite(yf.astype(float))) or \
+            not np.all(yf.astype(float) == np.round(yf.astype(float))):
+        raise DataError(f"{source}: labels must be integers (got dtype {yf.dtype}, e.g. {yf.ravel()[:3].tolist()})")
+    if yf.min() < 0:
+        raise DataError(f"{source}: labels must be non-negative, found {int(yf.min())}")
+
+
+def stratified_split(y: np.ndarray, test_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per-class random split; every class keeps at least one training sample."""
+    rng = np.random.default_rng(seed)
+    train, test = [], []
+    for k in np.unique(y):
+        idx = rng.permutation(np.flatnonzero(y == k))
+        n_test = int(round(len(idx) * test_fraction))
+        n_test = min(n_test, len(idx) - 1)
+        test.append(idx[:n_test])
+        train.append(idx[n_test:])
+    return np.sort(np.concatenate(train)), np.sort(np.concatenate(test))
+
+
+class Scaler:
+    """Per-view min-max or standard scaling fitted on one set of rows."""
+
+    def __init__(self, kind: str):
+        if kind not in {"minmax", "standard", "none"}:
+            raise DataError(f"unknown scaling '{kind}'; choose minmax, standard or none")
+        self.kind = kind
+
+    def fit(self, x: np.ndarray) -> "Scaler":
+        if self.kind == "minmax":
+            self.shift, span = x.min(0), x.max(0) - x.min(0)
+        elif self.kind == "standard":
+            self.shift, span = x.mean(0), x.std(0)
+        else:
+            self.shift, span = np.zeros(x.shape[1]), np.ones(x.shape[1])
+        self.scale = np.where(span > 0, span, 1.0)  # constant columns map to 0, never NaN
+        return self
+
+    def transform(self, x: np.ndarray) -> np.ndarray:
+        return (x - self.shift) / self.scale
+
+
+class MultiViewDataModule(pl.LightningDataModule):
+    """Splits, validation, held-out-class OOD and train-only scaling for multi-view features."""
+
+    name = "multiview"
+
+    def __init__(self, batch_size: int = 200, eval_batch_size: int = 1000, scaling: str = "minmax",
+                 scale_test_separately: bool = False, val_fraction: float = 0.0, test_fraction: float = 0.2,
+                 use_split_files: bool = True, ood_classes: Sequence[int] | None = None, seed: int = 0,
+                 shuffle: bool = True):
+        super().__init__()
+        self.batch_size, self.eval_batch_size = int(batch_size), int(eval_batch_size)
+        self.scaling, self.scale_test_separately = scaling, scale_test_separately
+        self.val_fraction, self.test_fraction = float(val_fraction), float(test_fraction)
+        self.use_split_files = use_split_files
+        self.ood_classes = sorted(int(c) for c in (ood_classes or []))
+        self.seed, self.shuffle = int(seed), shuffle
+        self._ready = False
+        Scaler(scaling)  # fail early on an unknown scaling name
+
+    # ---------------------------------------------------------------- subclass hook
+    def load(self) -> RawData:
+        raise NotImplementedError
+
+    # ---------------------------------------------------------------- setup
+    def setup(self, stage: str | None = None) -> None:
+        if self._ready:
+            return
+        raw = self.load()
+        views = [np.asarray(v, dtype=np.float64) for v in raw.views]
+        y = np.asarray(raw.y).ravel()
+        validate_arrays(views, y, raw.source)
+        y = y.astype(np.int64)
+        if raw.train_idx is not None and self.use_split_files:
+            train_idx, test_idx = np.asarray(raw.train_idx, dtype=np.int64), np.asarray(raw.test_idx, dtype=np.int64)
+            if train_idx.max(initial=-1) >= len(y) or test_idx.max(initial=-1) >= len(y):
+                raise DataError(f"{raw.source}: split indices exceed the {len(y)} samples")
+        else:
+            train_idx, test_idx = stratified_split(y, self.test_fraction, self.seed)
+        classes = np.unique(y)
+        unknown = sorted(set(self.ood_classes) - set(classes.tolist()))
+        if unknown:
+            raise DataError(f"{raw.source}: ood_classes {unknown} are not labels of this dataset ({classes.min()}..{classes.max()})")
+        ood_idx = np.flatnonzero(np.isin(y, self.ood_classes))
+        keep = np.setdiff1d(classes, self.ood_classes)
+        remap = np.full(classes.max() + 1, -1, dtype=np.int64)
+        remap[keep] = np.arange(len(keep))
+        train_idx = train_idx[~np.isin(y[train_idx], self.ood_classes)]
+        test_idx = test_idx[~np.isin(y[test_idx], self.ood_classes)]
+        missing = np.setdiff1d(keep, y[train_idx])
+        if len(missing):
+            raise DataError(f"{raw.source}: class(es) {missing.tolist()} have no training samples; "
+                            "check the labels or the split files")
+        val_idx = np.empty(0, dtype=np.int64)
+        if self.val_fraction > 0:
+            tr_local, va_local = stratified_split(y[train_idx], self.val_fraction, self.seed + 1)
+            train_idx, val_idx = train_idx[tr_local], train_idx[va_local]
+        self.num_classes = int(len(keep))
+        if self.num_classes < 2:
+            raise DataError(f"{raw.source}: need at least 2 classes, found {self.num_classes}")
+        self.view_dims = [v.shape[1] for v in views]
+        scalers = [Scaler(self.scaling).fit(v[train_idx]) for v in views]
+
+        def scaled(idx: np.ndarray, fit_own: bool = False) -> list[Tensor]:
+            out = []
+            for v, sc in zip(views, scalers):
+                sc = Scaler(self.scaling).fit(v[idx]) if fit_own and len(idx) else sc
+                out.append(torch.as_tensor(sc.transform(v[idx]), dtype=torch.float32))
+            return out
+
+        self.train_views, self.train_y = scaled(train_idx), torch.as_tensor(remap[y[train_idx]])
+        self.val_views, self.val_y = scaled(val_idx), torch.as_tensor(remap[y[val_idx]])
+        self.test_views = scaled(test_idx, fit_own=self.scale_test_separately)
+        self.test_y = torch.as_tensor(remap[y[test_idx]])
+        self.train_idx, self.val_idx, self.test_idx = train_idx, val_idx, test_idx
+        self.ood_sets: dict[str, tuple[list[Tensor], Tensor]] = {}
+        if len(ood_idx):
+            ood = scaled(ood_idx)
+            self.ood_sets["heldout"] = ([torch.cat([a, b]) for a, b in zip(self.test_views, ood)],
+                                        torch.cat([torch.zeros(len(test_idx)), torch.ones(len(ood_idx))]).long())
+        for name, ood_views in raw.external_ood.items():
+            ov = [torch.as_tensor(sc.transform(np.asarray(v, dtype=np.float64)), dtype=torch.float32)
+                  for v, sc in zip(ood_views, scalers)]
+            self.ood_sets[name] = self.build_external_ood(name, ov)
+        self._ready = True
+
+    def build_external_ood(self, name: str, ood_views: list[Tensor]) -> tuple[list[Tensor], Tensor]:
+        """ID test samples followed by OOD samples; subclasses may subsample (CIFAR10-C)."""
+        views = [torch.cat([a, b]) for a, b in zip(self.test_views, ood_views)]
+        is_ood = torch.cat([torch.zeros(len(self.test_y)), torch.ones(ood_views[0].shape[0])]).long()
+        return views, is_ood
+
+    # ---------------------------------------------------------------- loaders
+    @property
+    def ood_names(self) -> list[str]:
+        return list(self.ood_sets)
+
+    def _dist(self) -> tuple[int, int]:
+        t = self.trainer
+        return (t.global_rank, t.world_size) if t is not None else (0, 1)
+
+    def train_dataloader(self) -> DataLoader:
+        epoch = self.trainer.current_epoch if self.trainer is not None else 0
+        rank, world = self._dist()
+        return index_loader(self.train_views, self.train_y, self.batch_size, self.shuffle,
+                            seed=self.seed * 100_003 + epoch, rank=rank, world_size=world)
+
+    def val_dataloader(self):
+        if len(self.val_y) == 0:
+            return []
+        return index_loader(self.val_views, self.val_y, self.eval_batch_size, False)
+
+    def test_dataloader(self) -> list[DataLoader]:
+        loaders = [index_loader(self.test_views, self.test_y, self.eval_batch_size, False)]
+        loaders += [index_loader(v, o, self.eval_batch_size, False) for v, o in self.ood_sets.values()]
+        return loaders
+
+    def describe(self) -> dict:
+        return {"name": self.name, "num_classes": self.num_classes, "view_dims": self.view_dims,
+                "n_train": len(self.train_y), "n_val": len(self.val_y), "n_test": len(self.test_y),
+                "ood": {k: int(v[1].sum()) for k, v in self.ood_sets.items()}}
+
+
+class TensorDataModule(MultiViewDataModule):
+    """Wrap in-memory arrays (plain-Python use): pass views and labels, optionally split indices."""
+
+    name = "tensors"
+
+    def __init__(self, views: Sequence, y, train_idx=None, test_idx=None, **kwargs):
+        kwargs.setdefault("scaling", "none")
+        super().__init__(**kwargs)
+        self._raw = RawData([np.asarray(v) for v in views], np.asarray(y), train_idx, test_idx)
+
+    def load(self) -> RawData:
+        return self._raw

@@ -1,0 +1,1 @@
+"""Multimodal Neural Processes: the model, the shared evaluation routine and the experiment pipeline."""

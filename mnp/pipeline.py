@@ -1,0 +1,246 @@
+"""``train(cfg)`` and ``evaluate(cfg)``: instantiate, fit, test and write the run's outputs.
+
+Outputs of a run directory: ``metrics.json`` and ``predictions.npz`` (both written atomically),
+``config.yaml`` (the resolved config), ``checkpoints/last.ckpt`` (+ the best one with a
+validation split) and logger files.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytorch_lightning as pl
+import torch
+from hydra.utils import get_class, instantiate
+from omegaconf import DictConfig, OmegaConf
+
+log = logging.getLogger(__name__)
+
+CFG_KEY = "mnp_cfg"  # resolved config stored inside every checkpoint
+
+
+# ---------------------------------------------------------------------------- file helpers
+def atomic_write(path: Path, write) -> None:
+    """Write through a temporary file in the same directory, then rename: never half-written."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def write_json(path: Path, obj: dict) -> None:
+    atomic_write(path, lambda tmp: Path(tmp).write_text(json.dumps(obj, indent=2, sort_keys=True)))
+
+
+def write_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
+    def w(tmp):
+        with open(tmp, "wb") as f:
+            np.savez_compressed(f, **arrays)
+    atomic_write(path, w)
+
+
+def check_writable(out_dir: Path) -> None:
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        probe = out_dir / ".write_test"
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as e:
+        raise PermissionError(f"output directory {out_dir} is not writable ({e.strerror}); "
+                              "set paths.log_dir or hydra.run.dir to a writable place") from None
+
+
+# ---------------------------------------------------------------------------- building blocks
+def _split_name(node: DictConfig) -> tuple[str, DictConfig]:
+    node = OmegaConf.to_container(node, resolve=True)
+    name = node.pop("name", None)
+    return name, OmegaConf.create(node)
+
+
+def build_datamodule(cfg: DictConfig) -> tuple[str, pl.LightningDataModule]:
+    name, node = _split_name(cfg.dataset)
+    dm = instantiate(node)
+    dm.setup("fit")
+    return name, dm
+
+
+def build_model(cfg: DictConfig, dm) -> tuple[str, pl.LightningModule]:
+    name, node = _split_name(cfg.model)
+    model = instantiate(node, num_classes=dm.num_classes, view_dims=dm.view_dims, _convert_="all")
+    if cfg.get("eval") is not None:
+        model.configure_evaluation(**OmegaConf.to_container(cfg.eval, resolve=True))
+    return name, model
+
+
+class StoreConfig(pl.Callback):
+    """Put the resolved run config into every checkpoint, so evaluate.py needs nothing else."""
+
+    def __init__(self, cfg: DictConfig):
+        self.cfg = OmegaConf.to_container(cfg, resolve=True)
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint):
+        checkpoint[CFG_KEY] = self.cfg
+
+
+def build_callbacks(cfg: DictConfig, out_dir: Path, has_val: bool) -> list[pl.Callback]:
+    from pytorch_lightning.callbacks import ModelCheckpoint, TQDMProgressBar
+
+    cb_cfg = cfg.get("callbacks") or {}
+    ckpt_dir = out_dir / "checkpoints"
+    callbacks: list[pl.Callback] = [
+        StoreConfig(cfg),
+        LastCheckpoint(ckpt_dir),
+    ]
+    if has_val:
+        callbacks.append(ModelCheckpoint(dirpath=ckpt_dir, filename="best", monitor=cb_cfg.get("checkpoint", {}).get(
+            "monitor", "val/nll"), mode="min", save_top_k=1, enable_version_counter=False))
+    if cb_cfg.get("progress_bar", True):
+        callbacks.append(TQDMProgressBar(refresh_rate=max(1, int(cb_cfg.get("refresh_rate", 1)))))
+    for extra in (cb_cfg.get("extra") or {}).values():
+        callbacks.append(instantiate(extra))
+    return callbacks
+
+
+class LastCheckpoint(pl.Callback):
+    """Save ``last.ckpt`` atomically at the end of every training epoch (and after fit)."""
+
+    def __init__(self, ckpt_dir: Path):
+        self.path = Path(ckpt_dir) / "last.ckpt"
+
+    def _save(self, trainer):
+        if trainer.is_global_zero and not trainer.sanity_checking:
+            atomic_write(self.path, lambda tmp: trainer.save_checkpoint(tmp, weights_only=False))
+        trainer.strategy.barrier()
+
+    def on_train_epoch_end(self, trainer, pl_module):
+        self._save(trainer)
+
+
+def build_loggers(cfg: DictConfig) -> list:
+    loggers = []
+    for key, node in (cfg.get("logger") or {}).items():
+        if node is None:
+            continue
+        loggers.append(instantiate(node))
+    return loggers
+
+
+def resolve_resume(ckpt_path: str | None, out_dir: Path) -> str | None:
+    if ckpt_path in (None, "", "none", "null"):
+        return None
+    if ckpt_path == "last":
+        last = out_dir / "checkpoints" / "last.ckpt"
+        return str(last) if last.exists() else None
+    if not Path(ckpt_path).exists():
+        raise FileNotFoundError(f"checkpoint {ckpt_path} does not exist")
+    return str(ckpt_path)
+
+
+def finish_wandb() -> None:
+    try:
+        import wandb
+        if wandb.run is not None:
+            wandb.finish()
+    except ImportError:
+        pass
+
+
+def write_outputs(out_dir: Path, model, identity: dict, extra: dict) -> dict:
+    results = dict(identity)
+    results.update(model.test_results)
+    results.update(extra)
+    write_npz(out_dir / "predictions.npz", model.test_arrays)
+    write_json(out_dir / "metrics.json", results)
+    return results
+
+
+def _identity(cfg: DictConfig, model_name: str | None, dataset_name: str | None, trainer) -> dict:
+    return {"model": model_name, "dataset": dataset_name, "seed": int(cfg.get("seed", 0)),
+            "epochs": int(trainer.current_epoch) if trainer is not None else None,
+            "experiment": cfg.get("experiment_name", "default")}
+
+
+# ---------------------------------------------------------------------------- entry points
+def train(cfg: DictConfig) -> dict[str, Any]:
+    """Train, then test; write metrics.json, predictions.npz, config.yaml and checkpoints.
+
+    Returns the metrics dict (also when the job is skipped because it already finished).
+    """
+    t0 = time.perf_counter()
+    out_dir = Path(cfg.paths.output_dir)
+    metrics_path = out_dir / "metrics.json"
+    if cfg.get("skip_if_done", False) and metrics_path.exists():
+        log.info("skipping: %s already exists", metrics_path)
+        return json.loads(metrics_path.read_text())
+    check_writable(out_dir)
+    pl.seed_everything(int(cfg.seed), workers=True, verbose=False)
+    dataset_name, dm = build_datamodule(cfg)
+    model_name, model = build_model(cfg, dm)
+    atomic_write(out_dir / "config.yaml", lambda tmp: OmegaConf.save(cfg, tmp, resolve=True))
+    has_val = len(getattr(dm, "val_y", [])) > 0
+    loggers = build_loggers(cfg)
+    trainer = instantiate(cfg.trainer, logger=loggers or False, callbacks=build_callbacks(cfg, out_dir, has_val),
+                          default_root_dir=str(out_dir), enable_checkpointing=has_val,
+                          limit_val_batches=None if has_val else 0)
+    try:
+        trainer.fit(model, datamodule=dm, ckpt_path=resolve_resume(cfg.get("ckpt_path"), out_dir))
+        if trainer.interrupted:
+            raise KeyboardInterrupt("training was interrupted")
+        if not cfg.get("test", True):
+            return {}
+        trainer.test(model, datamodule=dm, verbose=False)
+        results = {} if not trainer.is_global_zero else write_outputs(
+            out_dir, model, _identity(cfg, model_name, dataset_name, trainer), {"time/total_s": time.perf_counter() - t0})
+        for lg in loggers:
+            if hasattr(lg, "experiment") and type(lg).__name__ == "WandbLogger":
+                from mnp.wandb_utils import log_summary
+                log_summary(lg, results, out_dir)
+        return results
+    finally:
+        finish_wandb()
+
+
+def evaluate(cfg: DictConfig) -> dict[str, Any]:
+    """Rebuild model and datamodule from a checkpoint alone, re-run the full evaluation."""
+    t0 = time.perf_counter()
+    ckpt_path = Path(cfg.ckpt_path)
+    if not ckpt_path.exists():
+        raise FileNotFoundError(f"checkpoint {ckpt_path} does not exist")
+    ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=False)
+    if CFG_KEY not in ckpt:
+        raise KeyError(f"{ckpt_path} has no '{CFG_KEY}' entry; it was not written by train.py")
+    run_cfg = OmegaConf.create(ckpt[CFG_KEY])
+    if cfg.get("data_dir"):
+        run_cfg.dataset.data_dir = cfg.data_dir
+    if cfg.get("eval") is not None:
+        run_cfg.eval = OmegaConf.merge(run_cfg.get("eval") or {}, cfg.eval)
+    out_dir = Path(cfg.output_dir) if cfg.get("output_dir") else ckpt_path.parent.parent / "eval"
+    check_writable(out_dir)
+    pl.seed_everything(int(run_cfg.get("seed", 0)), workers=True, verbose=False)
+    dataset_name, dm = build_datamodule(run_cfg)
+    model_name, node = _split_name(run_cfg.model)
+    model = get_class(node._target_).load_from_checkpoint(str(ckpt_path), map_location="cpu")
+    if list(model.view_dims) != list(dm.view_dims) or model.num_classes != dm.num_classes:
+        raise ValueError(f"checkpoint {ckpt_path} was trained on view dims {model.view_dims} and "
+                         f"{model.num_classes} classes, but the data has {dm.view_dims} and {dm.num_classes}")
+    if run_cfg.get("eval") is not None:
+        model.configure_evaluation(**OmegaConf.to_container(run_cfg.eval, resolve=True))
+    trainer = pl.Trainer(accelerator=cfg.trainer.accelerator, devices=cfg.trainer.devices, logger=False,
+                         enable_checkpointing=False, enable_model_summary=False)
+    trainer.test(model, datamodule=dm, verbose=False)
+    identity = _identity(run_cfg, model_name, dataset_name, None)
+    identity["epochs"] = int(ckpt.get("epoch", -1)) + 1
+    identity["checkpoint"] = str(ckpt_path)
+    atomic_write(out_dir / "config.yaml", lambda tmp: OmegaConf.save(run_cfg, tmp, resolve=True))
+    return write_outputs(out_dir, model, identity, {"time/total_s": time.perf_counter() - t0})

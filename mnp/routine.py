@@ -1,0 +1,205 @@
+"""One classification routine that owns the metrics and every evaluation loop.
+
+Every model (MNP and all baselines) subclasses :class:`Routine` and provides only
+
+* ``training_loss(views, y) -> (loss, logs)``: the scalar loss and a dict of scalars to log;
+* ``predict(views) -> (probs, uncertainty)``: per-sample class probabilities (S, B, K) and an
+  uncertainty score (B,), higher meaning more uncertain.
+
+Test dataloader 0 is the clean test set; it is also run through the noise protocol (SPEC §5).
+Further test dataloaders are OOD sets yielding ``(views, is_ood)``; their names come from the
+datamodule's ``ood_names``. Results land in ``self.test_results`` (scalars) and
+``self.test_arrays`` (numpy arrays for predictions.npz).
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Sequence
+
+import numpy as np
+import pytorch_lightning as pl
+import torch
+from torch import Tensor
+
+from mnp import metrics
+from mnp.protocols import add_noise, default_noise_levels, noise_generator, noise_subsets, sigma_key
+
+
+class Routine(pl.LightningModule):
+    """Base LightningModule: training step, validation, clean/noisy/OOD test loops and timing."""
+
+    def __init__(self, num_classes: int, view_dims: Sequence[int]):
+        super().__init__()
+        if num_classes < 2:
+            raise ValueError(f"num_classes must be >= 2, got {num_classes}")
+        if not view_dims or any(int(d) < 1 for d in view_dims):
+            raise ValueError(f"every view needs at least one feature column, got view_dims={list(view_dims)}")
+        self.num_classes = int(num_classes)
+        self.view_dims = [int(d) for d in view_dims]
+        self.configure_evaluation()
+        self.epoch_times: list[float] = []
+        self._epoch_start = 0.0
+
+    # ------------------------------------------------------------------ model contract
+    def training_loss(self, views: list[Tensor], y: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+        raise NotImplementedError
+
+    def predict(self, views: list[Tensor]) -> tuple[Tensor, Tensor]:
+        raise NotImplementedError
+
+    def extra_scores(self, probs: Tensor) -> dict[str, Tensor]:
+        """Extra uncertainty scores reported alongside the default one (name -> (B,))."""
+        return {"entropy": metrics.entropy(probs.mean(0))}
+
+    # ------------------------------------------------------------------ configuration
+    def configure_evaluation(self, noise_levels: Sequence[float] | None = None, noise_subset_size: int | None = None,
+                             noise_seed: int = 0, noise: bool = True, n_bins: int = 15) -> None:
+        """Set the noise protocol (SPEC §5); called by the pipeline from ``cfg.eval``."""
+        self.noise_levels = list(default_noise_levels() if noise_levels is None else noise_levels)
+        self.noise_subsets = noise_subsets(len(self.view_dims), noise_subset_size) if noise else []
+        self.noise_seed = int(noise_seed)
+        self.n_bins = int(n_bins)
+
+    def check_views(self, views: Sequence[Tensor]) -> None:
+        """Fail with one clear line when a batch disagrees with the model's views."""
+        dims = [int(v.shape[-1]) for v in views]
+        if dims != self.view_dims:
+            raise ValueError(f"the data has view dims {dims} but the model was built for {self.view_dims}")
+
+    # ------------------------------------------------------------------ training
+    def training_step(self, batch, batch_idx):
+        views, y = batch
+        loss, logs = self.training_loss(views, y)
+        bs = y.shape[0]
+        self.log("train/loss", loss, prog_bar=True, on_step=False, on_epoch=True, batch_size=bs)
+        for k, v in logs.items():
+            self.log(f"train/{k}", v, on_step=False, on_epoch=True, batch_size=bs)
+        return loss
+
+    def on_train_epoch_start(self) -> None:
+        self._epoch_start = time.perf_counter()
+
+    def on_train_epoch_end(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        self.epoch_times.append(time.perf_counter() - self._epoch_start)
+        self.log("time/epoch_s", self.epoch_times[-1])
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        checkpoint["epoch_times"] = list(self.epoch_times)
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        self.epoch_times = list(checkpoint.get("epoch_times", []))
+
+    # ------------------------------------------------------------------ validation
+    def validation_step(self, batch, batch_idx):
+        views, y = batch
+        probs, _ = self.predict(views)
+        p = probs.mean(0)
+        self.log("val/acc", (p.argmax(-1) == y).float().mean(), prog_bar=True, batch_size=y.shape[0])
+        self.log("val/nll", -p.gather(-1, y[:, None]).clamp_min(1e-12).log().mean(), batch_size=y.shape[0])
+
+    # ------------------------------------------------------------------ test
+    def on_test_epoch_start(self) -> None:
+        self._clean: dict[str, list[Tensor]] = {"probs": [], "labels": [], "unc": []}
+        self._extra: dict[str, list[Tensor]] = {}
+        self._noisy: dict[float, list[Tensor]] = {s: [] for s in self.noise_levels}
+        self._noisy_labels: list[Tensor] = []
+        self._ood: dict[int, dict[str, list[Tensor]]] = {}
+        self._test_time = 0.0
+
+    def _timed_predict(self, views: list[Tensor]) -> tuple[Tensor, Tensor]:
+        sync = self.device.type == "cuda"
+        if sync:
+            torch.cuda.synchronize(self.device)
+        t0 = time.perf_counter()
+        out = self.predict(views)
+        if sync:
+            torch.cuda.synchronize(self.device)
+        self._test_time += time.perf_counter() - t0
+        return out
+
+    def test_step(self, batch, batch_idx, dataloader_idx: int = 0):
+        views, target = batch
+        if dataloader_idx == 0:
+            self.check_views(views)
+            probs, unc = self._timed_predict(views)
+            self._clean["probs"].append(probs.mean(0).float().cpu())
+            self._clean["labels"].append(target.cpu())
+            self._clean["unc"].append(unc.float().cpu())
+            for name, score in self.extra_scores(probs).items():
+                self._extra.setdefault(name, []).append(score.float().cpu())
+            if self.noise_subsets:
+                self._noisy_labels.append(target.cpu())
+                g = noise_generator(self.device, self.noise_seed, batch_idx)
+                for sigma in self.noise_levels:
+                    per_subset = [self.predict(add_noise(views, s, sigma, g))[0].mean(0).float().cpu()
+                                  for s in self.noise_subsets]
+                    self._noisy[sigma].append(torch.stack(per_subset))  # (n_subsets, B, K)
+        else:
+            probs, unc = self.predict(views)
+            store = self._ood.setdefault(dataloader_idx, {"unc": [], "is_ood": [], "probs": []})
+            store["unc"].append(unc.float().cpu())
+            store["is_ood"].append(target.cpu())
+            store["probs"].append(probs.mean(0).float().cpu())
+
+    def _ood_names(self) -> list[str]:
+        dm = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+        return list(getattr(dm, "ood_names", []) or [])
+
+    def on_test_epoch_end(self) -> None:
+        probs = torch.cat(self._clean["probs"])
+        labels = torch.cat(self._clean["labels"])
+        unc = torch.cat(self._clean["unc"])
+        results: dict[str, float] = {f"test/{k}": v for k, v in metrics.classification_metrics(probs, labels, self.n_bins).items()}
+        arrays: dict[str, np.ndarray] = {"test/probs": probs.numpy(), "test/labels": labels.numpy(),
+                                         "test/uncertainty": unc.numpy()}
+        for name, parts in self._extra.items():
+            arrays[f"test/score_{name}"] = torch.cat(parts).numpy()
+        if self.noise_subsets and self._noisy_labels:
+            nl = torch.cat(self._noisy_labels)
+            accs, eces = [], []
+            for sigma in self.noise_levels:
+                p = torch.cat(self._noisy[sigma], dim=1)  # (n_subsets, N, K)
+                pooled_p, pooled_y = p.reshape(-1, p.shape[-1]), nl.repeat(p.shape[0])
+                acc, e = metrics.accuracy(pooled_p, pooled_y), metrics.ece(pooled_p, pooled_y, self.n_bins)
+                results[f"noise/acc@{sigma_key(sigma)}"] = acc
+                results[f"noise/ece@{sigma_key(sigma)}"] = e
+                accs.append(acc)
+                eces.append(e)
+            results["noise/acc_mean"] = float(np.mean(accs))
+            results["noise/ece_mean"] = float(np.mean(eces))
+            arrays["noise/sigma"] = np.asarray(self.noise_levels)
+            arrays["noise/acc"] = np.asarray(accs)
+        names = self._ood_names()
+        for idx, store in sorted(self._ood.items()):
+            name = names[idx - 1] if idx - 1 < len(names) else f"ood{idx}"
+            s, y = torch.cat(store["unc"]), torch.cat(store["is_ood"])
+            results[f"ood/{name}/auroc"] = metrics.auroc(s, y)
+            arrays[f"ood/{name}/uncertainty"] = s.numpy()
+            arrays[f"ood/{name}/is_ood"] = y.numpy()
+            arrays[f"ood/{name}/probs"] = torch.cat(store["probs"]).numpy()
+        results["time/test_s"] = self._test_time
+        if self.epoch_times:
+            results["time/train_epoch_s"] = float(statistics.median(self.epoch_times))
+        self.test_results, self.test_arrays = results, arrays
+        for k, v in results.items():
+            self.log(k, v, add_dataloader_idx=False)
+
+    # ------------------------------------------------------------------ inference helper
+    @torch.no_grad()
+    def predict_proba(self, views: Sequence[Tensor], batch_size: int = 1000) -> tuple[Tensor, Tensor]:
+        """Mean predictive probabilities (N, K) and uncertainty (N,) for in-memory views."""
+        was_training = self.training
+        self.eval()
+        views = [torch.as_tensor(v, dtype=torch.float32) for v in views]
+        self.check_views(views)
+        out_p, out_u = [], []
+        for i in range(0, views[0].shape[0], batch_size):
+            batch = [v[i:i + batch_size].to(self.device) for v in views]
+            probs, unc = self.predict(batch)
+            out_p.append(probs.mean(0).cpu())
+            out_u.append(unc.cpu())
+        self.train(was_training)
+        return torch.cat(out_p), torch.cat(out_u)
