@@ -1,0 +1,225 @@
+"""Readers for the multi-view file layouts of shared/data/SOURCES.md, each returning a :class:`RawData`.
+
+- MAT v5, pre-split: ``x{v}_train`` / ``x{v}_test`` (samples × features) + ``gt_train`` / ``gt_test``
+  (handwritten_6views.mat, the TMC ``*_train_test.mat`` files).
+- MAT v5, ``X`` cell(1,V) + ``gt`` (or 0-based ``Y``): views samples × features (CUB, handwritten.mat)
+  or features × samples (PIE, Scene15, Caltech101); the orientation is the axis whose length is N.
+- MAT v5 or HDF5 / MATLAB v7.3 with flat keys ``x1..xM`` + ``gt`` (HMDB; h5py reads them transposed).
+- ``.npz`` with ``x1..xM`` (N×d), ``y`` (N,) and optional ``train_idx`` / ``test_idx``.
+
+Labels: the base (0 or 1) is decided from the whole file, never per split: labels whose minimum is 1
+are MATLAB's 1-based labels and are shifted down by one. Views come back as float64.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Mapping
+
+import h5py
+import numpy as np
+import scipy.io
+
+from datamodules.base import RawData
+from datamodules.errors import DataError
+
+LABEL_KEYS = ("gt", "Y", "y")
+
+
+def corrupt(path: Path, err: Exception) -> DataError:
+    detail = " ".join(f"{type(err).__name__}: {err}".split())[:200]
+    return DataError(f"{path}: file is corrupt or truncated ({detail}); re-download or replace it")
+
+
+def read_file(path: str | Path) -> RawData:
+    """Read any supported layout; unreadable files raise a one-line :class:`DataError`."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path.name} not found in {path.parent}/")
+    suffix = path.suffix.lower()
+    try:
+        if suffix == ".npz":
+            return read_npz(path)
+        if suffix in {".mat", ".h5", ".hdf5"}:
+            if h5py.is_hdf5(str(path)):
+                return read_hdf5(path)
+            return read_mat(path)
+    except DataError:
+        raise
+    except Exception as e:  # scipy / h5py / zipfile raise assorted types for damaged files
+        raise corrupt(path, e) from None
+    raise DataError(f"{path}: unsupported file type '{suffix}'; use .mat (v5 or v7.3/HDF5) or .npz")
+
+
+# ---------------------------------------------------------------------------- label and view helpers
+def labels(raw, source: str) -> np.ndarray:
+    """Integer labels (N,) from a column/row vector, shifted to 0-based if the whole file is 1-based."""
+    y = np.asarray(raw)
+    if y.ndim > 2 or (y.ndim == 2 and min(y.shape) > 1):
+        raise DataError(f"{source}: labels have shape {y.shape}; expected a vector of N labels")
+    y = y.ravel()
+    if len(y) == 0:
+        raise DataError(f"{source}: the label vector is empty")
+    if not np.issubdtype(y.dtype, np.number) or np.issubdtype(y.dtype, np.complexfloating):
+        raise DataError(f"{source}: labels must be integers, got dtype {y.dtype}")
+    yf = y.astype(np.float64)
+    if not np.all(np.isfinite(yf)) or not np.all(yf == np.round(yf)):
+        bad = int(np.flatnonzero(~np.isfinite(yf) | (yf != np.round(yf)))[0])
+        raise DataError(f"{source}: labels must be integers (row {bad} is {y[bad]})")
+    if yf.min() < 0:
+        raise DataError(f"{source}: labels must be non-negative (row {int(yf.argmin())} is {int(yf.min())})")
+    y = yf.astype(np.int64)
+    return y - 1 if y.min() == 1 else y
+
+
+def orient(x, n: int, source: str, name: str) -> np.ndarray:
+    """A 2-D view as samples × features: the axis of length ``n`` (the label count) is the sample axis."""
+    x = np.asarray(x)
+    if x.ndim == 1:
+        x = x[:, None]
+    if x.ndim != 2:
+        raise DataError(f"{source}: view {name} has shape {x.shape}; expected a 2-D matrix")
+    if not (np.issubdtype(x.dtype, np.number) or x.dtype == bool):
+        raise DataError(f"{source}: view {name} has non-numeric dtype {x.dtype}")
+    rows, cols = x.shape
+    if rows == n and cols == n:
+        raise DataError(f"{source}: view {name} is {n}×{n}, so samples and features cannot be told apart; "
+                        "save it as samples × features in a .npz (x1..xM, y)")
+    if rows != n and cols != n:
+        raise DataError(f"{source}: view {name} has shape {x.shape} but there are {n} labels; "
+                        "the row counts of the views and labels do not match")
+    return (x if rows == n else x.T).astype(np.float64)
+
+
+def numbered(keys, pattern: str) -> list[int]:
+    """The sorted view numbers v of keys matching ``pattern`` (e.g. ``x(\\d+)_train``)."""
+    return sorted(int(m.group(1)) for k in keys if (m := re.fullmatch(pattern, k)))
+
+
+def label_key(d: Mapping, source: str) -> str:
+    for k in LABEL_KEYS:
+        if k in d:
+            return k
+    raise DataError(f"{source}: no label key found (looked for {', '.join(LABEL_KEYS)}); keys are {sorted(d)}")
+
+
+def check_consecutive(vs: list[int], source: str, what: str) -> None:
+    if vs != list(range(1, len(vs) + 1)):
+        raise DataError(f"{source}: view keys {what} are numbered {vs}; expected 1..{len(vs)}")
+
+
+# ---------------------------------------------------------------------------- layouts
+def from_mapping(d: Mapping, source: str) -> RawData:
+    """Dispatch on the keys of a loaded .mat dict (pre-split, ``X`` cell or flat ``x1..xM``)."""
+    if numbered(d, r"x(\d+)_train"):
+        return pre_split(d, source)
+    if "X" in d:
+        y = labels(d[label_key(d, source)], source)
+        cells = np.asarray(d["X"])
+        views = list(cells.ravel()) if cells.dtype == object else [cells]
+        return RawData([orient(x, len(y), source, str(v + 1)) for v, x in enumerate(views)], y, source=source)
+    vs = numbered(d, r"x(\d+)")
+    if vs:
+        check_consecutive(vs, source, "x1..xM")
+        y = labels(d[label_key(d, source)], source)
+        return RawData([orient(d[f"x{v}"], len(y), source, f"x{v}") for v in vs], y, source=source)
+    keys = sorted(k for k in d if not k.startswith("__"))
+    raise DataError(f"{source}: unknown layout with keys {keys}; expected x1_train.. + gt_train/gt_test, "
+                    "X (cell) + gt, or x1..xM + gt")
+
+
+def pre_split(d: Mapping, source: str) -> RawData:
+    """``x{v}_train`` / ``x{v}_test`` + ``gt_train`` / ``gt_test``: train rows first, then test rows."""
+    vs = numbered(d, r"x(\d+)_train")
+    check_consecutive(vs, source, "x*_train")
+    for key in [f"x{v}_test" for v in vs] + ["gt_train", "gt_test"]:
+        if key not in d:
+            raise DataError(f"{source}: pre-split file lacks key '{key}'")
+    gt_train, gt_test = np.asarray(d["gt_train"]).ravel(), np.asarray(d["gt_test"]).ravel()
+    y = labels(np.concatenate([gt_train, gt_test]), source)  # label base from the whole file
+    n_train, n_test = len(gt_train), len(gt_test)
+    views = []
+    for v in vs:
+        tr = orient(d[f"x{v}_train"], n_train, source, f"x{v}_train")
+        te = orient(d[f"x{v}_test"], n_test, source, f"x{v}_test")
+        if tr.shape[1] != te.shape[1]:
+            raise DataError(f"{source}: view {v} has {tr.shape[1]} features in x{v}_train but {te.shape[1]} in "
+                            f"x{v}_test; train and test must have the same dims")
+        views.append(np.concatenate([tr, te]))
+    idx = np.arange(n_train + n_test)
+    return RawData(views, y, idx[:n_train], idx[n_train:], source=source)
+
+
+def read_mat(path: Path) -> RawData:
+    d = scipy.io.loadmat(str(path))
+    return from_mapping(d, str(path))
+
+
+def read_hdf5(path: Path) -> RawData:
+    """MATLAB v7.3: arrays come back transposed; cell arrays hold object references."""
+    with h5py.File(path, "r") as f:
+        d = {}
+        for k, ds in f.items():
+            if not isinstance(ds, h5py.Dataset):
+                continue
+            if ds.dtype == h5py.ref_dtype:
+                refs = ds[()].ravel()
+                d[k] = np.empty(len(refs), dtype=object)
+                for i, r in enumerate(refs):
+                    d[k][i] = f[r][()].T
+            else:
+                d[k] = ds[()].T
+    return from_mapping(d, str(path))
+
+
+def read_npz(path: Path) -> RawData:
+    source = str(path)
+    with np.load(path, allow_pickle=False) as z:
+        d = {k: z[k] for k in z.files}  # reads every member: damaged archives fail here
+    if "y" not in d:
+        raise DataError(f"{source}: .npz needs keys x1..xM and y (optional train_idx, test_idx); keys are {sorted(d)}")
+    vs = numbered(d, r"x(\d+)")
+    if not vs:
+        raise DataError(f"{source}: .npz has no views x1..xM; keys are {sorted(d)}")
+    check_consecutive(vs, source, "x1..xM")
+    y = labels(d["y"], source)
+    views = []
+    for v in vs:
+        x = np.asarray(d[f"x{v}"])
+        if x.ndim != 2 or x.shape[0] != len(y):
+            raise DataError(f"{source}: view x{v} has shape {x.shape}; expected ({len(y)}, d) to match y")
+        if not np.issubdtype(x.dtype, np.number):
+            raise DataError(f"{source}: view x{v} has non-numeric dtype {x.dtype}")
+        views.append(x.astype(np.float64))
+    if ("train_idx" in d) != ("test_idx" in d):
+        raise DataError(f"{source}: give both train_idx and test_idx, or neither")
+    train_idx, test_idx = (split_indices(d["train_idx"], d["test_idx"], len(y), source)
+                           if "train_idx" in d else (None, None))
+    return RawData(views, y, train_idx, test_idx, source=source)
+
+
+def split_indices(train, test, n: int, source: str) -> tuple[np.ndarray, np.ndarray]:
+    """Validate a pair of 0-based index arrays: integer, within 0..n-1, disjoint."""
+    out = []
+    for name, idx in (("train", train), ("test", test)):
+        idx = np.asarray(idx).ravel()
+        if not np.issubdtype(idx.dtype, np.integer):
+            raise DataError(f"{source}: {name} indices must be integers, got dtype {idx.dtype}")
+        if len(idx) == 0:
+            raise DataError(f"{source}: {name} indices are empty")
+        if idx.min() < 0 or idx.max() >= n:
+            raise DataError(f"{source}: {name} indices span {idx.min()}..{idx.max()} but there are {n} samples "
+                            "(expected 0-based indices into this file)")
+        out.append(idx.astype(np.int64))
+    both = np.intersect1d(*out)
+    if len(both):
+        raise DataError(f"{source}: {len(both)} samples are in both the train and test indices (e.g. {both[0]})")
+    return out[0], out[1]
+
+
+def read_index(path: Path) -> np.ndarray:
+    """A ``.npy`` array of split indices; damaged files raise a one-line :class:`DataError`."""
+    try:
+        return np.load(path, allow_pickle=False)
+    except Exception as e:
+        raise corrupt(path, e) from None
