@@ -146,11 +146,23 @@ def remember(path: Path, sha256: str) -> None:
     """Record that ``path`` (as it is now) hashed to ``sha256``."""
     key, stamp, marker = _stamp(path, sha256)
     _verified.add(key)
-    if os.access(path.parent, os.W_OK):
+    if writable(path.parent):
         try:
             marker.write_text(stamp + "\n")
         except OSError:
             pass
+
+
+def writable(folder: Path) -> bool:
+    """Whether files may be written in ``folder`` (or, if absent, its nearest existing parent).
+
+    A folder whose mode grants write access to nobody counts as read-only even for root, so
+    read-only data folders such as shared/data are never written into.
+    """
+    folder = Path(folder).absolute()
+    while not folder.exists():
+        folder = folder.parent
+    return os.access(folder, os.W_OK) and bool(folder.stat().st_mode & 0o222)
 
 
 # ---------------------------------------------------------------------------- download
@@ -208,12 +220,9 @@ def fetch(dataset: str, file: DataFile, data_dir: str | Path, allow_download: bo
         raise DataError(f"{file.name} not found and it has no public source: put {file.name} in {folder}/")
     if not allow_download:
         raise DataError(f"{file.name} not found in {folder}/; put it there or set dataset.download=true")
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError:
-        pass
-    if not os.access(folder, os.W_OK):
+    if not writable(folder):
         raise DataError(f"{file.name} not found in {folder}/ and that folder is not writable, so it cannot be "
                         f"downloaded; set paths.data_dir (env MNP_DATA_DIR) to a writable folder or put it there")
+    folder.mkdir(parents=True, exist_ok=True)
     log.info("downloading %s to %s", file.url, path)
     return download(file.url, path, file.sha256 if checksum else None, progress=progress)
