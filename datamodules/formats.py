@@ -72,8 +72,11 @@ def labels(raw, source: str) -> np.ndarray:
     return y - 1 if y.min() == 1 else y
 
 
-def orient(x, n: int, source: str, name: str) -> np.ndarray:
-    """A 2-D view as samples × features: the axis of length ``n`` (the label count) is the sample axis."""
+def orient(x, n: int, source: str, name: str, auto: bool = True) -> np.ndarray:
+    """A 2-D view as samples × features: the axis of length ``n`` (the label count) is the sample axis.
+
+    ``auto=False``: the layout is known to be samples × features, only the row count is checked.
+    """
     x = np.asarray(x)
     if x.ndim == 1:
         x = x[:, None]
@@ -82,7 +85,10 @@ def orient(x, n: int, source: str, name: str) -> np.ndarray:
     if not (np.issubdtype(x.dtype, np.number) or x.dtype == bool):
         raise DataError(f"{source}: view {name} has non-numeric dtype {x.dtype}")
     rows, cols = x.shape
-    if rows == n and cols == n:
+    if not auto and rows != n:
+        raise DataError(f"{source}: view {name} has shape {x.shape} but there are {n} labels; "
+                        "expected samples × features")
+    if auto and rows == n and cols == n:
         raise DataError(f"{source}: view {name} is {n}×{n}, so samples and features cannot be told apart; "
                         "save it as samples × features in a .npz (x1..xM, y)")
     if rows != n and cols != n:
@@ -140,8 +146,8 @@ def pre_split(d: Mapping, source: str) -> RawData:
     n_train, n_test = len(gt_train), len(gt_test)
     views = []
     for v in vs:
-        tr = orient(d[f"x{v}_train"], n_train, source, f"x{v}_train")
-        te = orient(d[f"x{v}_test"], n_test, source, f"x{v}_test")
+        tr = orient(d[f"x{v}_train"], n_train, source, f"x{v}_train", auto=False)
+        te = orient(d[f"x{v}_test"], n_test, source, f"x{v}_test", auto=False)
         if tr.shape[1] != te.shape[1]:
             raise DataError(f"{source}: view {v} has {tr.shape[1]} features in x{v}_train but {te.shape[1]} in "
                             f"x{v}_test; train and test must have the same dims")
