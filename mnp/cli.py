@@ -17,6 +17,9 @@ def run_guarded(fn, cfg):
     With HYDRA_FULL_ERROR=1 the exception propagates with its full traceback. In a multirun,
     Hydra records the failed job and the other jobs go on.
     """
+    from mnp.sweep import in_multirun, run_job
+    if in_multirun():  # failed.json / skipped.json, never SystemExit (it would abort the sweep)
+        return run_job(fn, cfg)
     if os.environ.get("HYDRA_FULL_ERROR") == "1":
         return fn(cfg)
     try:

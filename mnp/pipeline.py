@@ -94,7 +94,7 @@ class StoreConfig(pl.Callback):
 
 
 def build_callbacks(cfg: DictConfig, out_dir: Path, has_val: bool) -> list[pl.Callback]:
-    from pytorch_lightning.callbacks import ModelCheckpoint, TQDMProgressBar
+    from pytorch_lightning.callbacks import ModelCheckpoint
 
     cb_cfg = cfg.get("callbacks") or {}
     ckpt_dir = out_dir / "checkpoints"
@@ -105,8 +105,6 @@ def build_callbacks(cfg: DictConfig, out_dir: Path, has_val: bool) -> list[pl.Ca
     if has_val:
         callbacks.append(ModelCheckpoint(dirpath=ckpt_dir, filename="best", monitor=cb_cfg.get("checkpoint", {}).get(
             "monitor", "val/nll"), mode="min", save_top_k=1, enable_version_counter=False))
-    if cb_cfg.get("progress_bar", True):
-        callbacks.append(TQDMProgressBar(refresh_rate=max(1, int(cb_cfg.get("refresh_rate", 1)))))
     for extra in (cb_cfg.get("extra") or {}).values():
         callbacks.append(instantiate(extra))
     return callbacks
@@ -119,6 +117,8 @@ class LastCheckpoint(pl.Callback):
         self.path = Path(ckpt_dir) / "last.ckpt"
 
     def _save(self, trainer):
+        if hasattr(trainer.lightning_module, "close_epoch_timer"):
+            trainer.lightning_module.close_epoch_timer()
         if trainer.is_global_zero and not trainer.sanity_checking:
             atomic_write(self.path, lambda tmp: trainer.save_checkpoint(tmp, weights_only=False))
         trainer.strategy.barrier()

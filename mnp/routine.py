@@ -39,7 +39,7 @@ class Routine(pl.LightningModule):
         self.view_dims = [int(d) for d in view_dims]
         self.configure_evaluation()
         self.epoch_times: list[float] = []
-        self._epoch_start = 0.0
+        self._epoch_start: float | None = None
 
     # ------------------------------------------------------------------ model contract
     def training_loss(self, views: list[Tensor], y: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
@@ -80,11 +80,19 @@ class Routine(pl.LightningModule):
     def on_train_epoch_start(self) -> None:
         self._epoch_start = time.perf_counter()
 
-    def on_train_epoch_end(self) -> None:
+    def close_epoch_timer(self) -> None:
+        """Record this epoch's wall time once (callbacks saving checkpoints call it first)."""
+        if self._epoch_start is None:
+            return
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         self.epoch_times.append(time.perf_counter() - self._epoch_start)
-        self.log("time/epoch_s", self.epoch_times[-1])
+        self._epoch_start = None
+
+    def on_train_epoch_end(self) -> None:
+        self.close_epoch_timer()
+        if self.epoch_times:
+            self.log("time/epoch_s", self.epoch_times[-1])
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["epoch_times"] = list(self.epoch_times)

@@ -1,0 +1,102 @@
+"""Aggregating the modalities into the latent z (eq. 8, MBA) and the ablations ``mean`` and ``concat``.
+
+Inputs are stacked over modalities: r*, s* (M, B, d_e) and the priors u, q (M, 1, d_e) or (M, B, d_e).
+Every aggregator returns the multimodal posterior ``(mu (B, d), var (B, d) or None)`` and the
+unimodal ones ``(mu (M, B, d), var (M, B, d) or None)``; ``var=None`` marks a deterministic z.
+"""
+from __future__ import annotations
+
+from itertools import combinations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from mnp.attention import choice
+from mnp.encoders import LEAKY_SLOPE
+
+AGGREGATIONS = ("mba", "mean", "concat")
+
+
+def mba_posterior(r_star: Tensor, s_star: Tensor, u: Tensor, q: Tensor,
+                  weights: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """Gaussian posterior of z from M Gaussian observations and M Gaussian prior factors (eq. 8).
+
+    σ²_z = 1 / Σ_m w_m (1/s*_m + 1/q_m),  μ_z = σ²_z · Σ_m w_m (r*_m / s*_m + u_m / q_m);
+    ``weights`` (B, M) in {0, 1} drops modalities per target (default: all ones).
+    """
+    precision = 1.0 / s_star + 1.0 / q
+    weighted = r_star / s_star + u / q
+    if weights is not None:
+        w = weights.t().unsqueeze(-1).to(precision.dtype)  # (M, B, 1)
+        precision, weighted = precision * w, weighted * w
+    var = 1.0 / precision.sum(0)
+    return var * weighted.sum(0), var
+
+
+def unimodal_posteriors(r_star: Tensor, s_star: Tensor, u: Tensor, q: Tensor) -> tuple[Tensor, Tensor]:
+    """Eq. 8 with a single modality term each: (M, B, d) means and variances."""
+    var = 1.0 / (1.0 / s_star + 1.0 / q)
+    return var * (r_star / s_star + u / q), var
+
+
+def random_modality_mask(batch: int, num_views: int, device: torch.device) -> Tensor:
+    """(B, M) masks, each a uniformly drawn subset of at least 2 modalities (all of them when M ≤ 2).
+
+    The official code draws this subset once when the graph is traced; here it is redrawn every call.
+    """
+    subsets = [c for r in range(2, num_views + 1) for c in combinations(range(num_views), r)] or [tuple(range(num_views))]
+    table = torch.zeros(len(subsets), num_views, device=device)
+    for i, c in enumerate(subsets):
+        table[i, list(c)] = 1.0
+    return table[torch.randint(len(subsets), (batch,), device=device)]
+
+
+class MBA(nn.Module):
+    """Multimodal Bayesian aggregation (eq. 8); unimodal posteriors use a single term each."""
+
+    def forward(self, r_star, s_star, u, q, weights=None):
+        return mba_posterior(r_star, s_star, u, q, weights)
+
+    def unimodal(self, r_star, s_star, u, q):
+        return unimodal_posteriors(r_star, s_star, u, q)
+
+
+class MeanAggregation(nn.Module):
+    """Ablation ``mean``: z = (1/M) Σ_m r*_m, deterministic; the unimodal z is r*_m."""
+
+    def forward(self, r_star, s_star, u, q, weights=None):
+        if weights is None:
+            return r_star.mean(0), None
+        w = weights.t().unsqueeze(-1).to(r_star.dtype)
+        return (r_star * w).sum(0) / w.sum(0), None
+
+    def unimodal(self, r_star, s_star, u, q):
+        return r_star, None
+
+
+class ConcatAggregation(nn.Module):
+    """Ablation ``concat``: z = MLP(cat_m r*_m), deterministic; the unimodal z is r*_m."""
+
+    def __init__(self, num_views: int, d_e: int):
+        super().__init__()
+        self.fc1 = nn.Linear(num_views * d_e, d_e)
+        self.fc2 = nn.Linear(d_e, d_e)
+
+    def forward(self, r_star, s_star, u, q, weights=None):
+        if weights is not None:
+            r_star = r_star * weights.t().unsqueeze(-1).to(r_star.dtype)
+        h = torch.cat(list(r_star), dim=-1)
+        return self.fc2(F.leaky_relu(self.fc1(h), LEAKY_SLOPE)), None
+
+    def unimodal(self, r_star, s_star, u, q):
+        return r_star, None
+
+
+def build_aggregation(name: str, num_views: int, d_e: int) -> nn.Module:
+    choice("aggregation", name, AGGREGATIONS)
+    if name == "mba":
+        return MBA()
+    if name == "mean":
+        return MeanAggregation()
+    return ConcatAggregation(num_views, d_e)

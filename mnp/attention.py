@@ -1,0 +1,128 @@
+"""Attention of targets over the context memory (eq. 1 dot product, eq. 9 adaptive RBF).
+
+A similarity (``rbf`` or ``dot``) scores every target against every context point of each modality,
+giving scores of shape (M, B, N); :func:`normalise` (``sparsemax`` or ``softmax``) turns them into
+weights over the context axis. Squared distances come from one matmul (‖t‖² + ‖c‖² − 2 t·c), and all
+modalities are scored in one batched matmul whenever their feature sizes agree. Scores are computed
+in float32 even under autocast: distances lose too much precision in half precision, and entmax has
+no autocast support (PITFALLS.md).
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+from entmax import sparsemax
+from torch import Tensor, nn
+
+SIMILARITIES = ("rbf", "dot")
+NORMALISERS = ("sparsemax", "softmax")
+POSITIVE_PARAMS = ("softplus", "exp")
+
+
+def choice(name: str, value: str, options: Sequence[str]) -> str:
+    """Return ``value`` if it is one of ``options``; otherwise fail naming the switch."""
+    if value not in options:
+        raise ValueError(f"unknown {name} '{value}'; choose one of {', '.join(options)}")
+    return value
+
+
+def to_positive(raw: Tensor, param: str) -> Tensor:
+    """Map an unconstrained parameter to a positive value (softplus or exp)."""
+    return F.softplus(raw) if param == "softplus" else raw.exp()
+
+
+def from_positive(value: float, param: str) -> float:
+    """Inverse of :func:`to_positive`, for initialisation."""
+    return math.log(math.expm1(value)) if param == "softplus" else math.log(value)
+
+
+def sq_dist(a: Tensor, b: Tensor) -> Tensor:
+    """Squared Euclidean distances (..., B, d) × (..., N, d) -> (..., B, N) via one matmul, clamped ≥ 0."""
+    d2 = a.pow(2).sum(-1, keepdim=True) + b.pow(2).sum(-1).unsqueeze(-2) - 2 * a @ b.transpose(-1, -2)
+    return d2.clamp_min(0)
+
+
+def _float32(xs: Sequence[Tensor]) -> list[Tensor]:
+    return [x.float() for x in xs]
+
+
+def _batched(fn, a: Sequence[Tensor], b: Sequence[Tensor]) -> Tensor:
+    """Apply a pairwise function to every modality: one batched call when the shapes agree."""
+    if len({x.shape[-1] for x in a}) == 1 and len({x.shape for x in b}) == 1 and len({x.shape for x in a}) == 1:
+        return fn(torch.stack(list(a)), torch.stack(list(b)))
+    return torch.stack([fn(x, y) for x, y in zip(a, b)])
+
+
+class RBFSimilarity(nn.Module):
+    """Adaptive RBF scores G_ij = σ_f · exp(−½ ‖(t_i − c_j) / λ‖²), one lengthscale vector per modality (eq. 9).
+
+    ``form``: ``"l2"`` divides by λ = l² (the paper's κ); ``"l"`` divides by λ = l (official code).
+    ``amplitude``: learn σ_f (initialised to 1, official code); otherwise σ_f = 1 (paper).
+    l and σ_f are kept positive through ``param`` (softplus or exp of an unconstrained tensor).
+    """
+
+    def __init__(self, dims: Sequence[int], lengthscale_init: float = 10.0, param: str = "softplus",
+                 form: str = "l2", amplitude: bool = False):
+        super().__init__()
+        self.param = choice("lengthscale_param", param, POSITIVE_PARAMS)
+        self.form = choice("lengthscale_form", form, ("l", "l2"))
+        if lengthscale_init <= 0:
+            raise ValueError(f"lengthscale_init must be positive, got {lengthscale_init}")
+        raw = from_positive(float(lengthscale_init), param)
+        self.raw_lengthscale = nn.ParameterList([nn.Parameter(torch.full((int(d),), raw)) for d in dims])
+        self.raw_amplitude = nn.Parameter(torch.full((len(dims),), from_positive(1.0, param))) if amplitude else None
+
+    def lengthscales(self) -> list[Tensor]:
+        return [to_positive(r, self.param) for r in self.raw_lengthscale]
+
+    def forward(self, targets: Sequence[Tensor], contexts: Sequence[Tensor]) -> Tensor:
+        """Scores (M, B, N) of targets (B, d_m) against contexts (N, d_m), per modality m."""
+        with torch.autocast(targets[0].device.type, enabled=False):
+            power = 2 if self.form == "l2" else 1
+            scale = [l.pow(power) for l in self.lengthscales()]
+            t = [x / s for x, s in zip(_float32(targets), scale)]
+            c = [x / s for x, s in zip(_float32(contexts), scale)]
+            g = torch.exp(-0.5 * _batched(sq_dist, t, c))
+            if self.raw_amplitude is not None:
+                g = g * to_positive(self.raw_amplitude, self.param)[:, None, None]
+            return g
+
+    def penalty(self, kind: str) -> Tensor:
+        """Per-modality lengthscale penalty (M,): ``norm`` ‖l‖ (paper) or ``half_sq`` ‖l‖²/2 (official)."""
+        ls = self.lengthscales()
+        if kind == "norm":
+            return torch.stack([l.norm() for l in ls])
+        return torch.stack([0.5 * l.pow(2).sum() for l in ls])
+
+
+class DotSimilarity(nn.Module):
+    """Scaled dot-product scores t·c / √d (eq. 1); it has no lengthscale, so its penalty is zero."""
+
+    def __init__(self, dims: Sequence[int]):
+        super().__init__()
+        self.register_buffer("zero", torch.zeros(len(dims)), persistent=False)
+
+    def forward(self, targets: Sequence[Tensor], contexts: Sequence[Tensor]) -> Tensor:
+        with torch.autocast(targets[0].device.type, enabled=False):
+            return _batched(lambda a, b: a @ b.transpose(-1, -2) / math.sqrt(a.shape[-1]),
+                            _float32(targets), _float32(contexts))
+
+    def penalty(self, kind: str) -> Tensor:
+        return self.zero
+
+
+def build_similarity(name: str, dims: Sequence[int], **rbf_kwargs) -> nn.Module:
+    """``rbf`` (eq. 9) or ``dot`` (eq. 1) similarity over modalities with feature sizes ``dims``."""
+    if choice("similarity", name, SIMILARITIES) == "rbf":
+        return RBFSimilarity(dims, **rbf_kwargs)
+    return DotSimilarity(dims)
+
+
+def normalise(scores: Tensor, kind: str) -> Tensor:
+    """Attention weights over the last (context) axis: sparsemax (eq. 9) or softmax, in float32."""
+    with torch.autocast(scores.device.type, enabled=False):
+        scores = scores.float()
+        return sparsemax(scores, dim=-1) if kind == "sparsemax" else scores.softmax(-1)

@@ -1,0 +1,172 @@
+"""The dynamic context memory, DCM (eqs. 2–3).
+
+Per modality m the memory C^m_X holds N_K = N^m // K rows of raw input features for each class k,
+stored as a (K, N_K, d^m) buffer (an ``nn.Parameter`` when ``trainable``), so checkpoints restore
+it. Row block k always carries label k: the memory is class-balanced by construction.
+
+Initialisation (``init``): ``data`` draws N_K random training samples per class (the same samples
+for every modality); a class with fewer than N_K training samples is sampled with replacement and a
+warning is logged. ``uniform`` fills U(−1, 1) (official code).
+
+Update rules (``update``), applied after every optimiser step with the batch's data:
+
+* ``mse`` / ``ce`` (eqs. 2–3): the row i* of class k with the least attention averaged over the
+  batch's targets is replaced by the target j* with the highest unimodal error. ``jstar``:
+  ``all`` (paper) takes the single highest-error target of the batch and writes it into the block
+  of its own class, so the memory stays correctly labelled (eq. 2 read literally would copy it into
+  every class present, under the wrong label); ``same_class`` (official) takes, for each class k in
+  the batch, the highest-error target of class k.
+* ``fifo``: per-class first-in-first-out queue; the batch's targets of class k overwrite the oldest
+  rows of block k (at most N_K of them, the newest win).
+* ``random``: the context is re-sampled from the training set (N_K per class) at every call of
+  :meth:`ContextMemory.context`; the stored rows are used only while no training set is attached.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Sequence
+
+import torch
+from torch import Tensor, nn
+
+from mnp.attention import choice
+
+log = logging.getLogger(__name__)
+
+INITS = ("data", "uniform")
+UPDATES = ("mse", "ce", "fifo", "random")
+JSTARS = ("all", "same_class")
+
+
+def sample_per_class(y: Tensor, num_classes: int, n: int) -> tuple[Tensor, list[int]]:
+    """Indices (K, n) of n random samples per class, without replacement where the class has ≥ n.
+
+    Returns the indices and the classes that had to be sampled with replacement. Vectorised: sort
+    by (class, random key), then read n consecutive positions per class.
+    """
+    y = y.long()
+    counts = torch.bincount(y, minlength=num_classes)[:num_classes]
+    empty = (counts == 0).nonzero().flatten().tolist()
+    if empty:
+        raise ValueError(f"the context memory needs training samples of every class; classes {empty} have none")
+    order = torch.argsort(y.double() + torch.rand(y.shape, dtype=torch.float64, device=y.device))
+    starts = counts.cumsum(0) - counts
+    short = counts < n
+    offsets = torch.arange(n, device=y.device).expand(num_classes, n)
+    drawn = (torch.rand((num_classes, n), device=y.device) * counts[:, None]).long().clamp_max(counts[:, None] - 1)
+    offsets = torch.where(short[:, None], drawn, offsets)
+    return order[starts[:, None] + offsets], short.nonzero().flatten().tolist()
+
+
+class ContextMemory(nn.Module):
+    """Class-balanced context memory of raw features for every modality (see the module docstring)."""
+
+    def __init__(self, view_dims: Sequence[int], num_classes: int, size: int, init: str = "data",
+                 trainable: bool = False, update: str = "mse", jstar: str = "all"):
+        super().__init__()
+        self.num_classes, self.num_views = int(num_classes), len(view_dims)
+        self.per_class = int(size) // self.num_classes
+        if self.per_class < 1:
+            raise ValueError(f"memory_size {size} is smaller than the number of classes {num_classes}; "
+                             "it is the total N^m over all classes")
+        self.init = choice("memory_init", init, INITS)
+        self.update_rule = choice("memory_update", update, UPDATES)
+        self.jstar = choice("memory_jstar", jstar, JSTARS)
+        if trainable and update == "random":
+            raise ValueError("memory_trainable cannot be combined with memory_update=random (the context is re-sampled)")
+        for m, d in enumerate(view_dims):
+            rows = torch.zeros(self.num_classes, self.per_class, int(d))
+            if trainable:
+                self.register_parameter(f"x{m}", nn.Parameter(rows))
+            else:
+                self.register_buffer(f"x{m}", rows)
+        self.register_buffer("initialised", torch.tensor(False))
+        self.register_buffer("fifo_ptr", torch.zeros(self.num_classes, dtype=torch.long))
+        self.register_buffer("labels", torch.arange(self.num_classes).repeat_interleave(self.per_class), persistent=False)
+        self._source: tuple[list[Tensor], Tensor] | None = None
+        if init == "uniform":
+            with torch.no_grad():
+                for m in range(self.num_views):
+                    self.rows(m).uniform_(-1.0, 1.0)
+            self.initialised.fill_(True)
+
+    # ------------------------------------------------------------------ access
+    def rows(self, m: int) -> Tensor:
+        """C^m_X as (K, N_K, d^m)."""
+        return getattr(self, f"x{m}")
+
+    @property
+    def size(self) -> int:
+        return self.num_classes * self.per_class
+
+    def needs_data(self) -> bool:
+        """True when the memory still waits for training data (``init=data``, not yet initialised)."""
+        return self.init == "data" and not bool(self.initialised)
+
+    def context(self) -> tuple[list[Tensor], Tensor]:
+        """Context features per modality (N, d^m) and their labels (N,), rows ordered by class."""
+        if self.update_rule == "random" and self._source is not None:
+            views, y = self._source
+            idx, _ = sample_per_class(y, self.num_classes, self.per_class)
+            idx = idx.flatten()
+            return [v[idx].to(self.labels.device) for v in views], self.labels
+        return [self.rows(m).reshape(self.size, -1) for m in range(self.num_views)], self.labels
+
+    # ------------------------------------------------------------------ initialisation
+    def attach(self, views: Sequence[Tensor], y: Tensor) -> None:
+        """Keep a reference to the training set (for ``update=random``); not saved in checkpoints."""
+        self._source = ([torch.as_tensor(v, dtype=torch.float32) for v in views], torch.as_tensor(y).long())
+
+    @torch.no_grad()
+    def init_from_data(self, views: Sequence[Tensor], y: Tensor) -> None:
+        """Fill every class block with N_K random training samples of that class (eq. 2's C^m_{X,k})."""
+        y = torch.as_tensor(y).long()
+        if len(views) != self.num_views:
+            raise ValueError(f"init_memory got {len(views)} views, the model has {self.num_views}")
+        idx, short = sample_per_class(y, self.num_classes, self.per_class)
+        if short:
+            log.warning("context memory: classes %s have fewer than N_K=%d training samples; "
+                        "sampled with replacement", short, self.per_class)
+        for m, v in enumerate(views):
+            v = torch.as_tensor(v, dtype=torch.float32)
+            self.rows(m).copy_(v[idx.to(v.device)].to(self.rows(m).device))
+        self.fifo_ptr.zero_()
+        self.initialised.fill_(True)
+
+    # ------------------------------------------------------------------ update (eqs. 2–3)
+    @torch.no_grad()
+    def update(self, views: Sequence[Tensor], y: Tensor, attn_sum: Tensor | None = None,
+               err: Tensor | None = None) -> None:
+        """Apply the update rule with one batch: raw views (B, d^m), labels (B,), the attention summed
+        over the batch's targets (M, N) and the unimodal errors (M, B)."""
+        if self.update_rule == "fifo":
+            self._push_fifo(views, y)
+        elif self.update_rule in ("mse", "ce"):
+            self._replace_least_attended(views, y, attn_sum, err)
+
+    def _replace_least_attended(self, views, y, attn_sum, err) -> None:
+        k_all = torch.arange(self.num_classes, device=y.device)
+        i_star = attn_sum.reshape(self.num_views, self.num_classes, self.per_class).argmin(-1)  # (M, K)
+        if self.jstar == "same_class":
+            in_class = y[None, :] == k_all[:, None]  # (K, B)
+            j_star = err[:, None, :].masked_fill(~in_class, float("-inf")).argmax(-1)  # (M, K)
+            classes = in_class.any(1).nonzero().flatten()  # (C,) classes present in the batch
+            for m, v in enumerate(views):
+                self.rows(m)[classes, i_star[m, classes]] = v[j_star[m, classes]].to(self.rows(m).dtype)
+        else:
+            j_star = err.argmax(-1)  # (M,)
+            k = y[j_star]  # (M,) class of each modality's chosen target
+            for m, v in enumerate(views):
+                km = k[m:m + 1]
+                self.rows(m)[km, i_star[m, km]] = v[j_star[m:m + 1]].to(self.rows(m).dtype)
+
+    def _push_fifo(self, views, y) -> None:
+        n = self.per_class
+        onehot = torch.nn.functional.one_hot(y, self.num_classes)
+        rank = (onehot.cumsum(0) - 1).gather(1, y[:, None]).squeeze(1)  # position of each target in its class
+        count = onehot.sum(0)
+        keep = rank >= count[y] - n  # only the newest N_K per class survive
+        slot = (self.fifo_ptr[y] + rank) % n
+        for m, v in enumerate(views):
+            self.rows(m)[y[keep], slot[keep]] = v[keep].to(self.rows(m).dtype)
+        self.fifo_ptr.copy_((self.fifo_ptr + count) % n)

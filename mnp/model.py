@@ -1,0 +1,278 @@
+"""The Multimodal Neural Process (MNP) as a :class:`~mnp.routine.Routine`.
+
+Data flow per batch: context memory (eqs. 2–3) -> projection and encoders r, s, u, q (eqs. 4, 6) ->
+attention (eq. 9) -> target-specific r*, s* (eq. 5) -> aggregation (eq. 8) -> decoder and Monte Carlo
+predictions (eqs. 11–13) -> L = L_TY (eq. 14) + β L_RBF (eq. 10) -> optimiser step -> memory update.
+
+Optimisation is manual so that the optional contrastive-only warm-up (official code) has its own
+Adam: the first ``warmup_epochs`` epochs minimise L_RBF alone with a linearly decayed learning rate,
+then the main Adam (``optim``, :func:`mnp.optim.make_optimizer`) takes over, its schedule counted
+from the end of the warm-up. Both optimisers and the schedule live in the checkpoint.
+"""
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from mnp import metrics
+from mnp.aggregation import build_aggregation, random_modality_mask
+from mnp.attention import NORMALISERS, build_similarity, choice, normalise
+from mnp.decoder import Decoder, sample_logits
+from mnp.encoders import ModalityEncoder
+from mnp.losses import predictive_nll, supervised_contrastive, unimodal_error
+from mnp.memory import ContextMemory
+from mnp.optim import make_optimizer
+from mnp.routine import Routine
+
+
+def clip_per_tensor(params: Iterable[Tensor], max_norm: float) -> None:
+    """Scale each gradient tensor separately to norm ≤ ``max_norm`` (tf.clip_by_norm, official code)."""
+    for p in params:
+        if p.grad is not None:
+            p.grad.mul_(max_norm / p.grad.norm().clamp_min(max_norm))
+
+
+def glorot_(module: nn.Module) -> None:
+    """Keras' Dense initialisation: Glorot-uniform kernels, zero biases."""
+    for m in module.modules():
+        if isinstance(m, nn.Linear):
+            nn.init.xavier_uniform_(m.weight)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+
+
+class MNP(Routine):
+    """Multimodal Neural Process; every deviation between paper and official code is a switch.
+
+    Architecture: ``d_e``; ``projection`` none (paper) | linear (official) | resmlp (synthetic);
+    ``merge`` concat (paper) | sum (official); ``norm`` layer | batch with ``norm_eps`` and
+    ``bn_momentum`` (PyTorch convention); ``prior`` separate (paper) | shared (official);
+    ``weight_init`` glorot (Keras) | torch.
+    Attention: ``similarity`` rbf | dot; ``lengthscale_init``; ``lengthscale_param`` softplus | exp;
+    ``lengthscale_form`` l2 (paper) | l (official); ``amplitude`` σ_f (official);
+    ``attention_norm`` sparsemax | softmax.
+    Aggregation: ``aggregation`` mba | mean | concat; ``sigma_as_std`` (official bug);
+    ``modality_mask`` (official random subsets of ≥ 2 modalities in training, redrawn per batch).
+    Prediction and loss: ``num_samples`` S; ``ty_loss`` nll_of_mean (paper) | mean_ce (official);
+    ``alpha``, ``beta``, ``tau``; ``rbf_reduce`` mean (paper) | sum (official);
+    ``lengthscale_penalty`` norm (paper) | half_sq (official); ``self_in_denominator`` (official).
+    Memory: ``memory_size`` N^m (total); ``memory_init`` data | uniform; ``memory_trainable``;
+    ``memory_update`` mse | ce | fifo | random; ``memory_jstar`` all (paper) | same_class (official).
+    Training: ``warmup_epochs``, ``warmup_lr``, ``warmup_end_factor``; ``optim`` (kwargs of
+    make_optimizer: lr, eps, schedule, milestones, values); ``clip_norm`` per tensor; ``l2``
+    (Keras kernel regulariser: l2·Σ‖W‖² over the dense kernels); ``train_decoder``.
+    """
+
+    def __init__(self, num_classes: int, view_dims: Sequence[int], d_e: int = 512, projection: str = "none",
+                 resmlp_depth: int = 6, merge: str = "concat", y_embed_dim: int = 32, norm: str = "layer",
+                 norm_eps: float = 1e-5, bn_momentum: float = 0.1, prior: str = "separate",
+                 weight_init: str = "glorot", similarity: str = "rbf", lengthscale_init: float = 10.0,
+                 lengthscale_param: str = "softplus", lengthscale_form: str = "l2", amplitude: bool = False,
+                 attention_norm: str = "sparsemax", aggregation: str = "mba", sigma_as_std: bool = False,
+                 modality_mask: bool = False, num_samples: int = 5, ty_loss: str = "nll_of_mean",
+                 alpha: float = 1.0, beta: float = 1.0, tau: float = 0.25, rbf_reduce: str = "mean",
+                 lengthscale_penalty: str = "norm", self_in_denominator: bool = False, memory_size: int = 100,
+                 memory_init: str = "data", memory_trainable: bool = False, memory_update: str = "mse",
+                 memory_jstar: str = "all", warmup_epochs: int = 0, warmup_lr: float = 1e-3,
+                 warmup_end_factor: float = 0.1, optim: dict | None = None, clip_norm: float | None = None,
+                 l2: float = 0.0, train_decoder: bool = True):
+        super().__init__(num_classes, view_dims)
+        self.save_hyperparameters()
+        self.automatic_optimization = False
+        choice("weight_init", weight_init, ("glorot", "torch"))
+        choice("ty_loss", ty_loss, ("nll_of_mean", "mean_ce"))
+        choice("rbf_reduce", rbf_reduce, ("mean", "sum"))
+        choice("lengthscale_penalty", lengthscale_penalty, ("norm", "half_sq"))
+        self.attention_norm = choice("attention_norm", attention_norm, NORMALISERS)
+        if num_samples < 1:
+            raise ValueError(f"num_samples must be >= 1, got {num_samples}")
+        self.optim_cfg = dict(optim or {})
+        enc_kwargs = dict(merge=merge, norm=norm, norm_eps=norm_eps, bn_momentum=bn_momentum, y_embed_dim=y_embed_dim)
+        self.encoders = nn.ModuleList(
+            ModalityEncoder(d, self.num_classes, d_e, projection, resmlp_depth, prior, **enc_kwargs)
+            for d in self.view_dims)
+        self.similarity = build_similarity(similarity, [e.d_x for e in self.encoders],
+                                           lengthscale_init=lengthscale_init, param=lengthscale_param,
+                                           form=lengthscale_form, amplitude=amplitude)
+        self.aggregation = build_aggregation(aggregation, len(self.view_dims), d_e)
+        self.decoder = Decoder(d_e, self.num_classes, norm, norm_eps, bn_momentum)
+        if weight_init == "glorot":
+            glorot_(self)
+        if not train_decoder:
+            self.decoder.requires_grad_(False)  # official: the decoder is never updated
+        self.memory = ContextMemory(self.view_dims, self.num_classes, memory_size, memory_init, memory_trainable,
+                                    memory_update, memory_jstar)
+        if warmup_epochs > 0 and not self._warmup_parameters():
+            raise ValueError("warmup_epochs > 0 needs something for L_RBF to train: an rbf similarity or a projection")
+        self._dcm_batch: tuple | None = None
+
+    # ------------------------------------------------------------------ memory
+    def init_memory(self, train_views: Sequence[Tensor], train_y: Tensor) -> None:
+        """Fill the context memory with N_K random training samples per class (plain-Python path)."""
+        self.memory.init_from_data(train_views, train_y)
+        self.memory.attach(train_views, train_y)
+
+    def _training_set(self):
+        dm = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+        if dm is None or not hasattr(dm, "train_views"):
+            return None
+        return dm.train_views, dm.train_y
+
+    def on_fit_start(self) -> None:
+        data = self._training_set()
+        if self.memory.needs_data():
+            if data is None:
+                raise RuntimeError("the context memory needs the training set: fit with a datamodule that has "
+                                   "train_views/train_y, or call model.init_memory(train_views, train_y) first")
+            self.init_memory(*data)
+        elif data is not None:
+            self.memory.attach(*data)
+
+    def on_test_start(self) -> None:
+        if self.memory._source is None and (data := self._training_set()) is not None:
+            self.memory.attach(*data)
+
+    # ------------------------------------------------------------------ forward pieces
+    def _attend(self, views: Sequence[Tensor]):
+        """Projected targets, attention A (M, B, N), r*, s* (M, B, d_e) and priors u, q (M, 1, d_e)."""
+        if self.memory.needs_data():
+            raise RuntimeError("the context memory is empty: fit the model or call model.init_memory(train_views, train_y)")
+        ctx_x, ctx_y = self.memory.context()
+        y_onehot = F.one_hot(ctx_y, self.num_classes).to(views[0].dtype)
+        targets, contexts, rs, ss, us, qs = [], [], [], [], [], []
+        for enc, x, c in zip(self.encoders, views, ctx_x):
+            h = enc.project(torch.cat([x, c.to(x.dtype)]))
+            t, c = h[: x.shape[0]], h[x.shape[0]:]
+            r, s, u, q = enc.represent(c, y_onehot)  # eqs. 4 and 6
+            targets.append(t), contexts.append(c), rs.append(r), ss.append(s), us.append(u), qs.append(q)
+        attn = normalise(self.similarity(targets, contexts), self.attention_norm)  # eq. 9
+        r_all, s_all = torch.stack(rs), torch.stack(ss)
+        a = attn.to(r_all.dtype)
+        r_star, s_star = a @ r_all, a @ s_all  # eq. 5
+        return targets, attn, r_star, s_star, torch.stack(us)[:, None], torch.stack(qs)[:, None]
+
+    def _rbf_loss(self, targets: list[Tensor], y: Tensor) -> Tensor:
+        """L_RBF = reduce_m L^m_CL + α reduce_m penalty(l^m) (eq. 10 and Section 3.3)."""
+        hp = self.hparams
+        cl = supervised_contrastive(self.similarity(targets, targets), y, hp.tau, hp.self_in_denominator)
+        pen = self.similarity.penalty(hp.lengthscale_penalty)
+        if hp.rbf_reduce == "sum":
+            return cl.sum() + hp.alpha * pen.sum()
+        return cl.mean() + hp.alpha * pen.mean()
+
+    def _l2_penalty(self) -> Tensor | float:
+        if not self.hparams.l2:
+            return 0.0
+        kernels = [m.weight for m in self.modules() if isinstance(m, nn.Linear) and m.weight.requires_grad]
+        return self.hparams.l2 * sum(w.pow(2).sum() for w in kernels)
+
+    # ------------------------------------------------------------------ model contract
+    def predict(self, views):
+        """Per-sample softmaxes (S·S, B, K) of the multimodal prediction (eq. 12) and the expected entropy."""
+        _, _, r_star, s_star, u, q = self._attend(views)
+        mu, var = self.aggregation(r_star, s_star, u, q)
+        logits = sample_logits(self.decoder, mu, var, self.hparams.num_samples, self.hparams.sigma_as_std)
+        probs = logits.float().softmax(-1)
+        return probs, metrics.expected_entropy(probs)
+
+    def training_loss(self, views, y):
+        hp = self.hparams
+        if self._in_warmup():
+            rbf = self._rbf_loss([enc.project(v) for enc, v in zip(self.encoders, views)], y)
+            return rbf, {"rbf": rbf.detach()}
+        targets, attn, r_star, s_star, u, q = self._attend(views)
+        weights = random_modality_mask(y.shape[0], len(views), y.device) if hp.modality_mask else None
+        mu, var = self.aggregation(r_star, s_star, u, q, weights)
+        mu_m, var_m = self.aggregation.unimodal(r_star, s_star, u, q)
+        mu_all = torch.cat([mu[None], mu_m])  # (1 + M, B, d): multimodal first, then each modality
+        var_all = None if var is None else torch.cat([var[None], var_m])
+        logits = sample_logits(self.decoder, mu_all, var_all, hp.num_samples, hp.sigma_as_std)
+        nll = predictive_nll(logits, y, hp.ty_loss)  # (1 + M,)
+        ty = nll[0] + nll[1:].mean()  # eq. 14
+        rbf = self._rbf_loss(targets, y)
+        loss = ty + hp.beta * rbf + self._l2_penalty()
+        probs = logits.detach().float().softmax(-1).mean(0)  # p̂ and p̂^m, (1 + M, B, K)
+        if hp.memory_update in ("mse", "ce", "fifo"):
+            err = unimodal_error(probs[1:], y, hp.memory_update) if hp.memory_update != "fifo" else None
+            self._dcm_batch = ([v.detach() for v in views], y, attn.detach().sum(1), err)
+        logs = {"ty": ty.detach(), "rbf": rbf.detach(), "acc": (probs[0].argmax(-1) == y).float().mean()}
+        if hp.similarity == "rbf":
+            logs["lengthscale"] = torch.cat([l.detach() for l in self.similarity.lengthscales()]).mean()
+        return loss, logs
+
+    # ------------------------------------------------------------------ DCM update (eqs. 2–3)
+    def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
+        cached, self._dcm_batch = self._dcm_batch, None
+        if cached is not None:
+            self.memory.update(*self._gather_candidates(*cached))
+
+    def _gather_candidates(self, views: list[Tensor], y: Tensor, attn_sum: Tensor, err: Tensor | None):
+        """Every rank's update candidates (identity on one process), so all ranks apply the same update.
+
+        Batches may differ in size across ranks: they are padded to the largest, gathered, and the
+        padding (label −1) is dropped. Attention sums are added over ranks.
+        """
+        if self._trainer is None or self.trainer.world_size == 1:
+            return views, y, attn_sum, err
+        n = y.shape[0]
+        pad = int(self.all_gather(torch.tensor(n, device=y.device)).max()) - n
+        views = [v.flatten(0, 1) for v in self.all_gather([F.pad(v, (0, 0, 0, pad)) for v in views])]
+        y = self.all_gather(F.pad(y, (0, pad), value=-1)).flatten()
+        keep = y >= 0
+        if err is not None:
+            err = self.all_gather(F.pad(err, (0, pad))).permute(1, 0, 2).flatten(1)[:, keep]
+        return [v[keep] for v in views], y[keep], self.all_gather(attn_sum).sum(0), err
+
+    # ------------------------------------------------------------------ optimisation
+    def _in_warmup(self) -> bool:
+        return self.hparams.warmup_epochs > 0 and self._trainer is not None and \
+            self.current_epoch < self.hparams.warmup_epochs
+
+    def _warmup_parameters(self) -> list[nn.Parameter]:
+        params = [p for enc in self.encoders for p in enc.projection.parameters()]
+        return params + list(self.similarity.parameters())
+
+    def configure_optimizers(self):
+        hp = self.hparams
+        total = self.trainer.max_epochs if self._trainer is not None and (self.trainer.max_epochs or 0) > 0 else 100
+        params = [p for p in self.parameters() if p.requires_grad]
+        main = make_optimizer(params, max_epochs=max(total - hp.warmup_epochs, 1), **self.optim_cfg)
+        if hp.warmup_epochs <= 0:
+            return main
+        warm = torch.optim.Adam(self._warmup_parameters(), lr=hp.warmup_lr, eps=self.optim_cfg.get("eps", 1e-8))
+        return [main, {"optimizer": warm}]
+
+    def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:
+        """Per-tensor norm clipping (each parameter's gradient on its own, as tf.clip_by_norm)."""
+        if gradient_clip_val:
+            clip_per_tensor((p for g in optimizer.param_groups for p in g["params"]), float(gradient_clip_val))
+
+    def training_step(self, batch, batch_idx):
+        warm = self._in_warmup()
+        opts = self.optimizers()
+        opts = opts if isinstance(opts, list) else [opts]
+        opt = opts[1] if warm else opts[0]
+        if warm:  # linear decay from warmup_lr to warmup_lr·warmup_end_factor over the warm-up
+            n = self.trainer.num_training_batches
+            frac = (self.current_epoch + (batch_idx / n if 0 < n < float("inf") else 0.0)) / self.hparams.warmup_epochs
+            for g in opt.param_groups:
+                g["lr"] = self.hparams.warmup_lr * (1.0 - (1.0 - self.hparams.warmup_end_factor) * frac)
+        loss = super().training_step(batch, batch_idx)
+        self.zero_grad(set_to_none=True)
+        self.manual_backward(loss)
+        if not warm:
+            self.configure_gradient_clipping(opt, self.hparams.clip_norm)
+        opt.step()
+        return loss
+
+    def on_train_epoch_end(self) -> None:
+        super().on_train_epoch_end()
+        if self._in_warmup():
+            self.epoch_times.pop()  # time/train_epoch_s reports MNP epochs, not the warm-up
+            return
+        sched = self.lr_schedulers()
+        for s in sched if isinstance(sched, list) else [sched] if sched is not None else []:
+            s.step()

@@ -1,0 +1,267 @@
+"""PNG plots of finished runs (matplotlib, Agg backend), used by ``python -m mnp.report``.
+
+One figure per experiment (and dataset) and kind:
+
+* ``noise``: accuracy against the noise σ, one line per method, mean ± std over seeds;
+* ``reliability``: reliability diagrams from predictions.npz, seeds pooled;
+* ``ood``: histograms of the uncertainty score of in-distribution vs OOD test samples;
+* ``context``: metrics against a numeric ``variant`` (the context size N^m of the
+  ``context_size`` sweep; the paper's Figures 4-10), mean and 95% confidence interval;
+* ``speed``: training time per epoch and test time, bars per method and dataset.
+"""
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from mnp.metrics import reliability  # noqa: E402
+from mnp.report import DATASET_ORDER, Run, _order, dataset_label, order_rows, row_label  # noqa: E402
+
+NOISE_KEY = re.compile(r"^noise/acc@(.+)$")
+
+
+def _safe(s: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", s).strip("-")
+
+
+def _save(fig, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _groups(runs: list[Run]) -> dict[tuple[str, str], list[Run]]:
+    """(experiment, dataset) -> runs, datasets in paper order."""
+    g: dict[tuple[str, str], list[Run]] = defaultdict(list)
+    for r in runs:
+        g[(r.experiment, r.dataset)].append(r)
+    ds = _order({d for _, d in g}, DATASET_ORDER)
+    return {k: g[k] for k in sorted(g, key=lambda k: (k[0], ds.index(k[1])))}
+
+
+def _by_row(runs: list[Run]) -> dict[tuple, list[Run]]:
+    rows: dict[tuple, list[Run]] = defaultdict(list)
+    for r in runs:
+        rows[r.row].append(r)
+    return {k: rows[k] for k in order_rows(rows)}
+
+
+def _grid(n: int, size: float = 3.2):
+    cols = min(n, 4)
+    nrows = -(-n // cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(size * cols, size * nrows), squeeze=False)
+    for ax in axes.flat[n:]:
+        ax.axis("off")
+    return fig, axes.flat
+
+
+def _predictions(run: Run) -> dict[str, np.ndarray] | None:
+    path = run.path / "predictions.npz"
+    if not path.is_file():
+        return None
+    with np.load(path) as z:
+        return {k: z[k] for k in z.files}
+
+
+# ---------------------------------------------------------------------------- single-run figures
+def noise_series(metrics: dict) -> tuple[np.ndarray, np.ndarray]:
+    """σ levels and accuracies (fractions) from a metrics dict's ``noise/acc@<σ>`` keys, σ ascending."""
+    pairs = sorted((float(m.group(1)), float(v)) for k, v in metrics.items() if (m := NOISE_KEY.match(k)))
+    return np.array([p[0] for p in pairs]), np.array([p[1] for p in pairs])
+
+
+def draw_reliability(ax, rel: dict, n_bins: int, title: str) -> None:
+    """Bars of per-bin accuracy, dots at the per-bin mean confidence, and the diagonal."""
+    edges = np.linspace(0, 1, n_bins + 1)
+    count = rel["count"].numpy()
+    acc = np.where(count > 0, rel["accuracy"].numpy(), 0.0)
+    ax.bar(edges[:-1], acc, width=1 / n_bins, align="edge", edgecolor="k", lw=0.5, label="accuracy")
+    conf = rel["confidence"].numpy()
+    ax.scatter(conf[count > 0], acc[count > 0], s=8, c="C3", zorder=3, label="mean confidence")
+    ax.plot([0, 1], [0, 1], "k--", lw=0.8)
+    ax.set(xlim=(0, 1), ylim=(0, 1), xlabel="confidence", ylabel="accuracy", title=title)
+
+
+def reliability_figure(probs: np.ndarray, labels: np.ndarray, title: str, n_bins: int = 15):
+    """A one-panel reliability diagram of one run's test predictions."""
+    fig, ax = plt.subplots(figsize=(4, 4))
+    draw_reliability(ax, reliability(torch.as_tensor(probs), torch.as_tensor(labels).long(), n_bins), n_bins, title)
+    ax.legend(fontsize=7, loc="upper left")
+    fig.tight_layout()
+    return fig
+
+
+def noise_figure(metrics: dict, title: str):
+    """Accuracy against the noise σ of one run, or None when the run has no noise results."""
+    sig, acc = noise_series(metrics)
+    if len(sig) == 0:
+        return None
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    ax.plot(sig, 100 * acc, marker="o")
+    ax.set(xscale="log", xlabel="noise σ", ylabel="accuracy (%)", title=title)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+# ---------------------------------------------------------------------------- noise curves
+def noise_curves(runs: list[Run], out: Path) -> list[Path]:
+    written = []
+    for (exp, ds), group in _groups(runs).items():
+        fig, ax = plt.subplots(figsize=(6, 4))
+        drawn = False
+        for row, rs in _by_row(group).items():
+            per_sigma: dict[float, list[float]] = defaultdict(list)
+            for r in rs:
+                for sigma, acc in zip(*noise_series(r.metrics)):
+                    per_sigma[sigma].append(100 * acc)
+            if not per_sigma:
+                continue
+            sig = np.array(sorted(per_sigma))
+            mean = np.array([np.mean(per_sigma[s]) for s in sig])
+            std = np.array([np.std(per_sigma[s], ddof=1) if len(per_sigma[s]) > 1 else 0.0 for s in sig])
+            ax.plot(sig, mean, marker="o", ms=3, label=row_label(row))
+            ax.fill_between(sig, mean - std, mean + std, alpha=0.2)
+            drawn = True
+        if not drawn:
+            plt.close(fig)
+            continue
+        ax.set(xscale="log", xlabel="noise σ", ylabel="accuracy (%)", title=f"{dataset_label(ds)}: accuracy under noise")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+        written.append(_save(fig, out / f"{_safe(exp)}_noise_{_safe(ds)}.png"))
+    return written
+
+
+# ---------------------------------------------------------------------------- reliability
+def reliability_diagrams(runs: list[Run], out: Path, n_bins: int = 15) -> list[Path]:
+    written = []
+    for (exp, ds), group in _groups(runs).items():
+        panels = []
+        for row, rs in _by_row(group).items():
+            preds = [p for p in map(_predictions, rs) if p is not None and "test/probs" in p]
+            if preds:
+                probs = torch.as_tensor(np.concatenate([p["test/probs"] for p in preds]))
+                labels = torch.as_tensor(np.concatenate([p["test/labels"] for p in preds])).long()
+                panels.append((row, reliability(probs, labels, n_bins), len(preds)))
+        if not panels:
+            continue
+        fig, axes = _grid(len(panels))
+        for ax, (row, rel, n) in zip(axes, panels):
+            draw_reliability(ax, rel, n_bins, f"{row_label(row)} ({n} seeds)")
+        axes[0].legend(fontsize=7, loc="upper left")
+        fig.suptitle(f"{dataset_label(ds)}: reliability")
+        written.append(_save(fig, out / f"{_safe(exp)}_reliability_{_safe(ds)}.png"))
+    return written
+
+
+# ---------------------------------------------------------------------------- OOD histograms
+def ood_histograms(runs: list[Run], out: Path) -> list[Path]:
+    written = []
+    for (exp, ds), group in _groups(runs).items():
+        per_name: dict[str, list] = defaultdict(list)
+        for row, rs in _by_row(group).items():
+            preds = [p for p in map(_predictions, rs) if p is not None]
+            names = sorted({k.split("/")[1] for p in preds for k in p if k.startswith("ood/") and k.endswith("/uncertainty")})
+            for name in names:
+                ps = [p for p in preds if f"ood/{name}/uncertainty" in p]
+                score = np.concatenate([p[f"ood/{name}/uncertainty"] for p in ps])
+                is_ood = np.concatenate([p[f"ood/{name}/is_ood"] for p in ps]).astype(bool)
+                per_name[name].append((row, score, is_ood))
+        for name, panels in per_name.items():
+            fig, axes = _grid(len(panels))
+            for ax, (row, score, is_ood) in zip(axes, panels):
+                bins = np.histogram_bin_edges(score, bins=40)
+                ax.hist(score[~is_ood], bins=bins, alpha=0.6, density=True, label="in-distribution")
+                ax.hist(score[is_ood], bins=bins, alpha=0.6, density=True, label=f"OOD ({name})")
+                ax.set(xlabel="uncertainty score", ylabel="density", title=row_label(row))
+            axes[0].legend(fontsize=7)
+            fig.suptitle(f"{dataset_label(ds)}: uncertainty of ID vs OOD ({name})")
+            written.append(_save(fig, out / f"{_safe(exp)}_ood_{_safe(ds)}_{_safe(name)}.png"))
+    return written
+
+
+# ---------------------------------------------------------------------------- context size curves
+def _numeric(v) -> float | None:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def context_curves(runs: list[Run], out: Path) -> list[Path]:
+    """Metrics against a numeric variant (N^m), per dataset: mean and 95% CI over seeds."""
+    written = []
+    for (exp, ds), group in _groups(runs).items():
+        xs = {_numeric(r.variant) for r in group}
+        if None in xs or len(xs) < 2:
+            continue
+        keys = ["test/acc", "test/ece"] + sorted({k for r in group for k in r.metrics
+                                                  if k.startswith("ood/") and k.endswith("/auroc")})
+        keys += ["time/train_epoch_s", "time/test_s"]
+        keys = [k for k in keys if any(k in r.metrics for r in group)]
+        fig, axes = _grid(len(keys))
+        for ax, key in zip(axes, keys):
+            for model in sorted({r.model for r in group}):
+                vals: dict[float, list[float]] = defaultdict(list)
+                for r in group:
+                    if r.model == model and key in r.metrics:
+                        vals[_numeric(r.variant)].append(float(r.metrics[key]))
+                x = np.array(sorted(vals))
+                mean = np.array([np.mean(vals[v]) for v in x])
+                half = np.array([1.96 * np.std(vals[v], ddof=1) / np.sqrt(len(vals[v])) if len(vals[v]) > 1 else 0.0
+                                 for v in x])
+                ax.plot(x, mean, marker="o", ms=3, lw=2, label=row_label((model, None)))
+                ax.fill_between(x, mean - half, mean + half, alpha=0.25)
+            ax.set(xlabel="$N^m$ (context size)", ylabel=key, title=key)
+            ax.grid(alpha=0.3)
+        axes[0].legend(fontsize=7)
+        fig.suptitle(f"{dataset_label(ds)}: metrics against the context size (mean, 95% CI)")
+        written.append(_save(fig, out / f"{_safe(exp)}_context_{_safe(ds)}.png"))
+    return written
+
+
+# ---------------------------------------------------------------------------- speed bars
+def speed_bars(runs: list[Run], out: Path) -> list[Path]:
+    written = []
+    for exp in sorted({r.experiment for r in runs}):
+        rs = [r for r in runs if r.experiment == exp]
+        datasets = _order({r.dataset for r in rs}, DATASET_ORDER)
+        rows = order_rows({r.row for r in rs})
+        keys = [k for k in ("time/train_epoch_s", "time/test_s") if any(k in r.metrics for r in rs)]
+        if not keys:
+            continue
+        fig, axes = plt.subplots(1, len(keys), figsize=(max(5, 1.2 * len(datasets) * max(1, len(rows)) ** 0.5) * len(keys), 4),
+                                 squeeze=False)
+        width = 0.8 / max(len(rows), 1)
+        for ax, key in zip(axes[0], keys):
+            for i, row in enumerate(rows):
+                means, stds = [], []
+                for d in datasets:
+                    v = [r.metrics[key] for r in rs if r.row == row and r.dataset == d and key in r.metrics]
+                    means.append(np.mean(v) if v else np.nan)
+                    stds.append(np.std(v, ddof=1) if len(v) > 1 else 0.0)
+                ax.bar(np.arange(len(datasets)) + i * width, means, width, yerr=stds, capsize=2, label=row_label(row))
+            ax.set_xticks(np.arange(len(datasets)) + 0.4 - width / 2, [dataset_label(d) for d in datasets], rotation=30)
+            ax.set(ylabel="seconds", title={"time/train_epoch_s": "training time per epoch",
+                                            "time/test_s": "test time"}[key], yscale="log")
+            ax.grid(alpha=0.3, axis="y")
+        axes[0][0].legend(fontsize=7)
+        written.append(_save(fig, out / f"{_safe(exp)}_speed.png"))
+    return written
+
+
+def all_plots(runs: list[Run], out: Path) -> list[Path]:
+    """Every plot above that the runs have data for; returns the files written."""
+    return (noise_curves(runs, out) + reliability_diagrams(runs, out) + ood_histograms(runs, out)
+            + context_curves(runs, out) + speed_bars(runs, out))

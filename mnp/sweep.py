@@ -1,0 +1,118 @@
+"""One job of a multirun: failures are recorded and isolated, missing data skips the job.
+
+Hydra 1.3's launchers (basic, joblib, submitit) run a job through ``hydra.core.utils.run_job``,
+which catches ``Exception`` (not ``SystemExit``), marks the job FAILED and goes on with the other
+jobs of the batch; the sweeper re-raises the first failure once the whole batch has run, so the
+command exits non-zero. :func:`run_job` keeps to that contract:
+
+* success: returns the metrics (or ``metrics[optimized_metric]`` for the Optuna sweeper) and
+  removes a ``failed.json`` / ``skipped.json`` left by an earlier attempt;
+* the dataset's files are absent: writes ``skipped.json`` with the reason and returns normally,
+  so the job counts as done (exit status 0 when nothing else failed);
+* any other error: writes ``failed.json`` (type, message, traceback) and re-raises it as a plain
+  ``Exception``, so Hydra records the failure and the remaining jobs still run.
+
+Re-running the same sweep (``skip_if_done: true``) skips jobs whose ``metrics.json`` exists and
+re-runs the failed and skipped ones.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import math
+import re
+import traceback
+from pathlib import Path
+from typing import Any, Callable
+
+from omegaconf import DictConfig
+
+import datamodules
+from datamodules.errors import DataError
+
+log = logging.getLogger(__name__)
+
+FAILED, SKIPPED = "failed.json", "skipped.json"
+DATAMODULES_DIR = Path(datamodules.__file__).resolve().parent
+# DataError messages of datamodules/sources.py and formats.py for a file that is not there
+_MISSING = re.compile(r"not found|could not download|no such file", re.IGNORECASE)
+
+
+class JobFailed(Exception):
+    """A job's error, re-raised as a plain Exception so Hydra isolates it (never SystemExit)."""
+
+
+def in_multirun() -> bool:
+    """True inside a job launched by ``python train.py -m`` (any launcher or sweeper)."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+
+
+def _chain(e: BaseException):
+    seen = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        yield e
+        e = e.__cause__ or e.__context__
+
+
+def is_missing_data(e: BaseException) -> bool:
+    """An error raised by the data layer because a dataset file is absent (or cannot be fetched)."""
+    def from_data(x: BaseException) -> bool:
+        return any(Path(f.filename).resolve().is_relative_to(DATAMODULES_DIR) for f in traceback.extract_tb(x.__traceback__))
+
+    return any((isinstance(x, FileNotFoundError) or (isinstance(x, DataError) and _MISSING.search(str(x))))
+               and from_data(x) for x in _chain(e))
+
+
+def job_identity(cfg: DictConfig) -> dict:
+    """Model, dataset, seed, experiment and the job's overrides, as far as Hydra knows them."""
+    from hydra.core.hydra_config import HydraConfig
+
+    ident = {"experiment": cfg.get("experiment_name"), "seed": cfg.get("seed")}
+    if HydraConfig.initialized():
+        hc = HydraConfig.get()
+        ident.update(model=hc.runtime.choices.get("model"), dataset=hc.runtime.choices.get("dataset"),
+                     overrides=list(hc.overrides.task), job_num=hc.job.get("num"))
+    return ident
+
+
+def _record(out_dir: Path, name: str, cfg: DictConfig, **fields) -> Path:
+    from mnp.pipeline import write_json
+
+    record = {**job_identity(cfg), **fields, "time": dt.datetime.now().isoformat(timespec="seconds")}
+    path = out_dir / name
+    write_json(path, record)
+    return path
+
+
+def _objective(cfg: DictConfig, results: dict) -> Any:
+    key = cfg.get("optimized_metric")
+    if not key:
+        return results
+    if key not in results:
+        raise KeyError(f"optimized_metric '{key}' is not in the job's metrics ({', '.join(sorted(results)) or 'none'})")
+    return float(results[key])
+
+
+def run_job(fn: Callable[[DictConfig], dict], cfg: DictConfig) -> Any:
+    """Run ``fn(cfg)`` as one isolated job of a multirun (see the module docstring)."""
+    out_dir = Path(cfg.paths.output_dir)
+    try:
+        value = _objective(cfg, fn(cfg) or {})
+    except Exception as e:  # noqa: BLE001 - every error is recorded, then handed to Hydra
+        msg = " ".join(str(e).split()) or type(e).__name__
+        if is_missing_data(e):
+            path = _record(out_dir, SKIPPED, cfg, status="skipped", reason=msg)
+            (out_dir / FAILED).unlink(missing_ok=True)
+            log.warning("skipped (data not available): %s [%s]", msg, path)
+            return math.nan if cfg.get("optimized_metric") else {"skipped": msg}
+        path = _record(out_dir, FAILED, cfg, status="failed", error=type(e).__name__, message=msg,
+                       traceback="".join(traceback.format_exception(e)))
+        log.error("job failed: %s: %s [%s]", type(e).__name__, msg, path)
+        raise JobFailed(f"{type(e).__name__}: {msg} (recorded in {path})") from e
+    for name in (FAILED, SKIPPED):
+        (out_dir / name).unlink(missing_ok=True)
+    return value

@@ -1,0 +1,94 @@
+"""Metrics against hand-computed values and brute force."""
+import itertools
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+
+from mnp import metrics
+
+
+def test_ece_hand_computed():
+    # 4 samples, 2 classes; top-label confidences 0.9, 0.9, 0.6, 0.7 (bins of width 1/15).
+    probs = torch.tensor([[0.9, 0.1], [0.1, 0.9], [0.6, 0.4], [0.3, 0.7]])
+    labels = torch.tensor([0, 0, 0, 0])
+    # bin [0.8667, 0.9333): conf 0.9, 0.9 -> acc 1/2 -> gap 0.4, weight 2/4
+    # bin [0.6, 0.6667): conf 0.6 -> acc 1 -> gap 0.4, weight 1/4
+    # bin [0.6667, 0.7333): conf 0.7 -> acc 0 -> gap 0.7, weight 1/4
+    expected = 0.5 * 0.4 + 0.25 * 0.4 + 0.25 * 0.7
+    assert metrics.ece(probs, labels) == pytest.approx(expected, abs=1e-6)
+
+
+def test_accuracy_is_micro():
+    probs = torch.tensor([[0.9, 0.1, 0.0], [0.8, 0.1, 0.1], [0.7, 0.2, 0.1], [0.1, 0.1, 0.8]])
+    labels = torch.tensor([0, 0, 0, 1])  # class 1 never predicted: macro would be (1 + 0) / 2
+    assert metrics.accuracy(probs, labels) == pytest.approx(0.75)
+
+
+def test_nll_and_brier_hand_computed():
+    probs = torch.tensor([[0.5, 0.5], [0.8, 0.2]])
+    labels = torch.tensor([1, 0])
+    assert metrics.nll(probs, labels) == pytest.approx((-np.log(0.5) - np.log(0.8)) / 2, rel=1e-6)
+    assert metrics.brier(probs, labels) == pytest.approx(((0.25 + 0.25) + (0.04 + 0.04)) / 2, rel=1e-6)
+
+
+def brute_force_auroc(scores, pos):
+    p, n = scores[pos == 1], scores[pos == 0]
+    wins = sum(1.0 if a > b else 0.5 if a == b else 0.0 for a, b in itertools.product(p, n))
+    return wins / (len(p) * len(n))
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_auroc_equals_pairwise_count(seed):
+    rng = np.random.default_rng(seed)
+    scores = rng.integers(0, 6, 60).astype(float)  # many ties
+    pos = rng.integers(0, 2, 60)
+    pos[:2] = [0, 1]
+    assert metrics.auroc(torch.tensor(scores), torch.tensor(pos)) == pytest.approx(brute_force_auroc(scores, pos))
+
+
+def test_auroc_large_scores_not_squashed():
+    # scores far outside [0, 1]: a sigmoid would saturate them into ties (AUROC -> 0.5)
+    scores = torch.tensor([100.0, 200.0, 300.0, 400.0])
+    assert metrics.auroc(scores, torch.tensor([0, 0, 1, 1])) == 1.0
+
+
+def test_auroc_needs_both_classes():
+    with pytest.raises(ValueError, match="both classes"):
+        metrics.auroc(torch.rand(5), torch.zeros(5))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(-500, 500), min_size=4, max_size=40), st.integers(0, 2**31 - 1))
+def test_auroc_invariant_to_monotone_transform(values, seed):
+    scores = torch.tensor(values, dtype=torch.float64) / 10  # distinct values stay distinct under exp
+    pos = torch.tensor(np.random.default_rng(seed).integers(0, 2, len(values)))
+    pos[0], pos[1] = 0, 1
+    a = metrics.auroc(scores, pos)
+    assert metrics.auroc(torch.exp(scores / 10), pos) == pytest.approx(a)
+    assert metrics.auroc(3 * scores + 7, pos) == pytest.approx(a)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 50), st.integers(2, 6), st.integers(0, 2**31 - 1))
+def test_ece_in_unit_interval(n, k, seed):
+    g = torch.Generator().manual_seed(seed)
+    probs = torch.randn(n, k, generator=g).mul(3).softmax(-1)
+    labels = torch.randint(0, k, (n,), generator=g)
+    assert 0.0 <= metrics.ece(probs, labels) <= 1.0
+
+
+def test_expected_entropy_vs_entropy_of_mean():
+    # two confident but disagreeing samples: expected entropy ~0, entropy of the mean = log 2
+    probs = torch.tensor([[[1.0, 0.0]], [[0.0, 1.0]]])
+    assert metrics.expected_entropy(probs).item() == pytest.approx(0.0, abs=1e-6)
+    assert metrics.entropy(probs.mean(0)).item() == pytest.approx(np.log(2), rel=1e-6)
+
+
+def test_reliability_bins():
+    probs = torch.tensor([[0.95, 0.05], [0.95, 0.05], [0.55, 0.45]])
+    labels = torch.tensor([0, 1, 0])
+    r = metrics.reliability(probs, labels, n_bins=10)
+    assert r["count"][9] == 2 and r["count"][5] == 1
+    assert r["accuracy"][9] == pytest.approx(0.5) and r["confidence"][9] == pytest.approx(0.95)

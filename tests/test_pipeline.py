@@ -1,0 +1,97 @@
+"""train(cfg) / evaluate(cfg) end to end, the CLIs, outputs and resume."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from cfg_utils import ROOT, compose_train
+from mnp.pipeline import evaluate, train
+
+CONTRACT = {"model", "dataset", "seed", "epochs", "test/acc", "test/ece", "test/nll", "test/brier",
+            "time/train_epoch_s", "time/test_s", "time/total_s"}
+
+
+def test_train_writes_contract_and_evaluate_reproduces(tmp_path):
+    cfg = compose_train(tmp_path, ["model=mlp", "trainer.max_epochs=2", "seed=3"])
+    res = train(cfg)
+    assert CONTRACT <= set(res)
+    assert res["model"] == "mlp" and res["dataset"] == "synthetic" and res["seed"] == 3 and res["epochs"] == 2
+    assert res["test/acc"] > 0.8  # two moons are nearly separable
+    on_disk = json.loads((tmp_path / "metrics.json").read_text())
+    assert on_disk["test/acc"] == res["test/acc"]
+    preds = np.load(tmp_path / "predictions.npz")
+    assert preds["test/probs"].shape == (500, 2) and preds["test/labels"].shape == (500,)
+    assert np.allclose(preds["test/probs"].sum(1), 1, atol=1e-5)
+    assert (tmp_path / "checkpoints" / "last.ckpt").exists()
+    assert OmegaConf.load(tmp_path / "config.yaml").model.name == "mlp"
+    assert not list(tmp_path.glob("**/*.tmp"))
+
+    ev_dir = tmp_path / "eval"
+    ev = evaluate(OmegaConf.create({"ckpt_path": str(tmp_path / "checkpoints" / "last.ckpt"),
+                                    "output_dir": str(ev_dir), "data_dir": None, "eval": None,
+                                    "trainer": {"accelerator": "cpu", "devices": 1}}))
+    for key in ("test/acc", "test/ece", "test/nll", "test/brier"):
+        assert ev[key] == pytest.approx(res[key], abs=1e-6)
+    assert (ev_dir / "metrics.json").exists() and (ev_dir / "predictions.npz").exists()
+
+
+def test_skip_if_done_and_resume_from_last(tmp_path):
+    cfg = compose_train(tmp_path, ["model=mlp", "trainer.max_epochs=1"])
+    first = train(cfg)
+    again = train(cfg)  # metrics.json exists -> skipped, same numbers
+    assert again == first
+    (tmp_path / "metrics.json").unlink()
+    first_epoch_time = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=False)["epoch_times"][0]
+    cfg2 = compose_train(tmp_path, ["model=mlp", "trainer.max_epochs=3"])
+    res = train(cfg2)  # resumes from last.ckpt (epoch 1) and trains two more epochs
+    assert res["epochs"] == 3
+    times = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=False)["epoch_times"]
+    assert len(times) == 3 and times[0] == first_epoch_time  # the first epoch came from the checkpoint
+
+
+def test_unwritable_output_dir(tmp_path):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    if os.access(ro, os.W_OK):  # root ignores permission bits: use a path below a file instead
+        blocker = tmp_path / "file"
+        blocker.write_text("x")
+        ro = blocker / "sub"
+    cfg = compose_train(ro, ["model=mlp", "trainer.max_epochs=1"])
+    with pytest.raises(PermissionError, match="not writable"):
+        train(cfg)
+
+
+def _run(args, cwd, env_extra=None, timeout=240):
+    env = {**os.environ, "WANDB_MODE": "disabled", **(env_extra or {})}
+    env.pop("HYDRA_FULL_ERROR", None)
+    return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def test_cli_train_then_evaluate(tmp_path):
+    out = tmp_path / "run"
+    r = _run(["train.py", "model=mlp", "trainer.max_epochs=1", f"hydra.run.dir={out}", "logger=csv"], ROOT)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert json.loads((out / "metrics.json").read_text())["epochs"] == 1
+    r = _run(["evaluate.py", f"ckpt_path={out}/checkpoints/last.ckpt", f"hydra.run.dir={tmp_path / 'ev'}"], ROOT)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert (out / "eval" / "metrics.json").exists()
+
+
+def test_cli_unknown_model_lists_valid_ones(tmp_path):
+    r = _run(["train.py", "model=nope", f"hydra.run.dir={tmp_path}"], ROOT)
+    assert r.returncode != 0
+    assert "Could not find 'model/nope'" in r.stderr and "mlp" in r.stderr
+    assert not (tmp_path / "metrics.json").exists()
+
+
+def test_cli_missing_checkpoint_one_line(tmp_path):
+    r = _run(["evaluate.py", f"ckpt_path={tmp_path}/none.ckpt", f"hydra.run.dir={tmp_path}"], ROOT)
+    assert r.returncode == 1
+    assert r.stderr.strip().splitlines()[-1] == f"error: checkpoint {tmp_path}/none.ckpt does not exist"
+    assert "Traceback" not in r.stderr
