@@ -7,6 +7,7 @@ resume with an HTTP Range request and are renamed only after their sha256 matche
 from __future__ import annotations
 
 import hashlib
+import http.client
 import logging
 import os
 import urllib.error
@@ -188,7 +189,7 @@ def download(url: str, dest: Path, sha256: str | None, progress: bool = True, ti
         if not (e.code == 416 and offset):  # 416 with a .part: it is already complete
             raise DataError(f"could not download {dest.name} from {url} (HTTP {e.code} {e.reason}); "
                             f"put the file in {dest.parent}/ by hand") from None
-    except (urllib.error.URLError, OSError) as e:
+    except (urllib.error.URLError, http.client.HTTPException, OSError) as e:
         reason = getattr(e, "reason", e)
         raise DataError(f"could not download {dest.name} from {url} ({reason}); check the network and run again "
                         f"to resume, or put the file in {dest.parent}/ by hand") from None
