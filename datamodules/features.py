@@ -74,13 +74,17 @@ def check_expected(raw: RawData, spec: DatasetSpec) -> None:
 
 
 class FeatureDataModule(MultiViewDataModule):
-    """One registered dataset read from ``<data_dir>/<dataset>/<file>`` (downloaded when public)."""
+    """One registered dataset read from ``<data_dir>/<dataset>/<file>`` (downloaded when public).
+
+    ``scaling`` defaults to the dataset's scaling in the official code (SPEC §2).
+    """
 
     def __init__(self, dataset: str, data_dir: str, file: str | None = None, split: str = "files",
                  download: bool = True, checksum: bool = True, **kwargs):
         if dataset not in DATASETS:
             raise DataError(f"unknown dataset '{dataset}'; choose one of {', '.join(DATASETS)}")
         check_split(split)
+        kwargs.setdefault("scaling", DATASETS[dataset].scaling)
         super().__init__(use_split_files=split == "files", **kwargs)
         self.name, self.dataset, self.data_dir, self.file = dataset, dataset, data_dir, file
         self.split, self.download, self.checksum = split, download, checksum

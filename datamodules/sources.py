@@ -63,6 +63,7 @@ class DatasetSpec:
     num_classes: int
     files: tuple[DataFile, ...]
     split_files: dict  # data file name -> (train DataFile, test DataFile)
+    scaling: str = "minmax"  # the official code's feature scaling (SPEC §2)
     dims_verified: bool = True  # False: view dims from other code, not checked on a real file
 
     def file(self, name: str | None) -> DataFile:
@@ -95,17 +96,17 @@ DATASETS: dict[str, DatasetSpec] = {s.key: s for s in [
         hosted(PDMF, "scene15_mtv_train_test.mat", "446a8af636c7a26d48ad44fb2cf574fd76b1f1b72e89792f27888d61288b48ba"),
     ), {"scene15_mtv.mat": index_pair(
         "scene15_mtv", "8f80a630180b22d6b8b3165c60e47869ce7a8cbd26a70678acdb6598632ed80e",
-        "dbeac6b790946229ef3980afba641ea6447ee549b11e15ac116bbb45573d0c16")}),
+        "dbeac6b790946229ef3980afba641ea6447ee549b11e15ac116bbb45573d0c16")}, scaling="standard"),
     DatasetSpec("caltech101", 8677, (4096, 4096), 101, (
         DataFile("2view-caltech101-8677sample.mat"),
     ), {"2view-caltech101-8677sample.mat": index_pair(
         "2view-caltech101-8677sample", "9d8b586eb1208fadd58d47d6dddc626071c3ccb1fed2f399effba5ef1c68a93e",
-        "20e1b52d95d7c5346cdcb6030b6639f2f930769cae286c983dd1d78e61cb2fc4")}, dims_verified=False),
+        "20e1b52d95d7c5346cdcb6030b6639f2f930769cae286c983dd1d78e61cb2fc4")}, "standard", dims_verified=False),
     DatasetSpec("hmdb", 6718, (1000, 1000), 51, (
         DataFile("HMDB51_HOG_MBH.mat"),
     ), {"HMDB51_HOG_MBH.mat": index_pair(
         "HMDB51_HOG_MBH", "b1b53f5d98359329e46d88f680fbf4c4e5f842826715ac0395b17ceb78417ba9",
-        "61cfe32a4fc5b3ba0660374be7892626e34f5a9db5286504f8f431a8399b8f46")}, dims_verified=False),
+        "61cfe32a4fc5b3ba0660374be7892626e34f5a9db5286504f8f431a8399b8f46")}, "standard", dims_verified=False),
 ]}
 
 
