@@ -8,7 +8,7 @@ import sys
 log = logging.getLogger("mnp")
 
 # Errors whose message already says what is wrong and what to do.
-USER_ERRORS = (ValueError, KeyError, FileNotFoundError, PermissionError, OSError)
+USER_ERRORS = (ValueError, KeyError, FileNotFoundError, PermissionError, OSError, FloatingPointError)
 
 
 def run_guarded(fn, cfg):

@@ -25,6 +25,8 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable
 
+import pytorch_lightning as pl
+from hydra.experimental.callback import Callback as HydraCallback
 from omegaconf import DictConfig
 
 import datamodules
@@ -116,3 +118,29 @@ def run_job(fn: Callable[[DictConfig], dict], cfg: DictConfig) -> Any:
     for name in (FAILED, SKIPPED):
         (out_dir / name).unlink(missing_ok=True)
     return value
+
+
+class ValidationMetrics(pl.Callback):
+    """Copy the final ``val/*`` metrics into the test results, hence into metrics.json.
+
+    The Optuna preset tunes on a validation split (``dataset.val_fraction``) through this
+    callback, so that the test set never steers the search.
+    """
+
+    def __init__(self):
+        self.values: dict[str, float] = {}
+
+    def on_fit_end(self, trainer, pl_module) -> None:
+        self.values = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
+
+    def on_test_end(self, trainer, pl_module) -> None:
+        pl_module.test_results.update(self.values)
+
+
+class SqliteStorageDir(HydraCallback):
+    """Hydra callback: create the folder of a ``sqlite:///`` Optuna storage before the study opens it."""
+
+    def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        url = str(config.hydra.sweeper.get("storage") or "")
+        if url.startswith("sqlite:///"):
+            Path(url[len("sqlite:///"):]).expanduser().parent.mkdir(parents=True, exist_ok=True)
