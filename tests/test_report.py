@@ -1,0 +1,192 @@
+"""python -m mnp.report: tables (mean/std/n, best bold, second underlined), CSV rows, failed/skipped
+jobs, paper comparison and plots, from metrics files written here."""
+from __future__ import annotations
+
+import csv
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mnp.report import Cell, load, main, report, summarise
+
+SIGMAS = [0.01, 0.1, 1.0, 10.0]
+
+
+def write_run(root: Path, exp: str, model: str, dataset: str, seed: int, acc: float, ece: float,
+              variant=None, extra: dict | None = None, predictions: bool = False) -> Path:
+    d = root / exp / "multiruns" / f"{model}_{dataset}_{variant}_s{seed}"
+    d.mkdir(parents=True)
+    m = {"model": model, "dataset": dataset, "seed": seed, "epochs": 3, "experiment": exp,
+         "test/acc": acc, "test/ece": ece, "noise/acc_mean": acc - 0.1,
+         "time/train_epoch_s": 1.0 + seed, "time/test_s": 0.5}
+    m.update({f"noise/acc@{s:.4g}": acc - 0.01 * i for i, s in enumerate(SIGMAS)})
+    m.update(extra or {})
+    (d / "metrics.json").write_text(json.dumps(m))
+    cfg = f"experiment_name: {exp}\nseed: {seed}\nmodel:\n  memory_size: 7\n"
+    if variant is not None:
+        cfg += f"variant: {variant}\n"
+    (d / "config.yaml").write_text(cfg)
+    if predictions:
+        rng = np.random.default_rng(seed)
+        probs = rng.dirichlet(np.ones(3), 60).astype(np.float32)
+        np.savez(d / "predictions.npz", **{
+            "test/probs": probs, "test/labels": rng.integers(0, 3, 60), "test/uncertainty": rng.random(60),
+            "ood/svhn/uncertainty": np.r_[rng.random(60), 1 + rng.random(40)],
+            "ood/svhn/is_ood": np.r_[np.zeros(60), np.ones(40)].astype(np.int64),
+            "ood/svhn/probs": rng.dirichlet(np.ones(3), 100)})
+    return d
+
+
+@pytest.fixture
+def sweep(tmp_path):
+    """paper_main-like runs: 3 models × 2 datasets; known accuracies per seed."""
+    root = tmp_path / "logs"
+    accs = {("mnp", "pie"): [0.95, 0.96, 0.97], ("mgp", "pie"): [0.90, 0.92], ("mcd", "pie"): [0.92, 0.92, 0.92],
+            ("mnp", "cub"): [0.80, 0.82], ("mgp", "cub"): [0.85, 0.87], ("mcd", "cub"): [0.70, 0.70]}
+    eces = {("mnp", "pie"): 0.04, ("mgp", "pie"): 0.08, ("mcd", "pie"): 0.02,
+            ("mnp", "cub"): 0.05, ("mgp", "cub"): 0.03, ("mcd", "cub"): 0.20}
+    for (m, d), vals in accs.items():
+        for s, a in enumerate(vals):
+            write_run(root, "paper_main", m, d, s, a, eces[(m, d)], predictions=(d == "pie" and s < 2))
+    return root
+
+
+def read_csv(path: Path) -> dict[tuple, dict]:
+    with open(path) as f:
+        return {(r["model"], r["dataset"], r["metric"], r["experiment"], r["variant"]): r for r in csv.DictReader(f)}
+
+
+def md_table(md: str, number: str) -> dict[str, list[str]]:
+    """Rows of the markdown table 'Table <number>.' as {method: [cells]}."""
+    block = md.split(f"**Table {number}.**", 1)[1].split("\n\n", 2)[1]
+    rows = {}
+    for line in block.splitlines()[2:]:
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        rows[cells[0]] = cells[1:]
+    return rows
+
+
+def test_summarise_mean_sample_std_and_n():
+    c = summarise([0.95, 0.96, 0.97])
+    assert c.n == 3 and c.mean == pytest.approx(0.96) and c.std == pytest.approx(0.01)
+    assert summarise([0.5]) == Cell(0.5, 0.0, 1)
+
+
+def test_csv_rows_are_mean_std_n_per_model_dataset_metric(sweep, tmp_path):
+    report([sweep], tmp_path / "out", plots=False)
+    rows = read_csv(tmp_path / "out" / "results.csv")
+    r = rows[("mnp", "pie", "test/acc", "paper_main", "")]
+    assert float(r["mean"]) == pytest.approx(0.96) and float(r["std"]) == pytest.approx(0.01) and r["n"] == "3"
+    r = rows[("mgp", "pie", "test/acc", "paper_main", "")]
+    assert float(r["mean"]) == pytest.approx(0.91) and float(r["std"]) == pytest.approx(np.std([0.9, 0.92], ddof=1))
+    assert r["n"] == "2"
+    assert float(rows[("mgp", "pie", "time/train_epoch_s", "paper_main", "")]["mean"]) == pytest.approx(1.5)
+    assert ("mnp", "pie", "seed", "paper_main", "") not in rows
+    # one row per model × dataset × metric: 6 cells × (3 accuracy/ECE + 4 noise levels + 2 times)
+    assert len(rows) == 6 * 9
+    with open(tmp_path / "out" / "results.csv") as f:
+        assert f.readline().strip().startswith("model,dataset,metric,mean,std,n")
+
+
+def test_tables_show_percentages_best_bold_second_underlined(sweep, tmp_path):
+    report([sweep], tmp_path / "out", plots=False)
+    md = (tmp_path / "out" / "results.md").read_text()
+    acc = md_table(md, "1")
+    assert list(acc) == ["MCD", "MGP", "MNP"]  # paper order
+    pie, cub = 1, 0  # columns in paper order: CUB, PIE
+    assert acc["MNP"][pie] == "**96.00 ± 1.00** (3)"
+    assert acc["MCD"][pie] == "<u>92.00 ± 0.00</u> (3)"
+    assert acc["MGP"][pie] == "91.00 ± 1.41 (2)"
+    assert acc["MGP"][cub].startswith("**86.00") and acc["MNP"][cub].startswith("<u>81.00")
+    ece = md_table(md, "2")  # lower is better
+    assert ece["MCD"][pie].startswith("**0.020") and ece["MNP"][pie].startswith("<u>0.040")
+    assert ece["MGP"][cub].startswith("**0.030") and ece["MNP"][cub].startswith("<u>0.050")
+    assert md_table(md, "3")["MNP"][pie].startswith("**86.00")  # noise/acc_mean = acc − 0.1
+    t5 = md_table(md, "5a")  # time: min is best; mcd and mnp tie on pie (seeds 0..2 -> mean 2.0)
+    assert t5["MGP"][pie].startswith("**1.500") and t5["MNP"][pie].startswith("<u>2.000")
+    assert t5["MCD"][pie].startswith("<u>2.000")
+    tex = (tmp_path / "out" / "results.tex").read_text()
+    assert r"\textbf{96.00$\pm$1.00}\,{\scriptsize(3)}" in tex
+    assert r"\underline{92.00$\pm$0.00}" in tex
+    speed = md_table(md, "5")  # MGP time / MNP time per dataset
+    assert speed["PIE"] == ["0.75", "1.00"]
+
+
+def test_ties_share_the_rank():
+    from mnp.report import ACC, Table
+    t = Table("1", "t", "t", [("a", None), ("b", None), ("c", None)], [("D", "d", ACC)],
+              {(0, 0): Cell(0.9925, 0, 5), (1, 0): Cell(0.9925, 0, 5), (2, 0): Cell(0.995, 0, 5)})
+    assert t.ranks() == {(2, 0): 1, (0, 0): 2, (1, 0): 2}
+
+
+def test_failed_and_skipped_jobs_are_listed(sweep, tmp_path, capsys):
+    d = sweep / "paper_main" / "multiruns" / "sngp_pie_s0"
+    d.mkdir()
+    (d / "failed.json").write_text(json.dumps({"model": "sngp", "dataset": "pie", "seed": 0, "status": "failed",
+                                               "error": "RuntimeError", "message": "CUDA out of memory"}))
+    d = sweep / "paper_main" / "multiruns" / "mnp_hmdb_s0"
+    d.mkdir()
+    (d / "skipped.json").write_text(json.dumps({"model": "mnp", "dataset": "hmdb", "seed": 0, "status": "skipped",
+                                                "reason": "HMDB51_HOG_MBH.mat not found in /data/hmdb/"}))
+    assert main([str(sweep), "--out", str(tmp_path / "out"), "--no-plots"]) == 0
+    out = capsys.readouterr().out
+    assert "14 runs, 1 failed, 1 skipped" in out
+    md = (tmp_path / "out" / "results.md").read_text()
+    assert "## Failed jobs (1)" in md and "sngp / pie / seed 0: RuntimeError: CUDA out of memory" in md
+    assert "## Skipped jobs (1)" in md and "HMDB51_HOG_MBH.mat not found" in md
+
+
+def test_variants_duplicates_and_evaluate_outputs(tmp_path):
+    root = tmp_path / "logs"
+    for v, accs in {"mse": [0.9, 0.92], "fifo": [0.8, 0.82]}.items():
+        for s, a in enumerate(accs):
+            write_run(root, "ablation_context", "mnp", "pie", s, a, 0.05, variant=v)
+    # the same job found twice (copied folder, older file): counted once
+    dup = write_run(root / "copy", "ablation_context", "mnp", "pie", 0, 0.1, 0.05, variant="mse")
+    import os
+    os.utime(dup / "metrics.json", (1, 1))
+    # evaluate.py output (has a checkpoint key) is not a sweep job
+    ev = write_run(root, "ablation_context", "mnp", "pie", 5, 0.0, 0.5, variant="mse",
+                   extra={"checkpoint": "x/last.ckpt"})
+    assert ev.exists()
+    runs, jobs = load([root])
+    assert len(runs) == 4 and not jobs
+    report([root], tmp_path / "out", plots=False)
+    acc = md_table((tmp_path / "out" / "results.md").read_text(), "1")
+    assert acc == {"MNP (fifo)": ["<u>81.00 ± 1.41</u> (2)"], "MNP (mse)": ["**91.00 ± 1.41** (2)"]}
+    rows = read_csv(tmp_path / "out" / "results.csv")
+    assert float(rows[("mnp", "pie", "test/acc", "ablation_context", "mse")]["mean"]) == pytest.approx(0.91)
+
+
+def test_paper_comparison(sweep, tmp_path):
+    report([sweep], tmp_path / "out", paper=True, plots=False)
+    rows = {(r["model"], r["dataset"], r["metric"]): r for r in csv.DictReader(open(tmp_path / "out" / "paper_comparison.csv"))}
+    r = rows[("mnp", "pie", "test/acc")]
+    assert float(r["paper"]) == pytest.approx(0.95) and float(r["diff"]) == pytest.approx(0.01)
+    assert float(rows[("mgp", "cub", "test/ece")]["paper"]) == pytest.approx(0.038)
+    md = (tmp_path / "out" / "results.md").read_text()
+    assert "| paper_main | MNP | PIE | test/acc | 96.00 | 95.00 | +1.00 |" in md
+    assert re.search(r"\| paper_main \| MNP/MGP \| PIE \| speed-up train \| 0\.75 \| 2\.88 \| -2\.13 \|", md)
+
+
+def test_plots(sweep, tmp_path):
+    # a context-size sweep: numeric variants
+    for n, acc in [(20, 0.8), (50, 0.85), (100, 0.9)]:
+        for s in range(2):
+            write_run(sweep, "context_size", "mnp", "pie", s, acc + 0.01 * s, 0.05, variant=n)
+    res = report([sweep], tmp_path / "out", plots=True)
+    names = sorted(p.name for p in res["plots"])
+    assert names == ["context_size_context_pie.png", "context_size_noise_pie.png", "context_size_speed.png",
+                     "paper_main_noise_cub.png", "paper_main_noise_pie.png", "paper_main_ood_pie_svhn.png",
+                     "paper_main_reliability_pie.png", "paper_main_speed.png"]
+    for p in res["plots"]:
+        assert p.stat().st_size > 5000 and p.read_bytes()[:4] == b"\x89PNG"
+    assert "plots/paper_main_reliability_pie.png" in (tmp_path / "out" / "results.md").read_text()
+
+
+def test_missing_directory_is_an_error(tmp_path, capsys):
+    assert main([str(tmp_path / "nope"), "--out", str(tmp_path / "out")]) == 1
+    assert "is not a directory" in capsys.readouterr().out
