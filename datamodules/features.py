@@ -66,7 +66,8 @@ def check_expected(raw: RawData, spec: DatasetSpec) -> None:
         raise DataError(f"{src}: {spec.key} should have {len(spec.view_dims)} views, the file has {len(dims)}")
     if dims != spec.view_dims:
         if spec.dims_verified:
-            raise DataError(f"{src}: {spec.key} should have view dims {list(spec.view_dims)}, the file has {list(dims)}")
+            raise DataError(f"{src}: {spec.key} should have view dims {list(spec.view_dims)}, "
+                            f"the file has {list(dims)}")
         log.warning("%s: view dims %s differ from the unverified expectation %s", src, list(dims), list(spec.view_dims))
     k = len(np.unique(raw.y))
     if k != spec.num_classes:

@@ -81,8 +81,10 @@ DATASETS: dict[str, DatasetSpec] = {s.key: s for s in [
         "handwritten", "8896588f1f7153743def953e22a9a5e6c3efa105fda2a29e90d1f5f8797dc8dd",
         "260aa996449bcdb9c2b89b78daf6757e48cac7de0f97d054ef83cde31352e3b1")}),
     DatasetSpec("cub", 600, (1024, 300), 10, (
-        hosted(PROIMP, "cub_googlenet_doc2vec_c10.mat", "3ab7dc9917c520e6931fa3338cb9c6e8b2f6a4050ca8a25c97360e87d7bbfc3a"),
-        hosted(PDMF, "CUB_c10_2views_train_test.mat", "2fa9f3f4d75070470de6aeb8e91b51e825a5f3e4135c6baf943f73054ad60174"),
+        hosted(PROIMP, "cub_googlenet_doc2vec_c10.mat",
+               "3ab7dc9917c520e6931fa3338cb9c6e8b2f6a4050ca8a25c97360e87d7bbfc3a"),
+        hosted(PDMF, "CUB_c10_2views_train_test.mat",
+               "2fa9f3f4d75070470de6aeb8e91b51e825a5f3e4135c6baf943f73054ad60174"),
     ), {"cub_googlenet_doc2vec_c10.mat": index_pair(
         "cub_googlenet_doc2vec_c10", "26c99e5dec5447b9a177b48ea58ae56a79621c236d88f52ddf0a2081f3cdebd0",
         "5de1d959c36d4f73690d841a6d429dce416c9980b10f577b530ff1c867dbed2e")}),
@@ -191,7 +193,7 @@ def download(url: str, dest: Path, sha256: str | None, progress: bool = True, ti
             raise DataError(f"could not download {dest.name} from {url} (HTTP {e.code} {e.reason}); "
                             f"put the file in {dest.parent}/ by hand") from None
     except (urllib.error.URLError, http.client.HTTPException, OSError) as e:
-        reason = getattr(e, "reason", e)
+        reason = " ".join(str(getattr(e, "reason", e)).split())
         raise DataError(f"could not download {dest.name} from {url} ({reason}); check the network and run again "
                         f"to resume, or put the file in {dest.parent}/ by hand") from None
     size = part.stat().st_size

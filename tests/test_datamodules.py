@@ -164,6 +164,25 @@ def test_custom_npz_with_and_without_its_split(tmp_path, tiny_views):
     np.testing.assert_array_equal(np.bincount(strat.test_y.numpy()), [2, 2, 2])  # 20% of 12 per class
 
 
+# ---------------------------------------------------------------------------- configs and end to end
+@pytest.mark.parametrize("name", ["handwritten", "cub", "pie", "caltech101", "scene15", "hmdb", "custom"])
+def test_dataset_configs_instantiate_with_spec_scaling(name, tmp_path):
+    from cfg_utils import compose_train
+    from hydra.utils import instantiate
+    from omegaconf import OmegaConf
+
+    cfg = compose_train(tmp_path, [f"dataset={name}", "model=mlp", f"paths.data_dir={tmp_path}", "seed=7",
+                                   f"dataset.path={tmp_path}/x.npz" if name == "custom" else "dataset.batch_size=200"])
+    node = OmegaConf.to_container(cfg.dataset, resolve=True)
+    assert node.pop("name") == name
+    dm = instantiate(node)
+    assert dm.seed == 7 and dm.batch_size == 200 and dm.val_fraction == 0 and dm.ood_classes == []
+    want = {"handwritten": "minmax", "cub": "minmax", "pie": "minmax", "custom": "standard"}
+    assert dm.scaling == want.get(name, "standard")  # SPEC §2
+    if name != "custom":
+        assert dm.data_dir == str(tmp_path) and dm.split == "files"
+
+
 # ---------------------------------------------------------------------------- end to end
 def test_mlp_learns_handwritten(tmp_path, real_file):
     """`python train.py model=mlp dataset=handwritten trainer.max_epochs=5` reaches >= 95% test accuracy."""
