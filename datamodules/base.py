@@ -13,7 +13,7 @@ import numpy as np
 import pytorch_lightning as pl
 import torch
 from torch import Tensor
-from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler, SequentialSampler
+from torch.utils.data import DataLoader, Dataset
 
 from datamodules.errors import DataError
 
@@ -44,16 +44,42 @@ class IndexBatchDataset(Dataset):
         return [v[idx] for v in self.views], self.y[idx]
 
 
+class EpochBatchSampler:
+    """Yields index batches; the shuffle depends only on (seed, epoch), so a resumed run sees the
+    same batches as an uninterrupted one. Lightning calls ``set_epoch`` before every epoch. With
+    ``world_size`` > 1 each rank takes every world_size-th index of the permutation."""
+
+    def __init__(self, n: int, batch_size: int, shuffle: bool, seed: int = 0, drop_last: bool = False,
+                 rank: int = 0, world_size: int = 1):
+        self.n, self.batch_size, self.shuffle, self.seed = n, batch_size, shuffle, seed
+        self.drop_last, self.rank, self.world_size, self.epoch = drop_last, rank, world_size, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    def _indices(self) -> Tensor:
+        if not self.shuffle:
+            idx = torch.arange(self.n)
+        else:
+            idx = torch.randperm(self.n, generator=torch.Generator().manual_seed(self.seed * 100_003 + self.epoch))
+        return idx[self.rank::self.world_size]
+
+    def __iter__(self):
+        idx = self._indices()
+        stop = len(idx) - len(idx) % self.batch_size if self.drop_last else len(idx)
+        for i in range(0, stop, self.batch_size):
+            yield idx[i:i + self.batch_size]
+
+    def __len__(self) -> int:
+        m = len(range(self.rank, self.n, self.world_size))
+        return m // self.batch_size if self.drop_last else -(-m // self.batch_size)
+
+
 def index_loader(views: Sequence[Tensor], y: Tensor, batch_size: int, shuffle: bool, seed: int = 0,
                  drop_last: bool = False, rank: int = 0, world_size: int = 1) -> DataLoader:
-    """A DataLoader yielding whole batches sliced by index; sharded by rank for DDP."""
-    if world_size > 1:
-        keep = torch.arange(rank, len(y), world_size)
-        views, y = [v[keep] for v in views], y[keep]
-    ds = IndexBatchDataset(views, y)
-    g = torch.Generator().manual_seed(seed)
-    base = RandomSampler(ds, generator=g) if shuffle else SequentialSampler(ds)
-    return DataLoader(ds, sampler=BatchSampler(base, batch_size, drop_last=drop_last), batch_size=None)
+    """A DataLoader yielding whole batches sliced by index (no per-sample collation)."""
+    sampler = EpochBatchSampler(len(y), batch_size, shuffle, seed, drop_last, rank, world_size)
+    return DataLoader(IndexBatchDataset(views, y), sampler=sampler, batch_size=None)
 
 
 def validate_arrays(views: Sequence[np.ndarray], y: np.ndarray, source: str) -> None:
@@ -217,10 +243,9 @@ class MultiViewDataModule(pl.LightningDataModule):
         return (t.global_rank, t.world_size) if t is not None else (0, 1)
 
     def train_dataloader(self) -> DataLoader:
-        epoch = self.trainer.current_epoch if self.trainer is not None else 0
         rank, world = self._dist()
         return index_loader(self.train_views, self.train_y, self.batch_size, self.shuffle,
-                            seed=self.seed * 100_003 + epoch, rank=rank, world_size=world)
+                            seed=self.seed, rank=rank, world_size=world)
 
     def val_dataloader(self):
         if len(self.val_y) == 0:

@@ -13,6 +13,7 @@ datamodule's ``ood_names``. Results land in ``self.test_results`` (scalars) and
 """
 from __future__ import annotations
 
+import random
 import statistics
 import time
 from typing import Sequence
@@ -24,6 +25,25 @@ from torch import Tensor
 
 from mnp import metrics
 from mnp.protocols import add_noise, default_noise_levels, noise_generator, noise_subsets, sigma_key
+
+
+def rng_states() -> dict:
+    """Every RNG a training step may draw from, so a resumed run continues the same streams."""
+    name, keys, pos, has_gauss, gauss = np.random.get_state()
+    states = {"torch": torch.get_rng_state(), "numpy": [name, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, gauss],
+              "python": random.getstate()}  # plain types and tensors: loadable with weights_only=True
+    if torch.cuda.is_available():
+        states["cuda"] = torch.cuda.get_rng_state_all()
+    return states
+
+
+def set_rng_states(states: dict) -> None:
+    torch.set_rng_state(states["torch"])
+    name, keys, pos, has_gauss, gauss = states["numpy"]
+    np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
+    random.setstate(states["python"])
+    if "cuda" in states and torch.cuda.is_available() and len(states["cuda"]) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all(states["cuda"])
 
 
 class Routine(pl.LightningModule):
@@ -39,6 +59,7 @@ class Routine(pl.LightningModule):
         self.view_dims = [int(d) for d in view_dims]
         self.configure_evaluation()
         self.epoch_times: list[float] = []
+        self.check_finite_every = 1  # loss NaN/inf check period in steps (0 = off); costs one sync
         self._epoch_start: float | None = None
 
     # ------------------------------------------------------------------ model contract
@@ -71,6 +92,9 @@ class Routine(pl.LightningModule):
     def training_step(self, batch, batch_idx):
         views, y = batch
         loss, logs = self.training_loss(views, y)
+        if self.check_finite_every and self.global_step % self.check_finite_every == 0 and not torch.isfinite(loss):
+            raise FloatingPointError(f"non-finite training loss ({loss.item()}) at epoch {self.current_epoch}, "
+                                     f"global step {self.global_step}; the last good checkpoint is kept")
         bs = y.shape[0]
         self.log("train/loss", loss, prog_bar=True, on_step=False, on_epoch=True, batch_size=bs)
         for k, v in logs.items():
@@ -96,9 +120,12 @@ class Routine(pl.LightningModule):
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["epoch_times"] = list(self.epoch_times)
+        checkpoint["rng_states"] = rng_states()
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         self.epoch_times = list(checkpoint.get("epoch_times", []))
+        if "rng_states" in checkpoint:
+            set_rng_states(checkpoint["rng_states"])
 
     # ------------------------------------------------------------------ validation
     def validation_step(self, batch, batch_idx):
