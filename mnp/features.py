@@ -106,7 +106,7 @@ class FeatureExtractor:
         std = torch.tensor(IMAGENET_STD, device=self.device).view(1, 3, 1, 1)
         out = []
         for i in range(0, len(images), self.batch_size):
-            x = torch.from_numpy(np.ascontiguousarray(images[i:i + self.batch_size])).to(self.device)
+            x = torch.as_tensor(np.array(images[i:i + self.batch_size]), device=self.device)
             x = x.permute(0, 3, 1, 2).float().div_(255.0)
             if x.shape[-2:] != (self.input_size, self.input_size):
                 x = nn.functional.interpolate(x, size=(self.input_size, self.input_size), mode="bilinear",
