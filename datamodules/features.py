@@ -68,7 +68,8 @@ def check_expected(raw: RawData, spec: DatasetSpec) -> None:
         if spec.dims_verified:
             raise DataError(f"{src}: {spec.key} should have view dims {list(spec.view_dims)}, "
                             f"the file has {list(dims)}")
-        log.warning("%s: view dims %s differ from the unverified expectation %s", src, list(dims), list(spec.view_dims))
+        log.warning("%s: view dims %s differ from the unverified expectation %s", src, list(dims),
+                    list(spec.view_dims))
     k = len(np.unique(raw.y))
     if k != spec.num_classes:
         raise DataError(f"{src}: {spec.key} should have {spec.num_classes} classes, the file has {k}")
