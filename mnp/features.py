@@ -295,10 +295,11 @@ def build_cifar10c(cfg) -> Path:
     ex = dict(ds.extractor)
     extractor = inception_extractor(ex["weights"], ex["input_size"], ex.get("seed", 0), cfg.batch_size, cfg.device)
     root = Path(ds.feature_dir)
-    jobs = cifar10c_jobs(root, cfg.image_dir, list(ds.corruptions), list(ds.severities), dict(ds.ood),
-                         cfg.corruption_params, cfg.published_test, cfg.download, cfg.corruption_seed)
     settings = {"extractor": extractor.description, "corruption_params": cfg.corruption_params,
                 "corruption_seed": int(cfg.corruption_seed)}
+    update_cache_meta(root, settings, {})  # refuse a cache of other settings before writing
+    jobs = cifar10c_jobs(root, cfg.image_dir, list(ds.corruptions), list(ds.severities), dict(ds.ood),
+                         cfg.corruption_params, cfg.published_test, cfg.download, cfg.corruption_seed)
     n = run_jobs(root, jobs, extractor, cfg.chunk_size, settings)
     log.info("%d feature arrays computed, %d already cached, under %s", n, len(jobs) - n, root)
     return root
