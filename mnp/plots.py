@@ -136,7 +136,8 @@ def noise_curves(runs: list[Run], out: Path) -> list[Path]:
         if not drawn:
             plt.close(fig)
             continue
-        ax.set(xscale="log", xlabel="noise σ", ylabel="accuracy (%)", title=f"{dataset_label(ds)}: accuracy under noise")
+        ax.set(xscale="log", xlabel="noise σ", ylabel="accuracy (%)",
+               title=f"{dataset_label(ds)}: accuracy under noise")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
         written.append(_save(fig, out / f"{_safe(exp)}_noise_{_safe(ds)}.png"))
@@ -158,7 +159,7 @@ def reliability_diagrams(runs: list[Run], out: Path, n_bins: int = 15) -> list[P
             continue
         fig, axes = _grid(len(panels))
         for ax, (row, rel, n) in zip(axes, panels):
-            draw_reliability(ax, rel, n_bins, f"{row_label(row)} ({n} seeds)")
+            draw_reliability(ax, rel, n_bins, f"{row_label(row)} (n={n})")
         axes[0].legend(fontsize=7, loc="upper left")
         fig.suptitle(f"{dataset_label(ds)}: reliability")
         written.append(_save(fig, out / f"{_safe(exp)}_reliability_{_safe(ds)}.png"))
@@ -172,7 +173,8 @@ def ood_histograms(runs: list[Run], out: Path) -> list[Path]:
         per_name: dict[str, list] = defaultdict(list)
         for row, rs in _by_row(group).items():
             preds = [p for p in map(_predictions, rs) if p is not None]
-            names = sorted({k.split("/")[1] for p in preds for k in p if k.startswith("ood/") and k.endswith("/uncertainty")})
+            names = sorted({k.split("/")[1] for p in preds for k in p
+                            if k.startswith("ood/") and k.endswith("/uncertainty")})
             for name in names:
                 ps = [p for p in preds if f"ood/{name}/uncertainty" in p]
                 score = np.concatenate([p[f"ood/{name}/uncertainty"] for p in ps])
@@ -241,8 +243,8 @@ def speed_bars(runs: list[Run], out: Path) -> list[Path]:
         keys = [k for k in ("time/train_epoch_s", "time/test_s") if any(k in r.metrics for r in rs)]
         if not keys:
             continue
-        fig, axes = plt.subplots(1, len(keys), figsize=(max(5, 1.2 * len(datasets) * max(1, len(rows)) ** 0.5) * len(keys), 4),
-                                 squeeze=False)
+        width_in = max(5.0, 1.2 * len(datasets) * max(1, len(rows)) ** 0.5)
+        fig, axes = plt.subplots(1, len(keys), figsize=(width_in * len(keys), 4), squeeze=False)
         width = 0.8 / max(len(rows), 1)
         for ax, key in zip(axes[0], keys):
             for i, row in enumerate(rows):

@@ -249,12 +249,14 @@ def experiment_tables(agg: dict, experiment: str) -> list[Table]:
         oods = sorted({k.split("/")[1] for (e, _, _, dd, k) in agg
                        if e == experiment and dd == d and k.startswith("ood/") and k.endswith("/auroc")})
         if oods:
-            cols = [("Accuracy (%) ↑", d, ACC), ("ECE ↓", d, ECE)] + [(f"AUROC {o} ↑", d, auroc_metric(o)) for o in oods]
+            cols = [("Accuracy (%) ↑", d, ACC), ("ECE ↓", d, ECE)]
+            cols += [(f"AUROC {o} ↑", d, auroc_metric(o)) for o in oods]
             tables.append(make_table("4", f"{dataset_label(d)}: accuracy, ECE and OOD AUROC", f"ood-{d}", agg,
                                      experiment, cols))
     tables += [
         make_table("5a", "Training time per epoch (s) ↓", "train-time", agg, experiment, per_ds(TRAIN_TIME)),
-        make_table("5b", "Test time, one pass over the test set (s) ↓", "test-time", agg, experiment, per_ds(TEST_TIME)),
+        make_table("5b", "Test time, one pass over the test set (s) ↓", "test-time", agg, experiment,
+                   per_ds(TEST_TIME)),
     ]
     return [t for t in tables if t is not None]
 
@@ -297,8 +299,10 @@ def table_md(t: Table) -> str:
 
 
 def _tex_escape(s: str) -> str:
-    return (s.replace("\\", r"\textbackslash{}").replace("_", r"\_").replace("%", r"\%").replace("&", r"\&")
-            .replace("#", r"\#").replace("↑", r"$\uparrow$").replace("↓", r"$\downarrow$").replace("×", r"$\times$"))
+    for a, b in (("\\", r"\textbackslash{}"), ("_", r"\_"), ("%", r"\%"), ("&", r"\&"), ("#", r"\#"),
+                 ("↑", r"$\uparrow$"), ("↓", r"$\downarrow$"), ("×", r"$\times$")):
+        s = s.replace(a, b)
+    return s
 
 
 def table_tex(t: Table, experiment: str) -> str:
@@ -327,8 +331,8 @@ def speedup_md(s: dict[str, dict[str, float]]) -> str:
     lines = ["**Table 5.** Speed-up of MNP over MGP (MGP time / MNP time, ratio of the seed means)", "",
              "| Dataset | Training | Testing |", "|---|---|---|"]
     for d, v in s.items():
-        lines.append(f"| {dataset_label(d)} | " + " | ".join(f"{v[k]:.2f}" if k in v else "–" for k in ("train", "test"))
-                     + " |")
+        cells = [f"{v[k]:.2f}" if k in v else "–" for k in ("train", "test")]
+        lines.append(f"| {dataset_label(d)} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -377,7 +381,8 @@ def paper_values() -> dict[tuple[str, str, str], float]:
     out = {}
     for model, rows in _PAPER_MAIN.items():
         for d, (acc, e, noisy) in zip(DATASET_ORDER[:6], rows):
-            out[(model, d, ACC.key)], out[(model, d, ECE.key)], out[(model, d, NOISY_ACC.key)] = acc / 100, e, noisy / 100
+            out[(model, d, ACC.key)], out[(model, d, ECE.key)] = acc / 100, e
+            out[(model, d, NOISY_ACC.key)] = noisy / 100
     for model, (acc, e, svhn, c100) in _PAPER_CIFAR.items():
         out[(model, "cifar10c", ACC.key)], out[(model, "cifar10c", ECE.key)] = acc / 100, e
         out[(model, "cifar10c", "ood/svhn/auroc")], out[(model, "cifar10c", "ood/cifar100/auroc")] = svhn, c100
@@ -405,10 +410,12 @@ def paper_md(rows: list[dict], speed: dict[str, dict[str, dict[str, float]]]) ->
              "| Experiment | Method | Dataset | Metric | Ours | Paper | Δ |", "|---|---|---|---|---|---|---|"]
     order = {m: i for i, m in enumerate(MODEL_ORDER)}
     dorder = {d: i for i, d in enumerate(DATASET_ORDER)}
-    for r in sorted(rows, key=lambda r: (r["experiment"], order.get(r["model"], 99), dorder.get(r["dataset"], 99), r["metric"])):
+    for r in sorted(rows, key=lambda r: (r["experiment"], order.get(r["model"], 99), dorder.get(r["dataset"], 99),
+                                         r["metric"])):
         mt = _metric_for(r["metric"])
-        lines.append(f"| {r['experiment']} | {MODEL_NAMES.get(r['model'], r['model'])} | {dataset_label(r['dataset'])} | "
-                     f"{r['metric']} | {mt.fmt(r['ours'])} | {mt.fmt(r['paper'])} | {r['diff'] * mt.scale:+.{mt.digits}f} |")
+        lines.append(f"| {r['experiment']} | {MODEL_NAMES.get(r['model'], r['model'])} | {dataset_label(r['dataset'])} "
+                     f"| {r['metric']} | {mt.fmt(r['ours'])} | {mt.fmt(r['paper'])} "
+                     f"| {r['diff'] * mt.scale:+.{mt.digits}f} |")
     for e, s in speed.items():
         for d, v in s.items():
             if d in PAPER_SPEEDUP:
@@ -469,7 +476,8 @@ def report(dirs: list[str | Path], out: str | Path, paper: bool = False, plots: 
         comparison = paper_comparison(agg)
         md += [paper_md(comparison, speed), ""]
         with open(out / "paper_comparison.csv", "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=["experiment", "model", "dataset", "metric", "ours", "std", "n", "paper", "diff"])
+            fields = ["experiment", "model", "dataset", "metric", "ours", "std", "n", "paper", "diff"]
+            w = csv.DictWriter(f, fieldnames=fields)
             w.writeheader()
             w.writerows(comparison)
     written = []

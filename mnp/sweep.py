@@ -63,7 +63,8 @@ def _chain(e: BaseException):
 def is_missing_data(e: BaseException) -> bool:
     """An error raised by the data layer because a dataset file is absent (or cannot be fetched)."""
     def from_data(x: BaseException) -> bool:
-        return any(Path(f.filename).resolve().is_relative_to(DATAMODULES_DIR) for f in traceback.extract_tb(x.__traceback__))
+        frames = traceback.extract_tb(x.__traceback__)
+        return any(Path(f.filename).resolve().is_relative_to(DATAMODULES_DIR) for f in frames)
 
     return any((isinstance(x, FileNotFoundError) or (isinstance(x, DataError) and _MISSING.search(str(x))))
                and from_data(x) for x in _chain(e))
@@ -95,7 +96,8 @@ def _objective(cfg: DictConfig, results: dict) -> Any:
     if not key:
         return results
     if key not in results:
-        raise KeyError(f"optimized_metric '{key}' is not in the job's metrics ({', '.join(sorted(results)) or 'none'})")
+        have = ", ".join(sorted(results)) or "none"
+        raise ValueError(f"optimized_metric '{key}' is not in the job's metrics ({have})")
     return float(results[key])
 
 

@@ -163,7 +163,8 @@ def test_variants_duplicates_and_evaluate_outputs(tmp_path):
 
 def test_paper_comparison(sweep, tmp_path):
     report([sweep], tmp_path / "out", paper=True, plots=False)
-    rows = {(r["model"], r["dataset"], r["metric"]): r for r in csv.DictReader(open(tmp_path / "out" / "paper_comparison.csv"))}
+    with open(tmp_path / "out" / "paper_comparison.csv") as f:
+        rows = {(r["model"], r["dataset"], r["metric"]): r for r in csv.DictReader(f)}
     r = rows[("mnp", "pie", "test/acc")]
     assert float(r["paper"]) == pytest.approx(0.95) and float(r["diff"]) == pytest.approx(0.01)
     assert float(rows[("mgp", "cub", "test/ece")]["paper"]) == pytest.approx(0.038)
