@@ -1,0 +1,254 @@
+"""Experiment presets, launchers, and multirun failure isolation / skipping / resuming (mnp.sweep)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import OmegaConf
+
+from datamodules.custom import CustomDataModule
+from datamodules.errors import DataError
+from mnp.sweep import FAILED, SKIPPED, JobFailed, ValidationMetrics, is_missing_data, run_job
+
+ROOT = Path(__file__).resolve().parents[1]
+CONF = ROOT / "conf"
+PRESETS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
+SWEEPS = [p for p in PRESETS if not p.startswith("optuna")]
+MODELS = {"mlp", "mnp", "mnp_official", "mcd", "de_ef", "de_lf", "sngp", "etp", "tmc", "mgp"}
+DATASETS = {"synthetic", "handwritten", "cub", "pie", "caltech101", "scene15", "hmdb", "cifar10c", "digits_c", "custom"}
+# K and the paper's N^m per dataset (SPEC §2)
+CLASSES = {"handwritten": 10, "cub": 10, "pie": 68, "caltech101": 101, "scene15": 15, "hmdb": 51, "cifar10c": 10}
+PAPER_NM = {"handwritten": 100, "cub": 200, "pie": 300, "caltech101": 700, "scene15": 300, "hmdb": 400, "cifar10c": 200}
+
+
+def compose_hydra(overrides):
+    """Compose train.yaml with the hydra node and make it the current HydraConfig."""
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose("train", overrides=list(overrides), return_hydra_config=True)
+    HydraConfig.instance().set_config(cfg)
+    return cfg
+
+
+def options(value) -> list[str]:
+    return [v.strip() for v in str(value).split(",")]
+
+
+# ---------------------------------------------------------------------------- presets
+@pytest.mark.parametrize("name", SWEEPS)
+def test_preset_sweeps_models_datasets_five_seeds(name):
+    cfg = compose_hydra([f"experiment={name}", "model=mlp", "dataset=synthetic"])
+    params = cfg.hydra.sweeper.params
+    assert cfg.experiment_name == name
+    assert cfg.hydra.sweep.dir.endswith(f"/{name}/multiruns")
+    assert params.seed == "range(5)"
+    models, datasets = options(params.model), options(params.dataset)
+    assert set(models) <= MODELS and set(datasets) <= DATASETS
+    for d in datasets:
+        assert (CONF / "dataset" / f"{d}.yaml").is_file(), d
+    variant_keys = [k for k in params if k not in ("model", "dataset", "seed")]
+    if variant_keys:  # ablations: the variant is part of the job directory, so variants never collide
+        assert "${variant}" in OmegaConf.to_container(cfg.hydra.sweep)["subdir"]
+    if name.startswith("paper_"):
+        assert "mnp" in models and "mgp" in models
+    if name in ("paper_main", "paper_ood"):
+        assert set(models) == {"mnp", "mcd", "de_ef", "de_lf", "sngp", "etp", "tmc", "mgp"}
+
+
+def test_paper_presets_cover_the_paper_tables():
+    def params(name):
+        return compose_hydra([f"experiment={name}", "model=mlp"]).hydra.sweeper.params
+    assert options(params("paper_main").dataset) == ["handwritten", "cub", "pie", "caltech101", "scene15", "hmdb"]
+    assert options(params("paper_ood").dataset) == ["cifar10c"]
+    assert options(params("paper_speed").model) == ["mnp", "mgp"]
+    assert options(params("ablation_context")["model.memory_update"]) == ["mse", "ce", "fifo", "random"]
+    assert options(params("ablation_aggregation")["model.aggregation"]) == ["mba", "mean", "concat"]
+    p = params("ablation_attention")
+    assert options(p["model.similarity"]) == ["rbf", "dot"]
+    assert options(p["model.attention_norm"]) == ["sparsemax", "softmax"]
+    assert [float(b) for b in options(params("ablation_rbf_loss")["model.beta"])] == [1.0, 0.0]
+
+
+@pytest.mark.parametrize("name", [p for p in SWEEPS if p.startswith(("ablation", "context"))])
+def test_ablation_overrides_are_keys_of_the_mnp_config(name):
+    if not (CONF / "model" / "mnp.yaml").is_file():
+        pytest.skip("conf/model/mnp.yaml is not written yet")
+    params = compose_hydra([f"experiment={name}", "model=mnp"]).hydra.sweeper.params
+    for key, value in params.items():
+        if key.startswith("model."):
+            for v in options(value):  # composing fails on a key the MNP config does not have
+                cfg = compose_hydra([f"experiment={name}", "model=mnp", "dataset=synthetic", f"{key}={v}"])
+                assert str(OmegaConf.select(cfg, key)) == v
+                assert cfg.variant is not None
+
+
+def test_context_size_grid_per_dataset():
+    grid = compose_hydra(["experiment=context_size", "model=mlp"]).context_grid
+    for d, k in CLASSES.items():
+        sizes = list(grid[d])
+        assert len(sizes) == 5 and sizes == sorted(sizes) and min(sizes) >= k, d  # N_K = N^m // K >= 1
+        assert PAPER_NM[d] in sizes, d
+        step = sizes.index(PAPER_NM[d])
+        cfg = compose_hydra(["experiment=context_size", "model=mlp", f"dataset={d}", f"context_step={step}"])
+        assert cfg.model.memory_size == PAPER_NM[d] and cfg.variant == PAPER_NM[d]
+        assert cfg.hydra.sweep.subdir == f"mlp_{d}_Nm{PAPER_NM[d]}_s0"
+
+
+def test_launchers_compose():
+    slurm = compose_hydra(["launcher=slurm", "model=mlp"]).hydra.launcher
+    assert slurm._target_.endswith("SlurmLauncher")
+    assert slurm.gpus_per_node == 1 and slurm.timeout_min > 0 and slurm.array_parallelism > 0
+    assert "partition" in slurm
+    joblib = compose_hydra(["launcher=joblib", "model=mlp"]).hydra.launcher
+    assert joblib._target_.endswith("JoblibLauncher") and joblib.n_jobs >= 1
+    local = compose_hydra(["launcher=submitit_local", "model=mlp"]).hydra.launcher
+    assert local._target_.endswith("LocalLauncher")
+
+
+def test_optuna_preset_composes():
+    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
+    cfg = compose_hydra(["experiment=optuna_mnp", "model=mlp", "dataset=synthetic", "paths.log_dir=/tmp/x"])
+    sw = cfg.hydra.sweeper
+    assert sw._target_.endswith("OptunaSweeper") and sw.direction == "minimize"
+    assert sw.storage == "sqlite:////tmp/x/optuna_mnp/multiruns/optuna.db"
+    assert sw.study_name == "optuna_mnp_synthetic"
+    assert cfg.optimized_metric == "val/nll" and cfg.dataset.val_fraction > 0 and cfg.skip_if_done is False
+    assert {"model.optim.lr", "model.tau", "model.alpha", "model.l2"} <= set(sw.params)
+
+
+# ---------------------------------------------------------------------------- run_job (in process)
+def job_cfg(tmp_path, **extra):
+    return OmegaConf.create({"paths": {"output_dir": str(tmp_path)}, "seed": 3, "experiment_name": "t", **extra})
+
+
+def missing_data(tmp_path):
+    CustomDataModule(path=str(tmp_path / "absent.npz")).setup()
+
+
+def test_run_job_records_a_failure_and_raises_a_plain_exception(tmp_path):
+    def boom(cfg):
+        raise RuntimeError("CUDA out of memory")
+    with pytest.raises(JobFailed, match="RuntimeError: CUDA out of memory") as e:
+        run_job(boom, job_cfg(tmp_path))
+    assert not isinstance(e.value, SystemExit)  # SystemExit would abort the remaining jobs
+    rec = json.loads((tmp_path / FAILED).read_text())
+    assert rec["status"] == "failed" and rec["error"] == "RuntimeError" and rec["message"] == "CUDA out of memory"
+    assert "boom" in rec["traceback"] and rec["seed"] == 3 and rec["experiment"] == "t"
+    # the same job succeeding later (resume) clears the record
+    assert run_job(lambda cfg: {"test/acc": 0.5}, job_cfg(tmp_path)) == {"test/acc": 0.5}
+    assert not (tmp_path / FAILED).exists()
+
+
+def test_run_job_skips_absent_data(tmp_path):
+    out = run_job(lambda cfg: missing_data(tmp_path), job_cfg(tmp_path))
+    rec = json.loads((tmp_path / SKIPPED).read_text())
+    assert rec["status"] == "skipped" and "absent.npz not found" in rec["reason"]
+    assert out == {"skipped": rec["reason"]} and not (tmp_path / FAILED).exists()
+
+
+def test_only_absent_data_files_count_as_missing(tmp_path):
+    def caught(fn):
+        try:
+            fn()
+        except Exception as e:  # noqa: BLE001
+            return e
+    assert is_missing_data(caught(lambda: missing_data(tmp_path)))
+    bad = tmp_path / "bad.npz"
+    np.savez(bad, x1=np.ones((4, 2)), y=np.array([0, 1, 0, 1.5]))
+    damaged = caught(lambda: CustomDataModule(path=str(bad)).setup())
+    assert isinstance(damaged, DataError) and not is_missing_data(damaged)  # bad data is a failure
+    assert not is_missing_data(caught(lambda: open(tmp_path / "last.ckpt")))  # not raised by the data layer
+
+
+def test_run_job_returns_the_optimized_metric(tmp_path):
+    cfg = job_cfg(tmp_path, optimized_metric="val/nll")
+    assert run_job(lambda c: {"val/nll": 0.25, "test/acc": 0.9}, cfg) == 0.25
+    with pytest.raises(JobFailed, match="optimized_metric 'val/nll' is not in the job's metrics"):
+        run_job(lambda c: {"test/acc": 0.9}, cfg)
+    assert np.isnan(run_job(lambda c: missing_data(tmp_path), cfg))  # Optuna marks the trial failed
+
+
+def test_validation_metrics_reach_the_test_results():
+    class T:
+        callback_metrics = {"val/nll": np.float32(0.5), "val/acc": 0.75, "train/loss": 1.0}
+
+    class M:
+        test_results = {"test/acc": 0.7}
+    cb, m = ValidationMetrics(), M()
+    cb.on_fit_end(T(), m)
+    cb.on_test_end(T(), m)
+    assert m.test_results == {"test/acc": 0.7, "val/nll": 0.5, "val/acc": 0.75}
+
+
+# ---------------------------------------------------------------------------- real multiruns
+def train_multirun(tmp_path, *args, timeout=600):
+    env = dict(os.environ, WANDB_MODE="disabled", HYDRA_FULL_ERROR="0")
+    cmd = [sys.executable, "train.py", "-m", f"paths.log_dir={tmp_path / 'logs'}", "logger=none",
+           "trainer.max_epochs=1", "trainer.enable_progress_bar=false", "eval.noise=false", *args]
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def test_multirun_isolates_failures_skips_absent_data_and_resumes(tmp_path):
+    conf = tmp_path / "conf"
+    (conf / "dataset").mkdir(parents=True)
+    (conf / "model").mkdir()
+    (conf / "dataset" / "absent.yaml").write_text(
+        f"_target_: datamodules.custom.CustomDataModule\nname: absent\npath: {tmp_path}/absent.npz\nseed: ${{seed}}\n")
+    broken = "_target_: baselines.mlp.MLP\nname: broken\nhidden: [16]\ndropout: {}\n"
+    (conf / "model" / "broken.yaml").write_text(broken.format(2.0))  # nn.Dropout(2.0) raises
+    sweep = [f"hydra.searchpath=[file://{conf}]", "model=broken,mlp"]
+    jobs = tmp_path / "logs" / "default" / "multiruns"
+
+    first = train_multirun(tmp_path, *sweep, "dataset=absent,synthetic")
+    assert first.returncode != 0, first.stderr[-2000:]  # a failed job makes the sweep exit non-zero ...
+    rec = json.loads((jobs / "broken_synthetic_s0" / FAILED).read_text())
+    assert rec["model"] == "broken" and "dropout probability" in rec["message"], rec
+    assert (jobs / "mlp_synthetic_s0" / "metrics.json").is_file()  # ... after the later jobs ran
+    for job in ("broken_absent_s0", "mlp_absent_s0"):
+        assert "absent.npz not found" in json.loads((jobs / job / SKIPPED).read_text())["reason"]
+        assert not (jobs / job / FAILED).exists()
+
+    # resume: the fixed model re-runs, the finished job is not retrained, absent data is still skipped
+    (conf / "model" / "broken.yaml").write_text(broken.format(0.0))
+    done = (jobs / "mlp_synthetic_s0" / "metrics.json").stat().st_mtime_ns
+    second = train_multirun(tmp_path, *sweep, "dataset=absent,synthetic")
+    assert second.returncode == 0, second.stderr[-2000:]
+    assert (jobs / "mlp_synthetic_s0" / "metrics.json").stat().st_mtime_ns == done
+    assert (jobs / "broken_synthetic_s0" / "metrics.json").is_file()
+    assert not (jobs / "broken_synthetic_s0" / FAILED).exists()
+    assert (jobs / "mlp_absent_s0" / SKIPPED).is_file()
+
+
+@pytest.mark.slow  # three Python processes importing torch: about a minute on two shared cores
+def test_submitit_local_sweep(tmp_path):
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+    res = train_multirun(tmp_path, "launcher=submitit_local", "model=mlp", "dataset=synthetic", "seed=0,1")
+    assert res.returncode == 0, res.stderr[-2000:]
+    jobs = tmp_path / "logs" / "default" / "multiruns"
+    for seed in (0, 1):
+        m = json.loads((jobs / f"mlp_synthetic_s{seed}" / "metrics.json").read_text())
+        assert m["seed"] == seed and m["test/acc"] > 0.5
+    assert (jobs / ".submitit").is_dir()  # the jobs really went through submitit
+
+
+@pytest.mark.slow
+def test_optuna_search_resumes_from_sqlite(tmp_path):
+    optuna = pytest.importorskip("optuna")
+    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
+    args = ["experiment=optuna", "model=mlp", "dataset=synthetic", "hydra.sweeper.n_trials=2"]
+    assert train_multirun(tmp_path, *args).returncode == 0
+    assert train_multirun(tmp_path, *args[:-1], "hydra.sweeper.n_trials=1").returncode == 0
+    db = tmp_path / "logs" / "optuna" / "multiruns" / "optuna.db"
+    study = optuna.load_study(study_name="optuna_synthetic", storage=f"sqlite:///{db}")
+    assert [t.state.name for t in study.trials] == ["COMPLETE"] * 3
+    trials = sorted((tmp_path / "logs" / "optuna" / "multiruns" / "synthetic").iterdir())
+    values = sorted(json.loads((t / "metrics.json").read_text())["val/nll"] for t in trials)
+    assert values == pytest.approx(sorted(t.value for t in study.trials))
