@@ -27,7 +27,8 @@ def summary_items(results: dict) -> dict:
 
 
 def log_summary(wandb_logger, results: dict, out_dir: str | Path) -> None:
-    """Put the final metrics into ``run.summary``; log the reliability diagram and the noise curve.
+    """Put the final metrics into ``run.summary`` and experiment/model/dataset/seed into ``run.config``;
+    log the reliability diagram and the noise curve.
 
     Images are logged as ``plots/reliability`` and ``plots/noise`` (wandb.Image) and also saved as
     PNG next to metrics.json. Does nothing on non-zero ranks (empty ``results``).
@@ -41,6 +42,8 @@ def log_summary(wandb_logger, results: dict, out_dir: str | Path) -> None:
 
     run = wandb_logger.experiment
     run.summary.update(summary_items(results))
+    # config keys, so that the UI can group runs by model and dataset (tags cannot be grouped on)
+    run.config.update({k: results.get(k) for k in ("experiment", "model", "dataset", "seed")}, allow_val_change=True)
     out_dir = Path(out_dir)
     title = f"{results.get('model')} / {results.get('dataset')} / seed {results.get('seed')}"
     figures = {}

@@ -74,6 +74,12 @@ def test_offline_multirun_makes_one_run_per_job_with_summary_and_images(tmp_path
         run_ids.add(info.run_id)
         assert info.run_group == "wb" and info.job_type == "mlp"
         assert set(info.tags) == {"mlp", "synthetic", f"seed{seed}"}
+        config: dict = {}
+        for r in records:
+            if r.WhichOneof("record_type") == "config":
+                config.update(items(r.config.update))
+        assert {k: config.get(k) for k in ("experiment", "model", "dataset", "seed")} == \
+            {"experiment": "wb", "model": "mlp", "dataset": "synthetic", "seed": seed}
         summary: dict = {}
         for r in records:
             if r.WhichOneof("record_type") == "summary":
