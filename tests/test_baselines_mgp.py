@@ -1,0 +1,98 @@
+"""MGP: Dirichlet label transform, product-of-experts fusion, initialisation and prediction."""
+import math
+
+import gpytorch
+import pytest
+import torch
+
+from baselines.mgp import MGP, dirichlet_targets, fuse_experts
+
+
+def test_dirichlet_targets_formula():
+    eps = 0.01
+    targets, s2 = dirichlet_targets(torch.tensor([1, 0]), 3, eps)
+    # true class: α = 1 + ε; others: α = ε;  s̃² = log(1/α + 1),  ỹ = log α − s̃²/2
+    for a, (row, col) in [(1 + eps, (0, 1)), (eps, (0, 0)), (eps, (0, 2)), (1 + eps, (1, 0))]:
+        assert s2[row, col].item() == pytest.approx(math.log(1 / a + 1), rel=1e-6)
+        assert targets[row, col].item() == pytest.approx(math.log(a) - 0.5 * math.log(1 / a + 1), rel=1e-6)
+    # agrees with gpytorch's own Dirichlet classification transform
+    y = torch.tensor([2, 0, 1, 2, 1])
+    ref_s2, ref_targets, _ = gpytorch.likelihoods.DirichletClassificationLikelihood._prepare_targets(None, y, eps)
+    t, s = dirichlet_targets(y, 3, eps)
+    torch.testing.assert_close(t, ref_targets)
+    torch.testing.assert_close(s.t(), ref_s2)
+
+
+def brute_force_product(means, variances, weights):
+    """Mean and variance of ∏_m N(x; μ_m, σ²_m)^{w_m}, normalised numerically on a grid."""
+    x = torch.linspace(-20, 20, 400_001, dtype=torch.float64)
+    log_p = sum(w * torch.distributions.Normal(m, v.sqrt()).log_prob(x) for m, v, w in zip(means, variances, weights))
+    p = (log_p - log_p.max()).exp()
+    p = p / p.sum()
+    mean = (p * x).sum()
+    return mean, (p * (x - mean) ** 2).sum()
+
+
+@pytest.mark.parametrize("weighting", ["poe", "uniform", "entropy", "softmax_entropy"])
+def test_product_of_experts_closed_form(weighting):
+    means = torch.tensor([0.5, 2.0, -1.0], dtype=torch.float64)
+    variances = torch.tensor([0.02, 0.05, 0.03], dtype=torch.float64)
+    h = -(0.5 * torch.log(2 * math.pi * variances) + 0.5)  # negative differential entropies (all > 0 here)
+    weights = {"poe": torch.ones(3, dtype=torch.float64), "uniform": torch.full((3,), 1 / 3, dtype=torch.float64),
+               "entropy": h / h.sum(), "softmax_entropy": h.softmax(0)}[weighting]
+    mean, var = fuse_experts(means[:, None], variances[:, None], weighting)
+    # closed form: σ² = 1 / Σ w/σ²_m,  μ = σ² Σ w μ_m / σ²_m
+    prec = weights / variances
+    assert var.item() == pytest.approx(1 / prec.sum().item(), rel=1e-12)
+    assert mean.item() == pytest.approx((prec * means).sum().item() / prec.sum().item(), rel=1e-12)
+    bm, bv = brute_force_product(means, variances, weights)
+    assert mean.item() == pytest.approx(bm.item(), abs=1e-6)
+    assert var.item() == pytest.approx(bv.item(), rel=1e-4)
+
+
+def test_uniform_fusion_by_hand():
+    # two experts N(0, 1) and N(2, 1), weights 1/2: precision 1/2 + 1/2 = 1 -> N(1, 1); poe -> N(1, 1/2)
+    m, v = torch.tensor([[0.0], [2.0]]), torch.ones(2, 1)
+    assert [t.item() for t in fuse_experts(m, v, "uniform")] == [1.0, 1.0]
+    assert [t.item() for t in fuse_experts(m, v, "poe")] == [1.0, 0.5]
+
+
+def test_init_predict_and_loss():
+    torch.manual_seed(0)
+    dims = [3, 2]
+    train = [torch.rand(40, d) for d in dims]
+    model = MGP(3, dims, num_inducing=8, mc_samples=50, lengthscale_init=1.0)
+    model.init_from_data(train)
+    for x, gp in zip(train, model.gps):
+        z = gp.variational_strategy.inducing_points
+        assert z.shape == (8, x.shape[1])
+        assert all((x == row).all(-1).any() for row in z)  # random rows of the training data
+        torch.testing.assert_close(gp.covar_module.base_kernel.lengthscale, torch.ones(1, x.shape[1]))
+    assert int(model.num_data) == 40
+    data_init = MGP(3, dims, num_inducing=8, inducing_init="kmeans")  # lengthscale std·√d, k-means centres
+    data_init.init_from_data(train)
+    for x, gp in zip(train, data_init.gps):
+        torch.testing.assert_close(gp.covar_module.base_kernel.lengthscale[0], x.std(0) * math.sqrt(x.shape[1]))
+        z = gp.variational_strategy.inducing_points
+        assert ((z >= x.min(0).values - 1e-6) & (z <= x.max(0).values + 1e-6)).all()  # centres inside the data
+    y = torch.randint(0, 3, (40,))
+    loss, _ = model.training_loss(train, y)
+    loss.backward()
+    assert torch.isfinite(loss) and model.gps[0].variational_strategy.inducing_points.grad is not None
+    model.eval()
+    with torch.no_grad():
+        probs, unc = model.predict([v[:5] for v in train])
+        mu, var = fuse_experts(*model.view_posteriors([v[:5] for v in train]), "entropy")
+    assert probs.shape == (50, 5, 3)
+    torch.testing.assert_close(probs.sum(-1), torch.ones(50, 5))
+    p = probs.mean(0)
+    torch.testing.assert_close(unc, (p - p ** 2).sum(-1))
+    # Monte Carlo softmax samples come from the fused Gaussian: logit differences recover its mean
+    logp = probs.log()
+    torch.testing.assert_close((logp - logp[..., :1]).mean(0), mu - mu[:, :1], atol=6 * var.max().sqrt().item() * math.sqrt(2 / 50), rtol=0)
+
+
+def test_untrained_model_refuses_to_train():
+    model = MGP(3, [2], num_inducing=4)
+    with pytest.raises(RuntimeError, match="init_from_data"):
+        model.training_loss([torch.rand(5, 2)], torch.zeros(5, dtype=torch.long))
