@@ -57,6 +57,7 @@ def test_preset_sweeps_models_datasets_five_seeds(name):
     variant_keys = [k for k in params if k not in ("model", "dataset", "seed")]
     if variant_keys:  # ablations: the variant is part of the job directory, so variants never collide
         assert "${variant}" in OmegaConf.to_container(cfg.hydra.sweep)["subdir"]
+        assert "${variant}" in OmegaConf.to_container(cfg.hydra.run)["dir"]  # single runs too
     if name.startswith("paper_"):
         assert "mnp" in models and "mgp" in models
     if name in ("paper_main", "paper_ood"):
