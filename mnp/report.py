@@ -38,6 +38,8 @@ DATASET_ORDER = ["handwritten", "cub", "pie", "caltech101", "scene15", "hmdb", "
 DATASET_NAMES = {"handwritten": "Handwritten", "cub": "CUB", "pie": "PIE", "caltech101": "Caltech101",
                  "scene15": "Scene15", "hmdb": "HMDB", "cifar10c": "CIFAR10-C", "digits_c": "Digits-C",
                  "synthetic": "Synthetic", "custom": "Custom"}
+OOD_ORDER = ["svhn", "cifar100", "heldout"]
+OOD_NAMES = {"svhn": "SVHN", "cifar100": "CIFAR100", "heldout": "held-out classes"}
 NON_METRICS = {"seed", "epochs"}
 
 
@@ -246,11 +248,11 @@ def experiment_tables(agg: dict, experiment: str) -> list[Table]:
                    per_ds(NOISY_ACC)),
     ]
     for d in datasets:
-        oods = sorted({k.split("/")[1] for (e, _, _, dd, k) in agg
-                       if e == experiment and dd == d and k.startswith("ood/") and k.endswith("/auroc")})
+        oods = _order({k.split("/")[1] for (e, _, _, dd, k) in agg
+                       if e == experiment and dd == d and k.startswith("ood/") and k.endswith("/auroc")}, OOD_ORDER)
         if oods:
             cols = [("Accuracy (%) ↑", d, ACC), ("ECE ↓", d, ECE)]
-            cols += [(f"AUROC {o} ↑", d, auroc_metric(o)) for o in oods]
+            cols += [(f"AUROC {OOD_NAMES.get(o, o)} ↑", d, auroc_metric(o)) for o in oods]
             tables.append(make_table("4", f"{dataset_label(d)}: accuracy, ECE and OOD AUROC", f"ood-{d}", agg,
                                      experiment, cols))
     tables += [

@@ -161,6 +161,20 @@ def test_variants_duplicates_and_evaluate_outputs(tmp_path):
     assert float(rows[("mnp", "pie", "test/acc", "ablation_context", "mse")]["mean"]) == pytest.approx(0.91)
 
 
+def test_ood_table_columns_in_paper_order(tmp_path):
+    root = tmp_path / "logs"
+    for m, (svhn, c100) in {"mnp": (0.87, 0.79), "mgp": (0.80, 0.75), "mcd": (0.79, 0.72)}.items():
+        write_run(root, "paper_ood", m, "cifar10c", 0, 0.75, 0.01,
+                  extra={"ood/svhn/auroc": svhn, "ood/cifar100/auroc": c100})
+    report([root], tmp_path / "out", plots=False)
+    md = (tmp_path / "out" / "results.md").read_text()
+    assert "| Method | Accuracy (%) ↑ | ECE ↓ | AUROC SVHN ↑ | AUROC CIFAR100 ↑ |" in md
+    t4 = md_table(md, "4")
+    assert t4["MNP"][2:] == ["**0.870 ± 0.000** (1)", "**0.790 ± 0.000** (1)"]
+    assert t4["MGP"][2:] == ["<u>0.800 ± 0.000</u> (1)", "<u>0.750 ± 0.000</u> (1)"]
+    assert t4["MCD"][2] == "0.790 ± 0.000 (1)"
+
+
 def test_paper_comparison(sweep, tmp_path):
     report([sweep], tmp_path / "out", paper=True, plots=False)
     with open(tmp_path / "out" / "paper_comparison.csv") as f:
