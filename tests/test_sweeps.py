@@ -29,6 +29,14 @@ CLASSES = {"handwritten": 10, "cub": 10, "pie": 68, "caltech101": 101, "scene15"
 PAPER_NM = {"handwritten": 100, "cub": 200, "pie": 300, "caltech101": 700, "scene15": 300, "hmdb": 400, "cifar10c": 200}
 
 
+@pytest.fixture(autouse=True)
+def _reset_hydra():
+    """compose_hydra sets the global HydraConfig; leave none behind for other tests."""
+    yield
+    HydraConfig.instance().cfg = None
+    GlobalHydra.instance().clear()
+
+
 def compose_hydra(overrides):
     """Compose train.yaml with the hydra node and make it the current HydraConfig."""
     GlobalHydra.instance().clear()
