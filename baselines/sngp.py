@@ -66,9 +66,11 @@ class SNGP(Routine):
 
     @torch.no_grad()
     def update_precision(self, phi: Tensor) -> None:
-        batch = phi.t() @ phi
+        batch, n = phi.t() @ phi, torch.tensor(float(phi.shape[0]), device=phi.device)
+        if self._trainer is not None and self.trainer.world_size > 1:  # every rank's batch enters P
+            batch, n = (self.trainer.strategy.reduce(t, reduce_op="sum") for t in (batch, n))
         if self.cov_momentum > 0:
-            self.precision.mul_(self.cov_momentum).add_((1 - self.cov_momentum) * batch / phi.shape[0])
+            self.precision.mul_(self.cov_momentum).add_((1 - self.cov_momentum) * batch / n)
         else:
             self.precision.add_(batch)
 
