@@ -60,8 +60,9 @@ def test_preset_sweeps_models_datasets_five_seeds(name):
     assert params.seed == "range(5)"
     models, datasets = options(params.model), options(params.dataset)
     assert set(models) <= MODELS and set(datasets) <= DATASETS
-    for d in datasets:
-        assert (CONF / "dataset" / f"{d}.yaml").is_file(), d
+    for group, names in (("model", models), ("dataset", datasets)):
+        for n in names:  # the sweeper refuses to launch a sweep with a missing option
+            assert (CONF / group / f"{n}.yaml").is_file(), f"conf/{group}/{n}.yaml"
     variant_keys = [k for k in params if k not in ("model", "dataset", "seed")]
     if variant_keys:  # ablations: the variant is part of the job directory, so variants never collide
         assert "${variant}" in OmegaConf.to_container(cfg.hydra.sweep)["subdir"]
