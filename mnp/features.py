@@ -263,11 +263,12 @@ def cifar10c_jobs(feature_dir: str | Path, image_dir: str | Path, corruptions, s
         if not labels_path(root, split).exists():
             write_labels(root, split, sets[split]().labels)
     jobs = []
+    use_published = published_test and corruption_params == "cifar10_c"
     for c, s in zip(corruptions, severities):
         im.check_corruption(c, s, corruption_params)
         for split in ("train", "test"):
             path = feature_path(root, split, c, s)
-            if split == "test" and published_test and corruption_params == "cifar10_c" and im.has_cifar10c(image_dir, c):
+            if split == "test" and use_published and im.has_cifar10c(image_dir, c):
                 def published(c=c, s=s):
                     pub = im.read_cifar10c(image_dir, c, s)
                     if not np.array_equal(pub.labels, np.load(labels_path(root, "test"))):

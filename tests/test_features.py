@@ -7,7 +7,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 from torch import nn
 
 from datamodules.errors import DataError
