@@ -20,6 +20,7 @@ from torch import Tensor, nn
 SIMILARITIES = ("rbf", "dot")
 NORMALISERS = ("sparsemax", "softmax")
 POSITIVE_PARAMS = ("softplus", "exp")
+POSITIVE_FLOOR = 1e-6  # keeps l and σ_f > 0 in float32, where softplus/exp of a very negative value underflow to 0
 
 
 def choice(name: str, value: str, options: Sequence[str]) -> str:
@@ -30,12 +31,13 @@ def choice(name: str, value: str, options: Sequence[str]) -> str:
 
 
 def to_positive(raw: Tensor, param: str) -> Tensor:
-    """Map an unconstrained parameter to a positive value (softplus or exp)."""
-    return F.softplus(raw) if param == "softplus" else raw.exp()
+    """Map an unconstrained parameter to a positive value (softplus or exp, plus a tiny floor)."""
+    return POSITIVE_FLOOR + (F.softplus(raw) if param == "softplus" else raw.exp())
 
 
 def from_positive(value: float, param: str) -> float:
     """Inverse of :func:`to_positive`, for initialisation."""
+    value -= POSITIVE_FLOOR
     return math.log(math.expm1(value)) if param == "softplus" else math.log(value)
 
 
