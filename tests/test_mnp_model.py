@@ -1,0 +1,225 @@
+"""The MNP LightningModule: optimisation switches, warm-up, determinism, configs, learning on real data."""
+import os
+import time
+
+import numpy as np
+import pytest
+import pytorch_lightning as pl
+import torch
+from hydra.utils import instantiate
+from omegaconf import OmegaConf
+
+from cfg_utils import compose_train
+from datamodules import TensorDataModule
+from mnp.model import MNP
+
+DATASETS = ["synthetic", "handwritten", "cub", "pie", "caltech101", "scene15", "hmdb", "cifar10c", "digits_c"]
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def blobs(n_per_class=20, k=3, dims=(4, 6), seed=0):
+    rng = np.random.default_rng(seed)
+    y = np.repeat(np.arange(k), n_per_class)
+    views = [rng.normal(size=(len(y), d)) + 3.0 * y[:, None] for d in dims]
+    idx = rng.permutation(len(y))
+    return views, y, np.sort(idx[: len(y) * 3 // 4]), np.sort(idx[len(y) * 3 // 4:])
+
+
+def datamodule(batch_size=16, **kw):
+    views, y, tr, te = blobs(**kw)
+    return TensorDataModule(views, y, tr, te, batch_size=batch_size)
+
+
+def trainer(tmp_path, max_epochs, **kw):
+    return pl.Trainer(max_epochs=max_epochs, default_root_dir=tmp_path, logger=False, enable_progress_bar=False,
+                      enable_model_summary=False, **kw)
+
+
+def small(**kw):
+    base = dict(num_classes=3, view_dims=[4, 6], d_e=16, memory_size=6, lengthscale_form="l")
+    base.update(kw)
+    return MNP(**base)
+
+
+def snapshot(module):
+    return {k: v.detach().clone() for k, v in module.state_dict().items()}
+
+
+def changed(before, module, prefix=""):
+    return {k for k, v in module.state_dict().items() if k.startswith(prefix) and not torch.equal(v, before[k])}
+
+
+@pytest.mark.parametrize("param", ["softplus", "exp"])
+def test_lengthscale_stays_positive_with_a_huge_learning_rate(param):
+    torch.manual_seed(0)
+    views, y, _, _ = blobs()
+    views = [torch.tensor(v, dtype=torch.float32) for v in views]
+    model = small(lengthscale_param=param, alpha=100.0, optim={"lr": 10.0})
+    model.init_memory(views, torch.tensor(y))
+    opt = model.configure_optimizers()["optimizer"]
+    start = [l.detach().clone() for l in model.similarity.lengthscales()]
+    for _ in range(20):
+        opt.zero_grad()
+        loss, _ = model.training_loss(views, torch.tensor(y))
+        loss.backward()
+        opt.step()
+    for l, l0 in zip(model.similarity.lengthscales(), start):
+        assert torch.isfinite(l).all() and (l > 0).all()
+        assert (l < l0).all()  # the penalty α‖l‖ really pushed them down
+
+
+def test_per_tensor_clipping_clips_each_tensor_to_the_norm():
+    torch.manual_seed(0)
+    model = small(clip_norm=0.5)
+    opt = model.configure_optimizers()["optimizer"]
+    params = [p for g in opt.param_groups for p in g["params"]]
+    grads = [torch.randn_like(p) * s for p, s in zip(params, np.geomspace(1e-3, 10, len(params)))]
+    for p, g in zip(params, grads):
+        p.grad = g.clone()
+    model.configure_gradient_clipping(opt, 0.5)
+    for p, g in zip(params, grads):
+        norm = g.norm()
+        assert p.grad.norm().item() == pytest.approx(min(norm.item(), 0.5), rel=1e-5)
+        assert torch.allclose(p.grad, g * min(1.0, 0.5 / norm.item()), rtol=1e-5, atol=1e-9)  # direction kept
+    # per tensor, not global: small gradients stay untouched while large ones are clipped
+    assert any(torch.equal(p.grad, g) for p, g in zip(params, grads))
+
+
+def test_train_decoder_false_leaves_the_decoder_unchanged(tmp_path):
+    pl.seed_everything(0, verbose=False)
+    model = small(train_decoder=False, optim={"lr": 1e-2})
+    before = snapshot(model)
+    trainer(tmp_path, 2).fit(model, datamodule())
+    assert not changed(before, model, "decoder.")
+    assert changed(before, model, "encoders.") and changed(before, model, "similarity.")
+    decoder_params = {id(p) for p in model.decoder.parameters()}
+    assert not decoder_params & {id(p) for g in model.optimizers().param_groups for p in g["params"]}
+
+
+def fit_and_predict(tmp_path, seed):
+    pl.seed_everything(seed, verbose=False)
+    model = small(optim={"lr": 1e-2})
+    dm = datamodule()
+    trainer(tmp_path, 2).fit(model, dm)
+    pl.seed_everything(123, verbose=False)
+    dm.setup()
+    return model.predict_proba(dm.test_views)
+
+
+def test_same_seed_gives_identical_predictions(tmp_path):
+    p1, u1 = fit_and_predict(tmp_path / "a", 0)
+    p2, u2 = fit_and_predict(tmp_path / "b", 0)
+    assert torch.equal(p1, p2) and torch.equal(u1, u2)
+    p3, _ = fit_and_predict(tmp_path / "c", 1)
+    assert not torch.equal(p1, p3)
+
+
+class LearningRates(pl.Callback):
+    def __init__(self):
+        self.main, self.warm = [], []
+
+    def on_train_epoch_start(self, trainer, pl_module):
+        self.main.append(trainer.optimizers[0].param_groups[0]["lr"])
+
+    def on_train_epoch_end(self, trainer, pl_module):
+        if len(trainer.optimizers) > 1:
+            self.warm.append(trainer.optimizers[1].param_groups[0]["lr"])
+
+
+def test_warmup_trains_only_l_rbf_then_resumes_into_the_shifted_schedule(tmp_path):
+    pl.seed_everything(0, verbose=False)
+    kw = dict(projection="linear", warmup_epochs=2, warmup_lr=1e-2, memory_update="mse",
+              optim={"lr": 1e-3, "schedule": "piecewise", "milestones": [1], "values": [1e-3, 1e-4]})
+    model = small(**kw)
+    model.init_memory(*[[torch.tensor(v, dtype=torch.float32) for v in blobs()[0]], torch.tensor(blobs()[1])])
+    before = snapshot(model)
+    lrs = LearningRates()
+    t = trainer(tmp_path, 2, callbacks=[lrs])
+    t.fit(model, datamodule())
+    # warm-up: only the projections and the lengthscales move; the memory is not updated
+    assert changed(before, model) == {"encoders.0.projection.0.weight", "encoders.0.projection.0.bias",
+                                      "encoders.1.projection.0.weight", "encoders.1.projection.0.bias",
+                                      "similarity.raw_lengthscale.0", "similarity.raw_lengthscale.1"}
+    assert model.epoch_times == []  # warm-up epochs are not MNP training epochs
+    assert lrs.warm[0] < 1e-2 and lrs.warm[1] < lrs.warm[0] and lrs.warm[1] >= 1e-3  # linear decay to 10 %
+    ckpt = tmp_path / "warm.ckpt"
+    t.save_checkpoint(ckpt)
+
+    resumed = small(**kw)
+    lrs2 = LearningRates()
+    t2 = trainer(tmp_path, 4, callbacks=[lrs2])
+    t2.fit(resumed, datamodule(), ckpt_path=ckpt)
+    assert len(t2.optimizers) == 2 and len(t2.optimizers[1].state) > 0  # the warm-up Adam came back
+    assert lrs2.main == [1e-3, 1e-4]  # the main schedule starts counting after the warm-up
+    assert len(resumed.epoch_times) == 2
+    assert changed(before, resumed, "encoders.0.enc_r.") and changed(before, resumed, "decoder.")
+    assert changed(before, resumed, "memory.")
+
+
+@pytest.mark.parametrize("switches, learns", [
+    (dict(aggregation="mean"), True),
+    (dict(aggregation="concat", memory_update="ce"), True),
+    (dict(similarity="dot"), True),
+    (dict(similarity="dot", attention_norm="softmax", memory_update="random"), True),
+    (dict(modality_mask=True, memory_jstar="same_class", memory_update="fifo"), True),
+    # the official quirks with a U(-1, 1) memory need far more steps than this test gives them
+    (dict(projection="linear", merge="sum", prior="shared", norm="batch", amplitude=True, sigma_as_std=True,
+          ty_loss="mean_ce", rbf_reduce="sum", lengthscale_penalty="half_sq", self_in_denominator=True,
+          memory_init="uniform", memory_trainable=True, l2=1e-3, clip_norm=0.1), False),
+])
+def test_every_switch_trains(tmp_path, switches, learns):
+    pl.seed_everything(0, verbose=False)
+    model = small(view_dims=[4, 6, 5], optim={"lr": 1e-2}, **switches)
+    before = snapshot(model)
+    dm = datamodule(dims=(4, 6, 5))
+    trainer(tmp_path, 4).fit(model, dm)
+    p, u = model.predict_proba(dm.test_views)
+    assert torch.isfinite(p).all() and torch.isfinite(u).all()
+    assert changed(before, model, "encoders.") and changed(before, model, "decoder.")
+    if learns:
+        assert (p.argmax(1) == dm.test_y).float().mean() > 0.5
+
+
+@pytest.mark.parametrize("model_name", ["mnp", "mnp_official"])
+@pytest.mark.parametrize("dataset", DATASETS)
+def test_configs_compose_and_build(tmp_path, model_name, dataset):
+    cfg = compose_train(tmp_path, [f"model={model_name}", f"dataset={dataset}"])
+    node = OmegaConf.to_container(cfg.model, resolve=True)
+    assert node.pop("name") == model_name
+    model = instantiate(node | {"d_e": 16}, num_classes=3, view_dims=[5, 7], memory_size=6, _convert_="all")
+    hp = model.hparams
+    if model_name == "mnp_official":
+        assert hp.memory_trainable and not hp.train_decoder and hp.sigma_as_std and hp.ty_loss == "mean_ce"
+    else:
+        assert hp.train_decoder and not hp.sigma_as_std and hp.ty_loss == "nll_of_mean"
+    assert cfg.trainer.max_epochs > hp.warmup_epochs  # the warm-up epochs come first, within max_epochs
+    assert (hp.warmup_epochs > 0) == (dataset != "synthetic" or model_name == "mnp_official")
+    if dataset == "hmdb":
+        assert cfg.model.num_samples == 10 and cfg.model.lengthscale_init == 20
+        assert cfg.model.memory_size == (800 if model_name == "mnp_official" else 400)
+    if dataset == "pie":
+        assert cfg.trainer.max_epochs == 350  # 100 warm-up + 250
+        assert cfg.model.optim.milestones == [100, 200] and cfg.model.clip_norm == 1e-4
+
+
+def test_mnp_learns_handwritten_beyond_chance(real_file):
+    real_file("handwritten", "handwritten_6views.mat")
+    from datamodules.features import FeatureDataModule
+    pl.seed_everything(0, verbose=False)
+    dm = FeatureDataModule("handwritten", os.environ["MNP_DATA_DIR"], download=False, batch_size=200)
+    dm.setup()
+    model = MNP(num_classes=dm.num_classes, view_dims=dm.view_dims, d_e=32, memory_size=100, tau=0.25,
+                lengthscale_form="l", num_samples=3, optim={"lr": 3e-3})
+    t0 = time.perf_counter()
+    pl.Trainer(max_epochs=6, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+               enable_model_summary=False).fit(model, dm)
+    p, _ = model.predict_proba(dm.test_views)
+    acc = (p.argmax(1) == dm.test_y).float().mean().item()
+    assert acc > 0.8, f"accuracy {acc:.3f} after {time.perf_counter() - t0:.1f}s (chance 0.1)"
