@@ -223,3 +223,12 @@ def test_mnp_learns_handwritten_beyond_chance(real_file):
     p, _ = model.predict_proba(dm.test_views)
     acc = (p.argmax(1) == dm.test_y).float().mean().item()
     assert acc > 0.8, f"accuracy {acc:.3f} after {time.perf_counter() - t0:.1f}s (chance 0.1)"
+
+
+def test_trains_and_tests_under_bf16_autocast(tmp_path):
+    pl.seed_everything(0, verbose=False)
+    model = small(projection="linear", warmup_epochs=1, optim={"lr": 1e-2})
+    dm = datamodule()
+    trainer(tmp_path, 4, precision="bf16-mixed").fit(model, dm)
+    trainer(tmp_path, 1, precision="bf16-mixed").test(model, dm, verbose=False)
+    assert model.test_results["test/acc"] > 0.5 and np.isfinite(model.test_results["test/nll"])
