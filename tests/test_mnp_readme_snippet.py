@@ -1,5 +1,7 @@
 """The plain-Python usage snippet quoted verbatim in the README runs and learns."""
 import numpy as np
+import pytest
+import torch
 
 SNIPPET = '''
 import numpy as np
@@ -20,6 +22,15 @@ pl.Trainer(max_epochs=10, logger=False, enable_checkpointing=False).fit(model, d
 probs, uncertainty = model.predict_proba([v[test_idx] for v in views])  # (60, 3), (60,)
 print("test accuracy", (probs.argmax(1).numpy() == y[test_idx]).mean())
 '''
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Small models run fastest on one thread of this shared 2-core machine (not part of the snippet)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
 
 
 def test_readme_snippet_runs_and_learns():
