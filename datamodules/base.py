@@ -6,6 +6,7 @@ everything else (validation, splits, held-out-class OOD, train-only scaling) hap
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -16,6 +17,8 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
 from datamodules.errors import DataError
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -47,7 +50,10 @@ class IndexBatchDataset(Dataset):
 class EpochBatchSampler:
     """Yields index batches; the shuffle depends only on (seed, epoch), so a resumed run sees the
     same batches as an uninterrupted one. Lightning calls ``set_epoch`` before every epoch. With
-    ``world_size`` > 1 each rank takes every world_size-th index of the permutation."""
+    ``world_size`` > 1 each rank takes every world_size-th index of the permutation, padded (like
+    torch's DistributedSampler) by repeating its first indices to a multiple of world_size: every rank
+    yields the same number of batches, so no rank waits forever in a collective (gradient all-reduce,
+    the context-memory gather)."""
 
     def __init__(self, n: int, batch_size: int, shuffle: bool, seed: int = 0, drop_last: bool = False,
                  rank: int = 0, world_size: int = 1):
@@ -62,6 +68,9 @@ class EpochBatchSampler:
             idx = torch.arange(self.n)
         else:
             idx = torch.randperm(self.n, generator=torch.Generator().manual_seed(self.seed * 100_003 + self.epoch))
+        pad = -self.n % self.world_size
+        if pad:
+            idx = torch.cat([idx, idx.repeat(-(-pad // self.n))[:pad]])
         return idx[self.rank::self.world_size]
 
     def __iter__(self):
@@ -71,7 +80,7 @@ class EpochBatchSampler:
             yield idx[i:i + self.batch_size]
 
     def __len__(self) -> int:
-        m = len(range(self.rank, self.n, self.world_size))
+        m = -(-self.n // self.world_size)
         return m // self.batch_size if self.drop_last else -(-m // self.batch_size)
 
 
@@ -181,6 +190,11 @@ class MultiViewDataModule(pl.LightningDataModule):
         else:
             train_idx, test_idx = stratified_split(y, self.test_fraction, self.seed)
         classes = np.unique(y)
+        absent = np.setdiff1d(np.arange(classes.max() + 1), classes)
+        if len(absent):
+            log.warning("%s: labels %s never occur (labels span 0..%d); the %d classes present are renumbered "
+                        "0..%d in sorted order", raw.source, absent.tolist(), classes.max(), len(classes),
+                        len(classes) - 1)
         unknown = sorted(set(self.ood_classes) - set(classes.tolist()))
         if unknown:
             raise DataError(f"{raw.source}: ood_classes {unknown} are not labels of this dataset ({classes.min()}..{classes.max()})")

@@ -6,9 +6,11 @@ validation split) and logger files.
 """
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import os
+import re
 import tempfile
 import time
 from pathlib import Path
@@ -17,6 +19,7 @@ from typing import Any
 import numpy as np
 import pytorch_lightning as pl
 import torch
+from hydra.errors import InstantiationException
 from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 
@@ -62,6 +65,40 @@ def check_writable(out_dir: Path) -> None:
 
 
 # ---------------------------------------------------------------------------- building blocks
+def init_keys(cls: type, exclude=()) -> list[str]:
+    """The keyword arguments ``cls(...)`` accepts, following ``**kwargs`` up the base classes."""
+    keys: list[str] = []
+    for c in cls.__mro__:
+        if "__init__" not in vars(c):
+            continue
+        params = inspect.signature(c.__init__).parameters.values()
+        keys += [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+                 and p.name != "self" and p.name not in keys and p.name not in exclude]
+        if not any(p.kind == p.VAR_KEYWORD for p in params):
+            break
+    return keys
+
+
+def build(group: str, node: DictConfig, **kwargs):
+    """``instantiate`` whose failures stay one clear line: Hydra wraps a constructor's error (an unknown
+    switch value, bad data) in InstantiationException, so the constructor's own error is re-raised, and an
+    unknown key (``+model.bogus=1``) is named together with the valid keys."""
+    from mnp.cli import USER_ERRORS
+
+    try:
+        return instantiate(node, **kwargs)
+    except InstantiationException as e:
+        cause = e.__cause__
+        unknown = re.search(r"unexpected keyword argument '(\w+)'", str(cause))
+        if isinstance(cause, TypeError) and unknown:
+            valid = init_keys(get_class(node._target_), exclude=kwargs)
+            raise ValueError(f"{group}: unknown key '{unknown.group(1)}' for {node._target_}; valid keys: "
+                             f"{', '.join(valid)}") from e
+        if isinstance(cause, USER_ERRORS):
+            raise cause.with_traceback(cause.__traceback__) from None
+        raise
+
+
 def _split_name(node: DictConfig) -> tuple[str, DictConfig]:
     node = OmegaConf.to_container(node, resolve=True)
     name = node.pop("name", None)
@@ -70,14 +107,14 @@ def _split_name(node: DictConfig) -> tuple[str, DictConfig]:
 
 def build_datamodule(cfg: DictConfig) -> tuple[str, pl.LightningDataModule]:
     name, node = _split_name(cfg.dataset)
-    dm = instantiate(node)
+    dm = build("dataset", node)
     dm.setup("fit")
     return name, dm
 
 
 def build_model(cfg: DictConfig, dm) -> tuple[str, pl.LightningModule]:
     name, node = _split_name(cfg.model)
-    model = instantiate(node, num_classes=dm.num_classes, view_dims=dm.view_dims, _convert_="all")
+    model = build("model", node, num_classes=dm.num_classes, view_dims=dm.view_dims, _convert_="all")
     if cfg.get("eval") is not None:
         model.configure_evaluation(**OmegaConf.to_container(cfg.eval, resolve=True))
     return name, model
@@ -195,12 +232,15 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     pl.seed_everything(int(cfg.seed), workers=True, verbose=False)
     dataset_name, dm = build_datamodule(cfg)
     model_name, model = build_model(cfg, dm)
-    atomic_write(out_dir / "config.yaml", lambda tmp: OmegaConf.save(cfg, tmp, resolve=True))
     has_val = len(getattr(dm, "val_y", [])) > 0
     loggers = build_loggers(cfg)
-    trainer = instantiate(cfg.trainer, logger=loggers or False, callbacks=build_callbacks(cfg, out_dir, has_val),
-                          default_root_dir=str(out_dir), enable_checkpointing=has_val,
-                          limit_val_batches=None if has_val else 0)
+    for lg in loggers:  # the whole resolved run config, not just the model's hyperparameters
+        lg.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
+    trainer = build("trainer", cfg.trainer, logger=loggers or False, callbacks=build_callbacks(cfg, out_dir, has_val),
+                    default_root_dir=str(out_dir), enable_checkpointing=has_val,
+                    limit_val_batches=None if has_val else 0)
+    # written once everything is built: a bad config or bad data leaves no output behind
+    atomic_write(out_dir / "config.yaml", lambda tmp: OmegaConf.save(cfg, tmp, resolve=True))
     try:
         trainer.fit(model, datamodule=dm, ckpt_path=resolve_resume(cfg.get("ckpt_path"), out_dir))
         if trainer.interrupted:
@@ -230,7 +270,13 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
         raise KeyError(f"{ckpt_path} has no '{CFG_KEY}' entry; it was not written by train.py")
     run_cfg = OmegaConf.create(ckpt[CFG_KEY])
     if cfg.get("data_dir"):
-        run_cfg.dataset.data_dir = cfg.data_dir
+        if "data_dir" in run_cfg.dataset:
+            run_cfg.dataset.data_dir = cfg.data_dir
+        elif "path" in run_cfg.dataset:  # dataset=custom: the same file name, in data_dir
+            run_cfg.dataset.path = str(Path(cfg.data_dir) / Path(run_cfg.dataset.path).name)
+        else:
+            raise ValueError(f"data_dir={cfg.data_dir} does not apply: dataset {run_cfg.dataset.get('name')} "
+                             "reads no data directory")
     if cfg.get("eval") is not None:
         run_cfg.eval = OmegaConf.merge(run_cfg.get("eval") or {}, cfg.eval)
     out_dir = Path(cfg.output_dir) if cfg.get("output_dir") else ckpt_path.parent.parent / "eval"

@@ -1,0 +1,293 @@
+"""Bad input end to end: every case ends with one line ``error: ...`` naming what is wrong and where,
+exit status 1, no traceback and no outputs (no metrics.json, predictions.npz, config.yaml or checkpoints).
+
+Most cases call the CLI's guard (:func:`mnp.cli.run_guarded`) in-process on a composed config; two
+subprocess runs check the real ``train.py`` (the guard, and Hydra's own composition errors).
+Data that is odd but usable (a constant or all-zero view, duplicated samples, a class with fewer than
+N_K training samples, labels with a gap) trains with a warning and gives finite results.
+"""
+import logging
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import scipy.io
+import torch
+from omegaconf import OmegaConf
+
+from cfg_utils import ROOT, compose_train
+from datamodules.custom import CustomDataModule
+from mnp.cli import run_guarded
+from mnp.pipeline import evaluate, train
+
+FAST = ["trainer.max_epochs=1", "eval.noise=false", "skip_if_done=false", "ckpt_path=null"]
+SMALL_MNP = ["model=mnp", "model.d_e=16", "model.warmup_epochs=0", "model.num_samples=2"]
+
+
+@pytest.fixture(autouse=True)
+def one_thread(monkeypatch):
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+# ---------------------------------------------------------------------------- data files
+def tiny(seed=0, dims=(5, 3), n_per_class=12, k=3):
+    rng = np.random.default_rng(seed)
+    y = np.repeat(np.arange(k), n_per_class)
+    return [rng.normal(size=(len(y), d)) + 3.0 * y[:, None] for d in dims], y
+
+
+def npz(path, views, y, **extra):
+    np.savez(path, **{f"x{i + 1}": v for i, v in enumerate(views)}, y=y, **extra)
+    return path
+
+
+def truncated(path):
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) * 2 // 3])
+    return path
+
+
+def cell(arrays):
+    c = np.empty((1, len(arrays)), dtype=object)
+    for i, a in enumerate(arrays):
+        c[0, i] = a
+    return c
+
+
+def with_value(view, row, col, value):
+    views, y = tiny()
+    views[view][row, col] = value
+    return views, y
+
+
+def make_case(case, d):
+    """Writes the bad input of ``case`` into ``d``; returns (overrides, expected message fragment)."""
+    views, y = tiny()
+    custom = lambda p, *more: [f"dataset=custom", f"dataset.path={p}", *more]  # noqa: E731
+    if case == "truncated npz":
+        p = truncated(npz(d / "data.npz", views, y))
+        return custom(p), f"{p}: file is corrupt or truncated"
+    if case == "truncated mat":
+        p = d / "data.mat"
+        scipy.io.savemat(p, {"X": cell([v.T for v in views]), "gt": y[:, None] + 1}, do_compression=True)
+        return custom(truncated(p)), f"{p}: file is corrupt or truncated"
+    if case == "nan":
+        p = npz(d / "data.npz", *with_value(1, 7, 2, np.nan))
+        return custom(p), f"{p}: view 2 has 1 NaN/inf values (first at row 7, column 2)"
+    if case == "inf":
+        p = npz(d / "data.npz", *with_value(0, 3, 0, -np.inf))
+        return custom(p), f"{p}: view 1 has 1 NaN/inf values (first at row 3, column 0)"
+    if case == "zero columns":
+        p = npz(d / "data.npz", [views[0], np.zeros((36, 0))], y)
+        return custom(p), f"{p}: view 2 has zero feature columns"
+    if case == "non-integer labels":
+        yy = y.astype(float)
+        yy[5] = 1.5
+        p = npz(d / "data.npz", views, yy)
+        return custom(p), f"{p}: labels must be integers (row 5 is 1.5)"
+    if case == "negative labels":
+        yy = y.copy()
+        yy[4] = -1
+        p = npz(d / "data.npz", views, yy)
+        return custom(p), f"{p}: labels must be non-negative (row 4 is -1)"
+    if case == "ood class out of range":
+        p = npz(d / "data.npz", views, y)
+        return custom(p, "dataset.ood_classes=[7]"), f"{p}: ood_classes [7] are not labels of this dataset (0..2)"
+    if case == "class without training samples":
+        p = npz(d / "data.npz", views, y, train_idx=np.flatnonzero(y < 2), test_idx=np.flatnonzero(y == 2))
+        return custom(p), f"{p}: class(es) [2] have no training samples"
+    if case == "row counts differ":
+        p = npz(d / "data.npz", [views[0], views[1][:-1]], y)
+        return custom(p), f"{p}: view x2 has shape (35, 3); expected (36, d) to match y"
+    if case == "train/test dims differ":
+        p = d / "pre.mat"
+        scipy.io.savemat(p, {"x1_train": views[0][:30], "x1_test": views[1][30:], "gt_train": y[:30, None],
+                             "gt_test": y[30:, None]})
+        return custom(p), f"{p}: view 1 has 5 features in x1_train but 3 in x1_test"
+    if case == "wrong sha256":
+        (d / "pie").mkdir()
+        dest = d / "pie" / "PIE_face_10.mat"
+        real = os.path.join(os.environ.get("MNP_DATA_DIR", "/nonexistent"), "pie", "PIE_face_10.mat")
+        if os.path.isfile(real):  # a real copy with one byte appended: it would still parse
+            shutil.copyfile(real, dest)
+            dest.chmod(0o644)
+            with open(dest, "ab") as f:
+                f.write(b"\0")
+        else:
+            dest.write_bytes(b"\0" * 1000)
+        return ["dataset=pie", f"paths.data_dir={d}", "dataset.download=false"], f"{dest}: sha256 mismatch"
+    if case == "unknown scaling":
+        p = npz(d / "data.npz", views, y)
+        return custom(p, "dataset.scaling=weird"), "unknown scaling 'weird'; choose minmax, standard or none"
+    if case == "unknown split":
+        p = npz(d / "data.npz", views, y)
+        return custom(p, "dataset.split=weird"), "unknown split 'weird'; choose one of files, stratified"
+    if case == "unknown memory_update":
+        return [*SMALL_MNP, "model.memory_update=weird"], \
+            "unknown memory_update 'weird'; choose one of mse, ce, fifo, random"
+    if case == "unknown aggregation":
+        return [*SMALL_MNP, "model.aggregation=weird"], "unknown aggregation 'weird'; choose one of mba, mean, concat"
+    if case == "unknown model key":
+        return ["model=mlp", "+model.bogus=1"], \
+            "model: unknown key 'bogus' for baselines.mlp.MLP; valid keys: hidden, dropout, optim"
+    if case == "unknown dataset key":
+        return ["+dataset.bogus=1"], "dataset: unknown key 'bogus' for datamodules.synthetic.TwoMoons; valid keys: " \
+            "n_train, n_test, noise, num_views, batch_size, eval_batch_size, scaling"
+    raise AssertionError(case)
+
+
+CASES = ["truncated npz", "truncated mat", "nan", "inf", "zero columns", "non-integer labels", "negative labels",
+         "ood class out of range", "class without training samples", "row counts differ", "train/test dims differ",
+         "wrong sha256", "unknown scaling", "unknown split", "unknown memory_update", "unknown aggregation",
+         "unknown model key", "unknown dataset key"]
+
+
+def guarded_error(fn, cfg, capsys) -> str:
+    """Run ``fn(cfg)`` under the CLI guard; assert exit 1 and exactly one stderr line; return it."""
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as e:
+        run_guarded(fn, cfg)
+    assert e.value.code == 1
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), lines
+    return lines[0]
+
+
+def assert_no_outputs(out_dir):
+    left = sorted(p.relative_to(out_dir).as_posix() for p in out_dir.rglob("*")) if out_dir.exists() else []
+    assert left == [], left
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_bad_input_gives_one_line_exit_1_and_no_outputs(tmp_path, capsys, case):
+    data, out = tmp_path / "data", tmp_path / "run"
+    data.mkdir()
+    overrides, expected = make_case(case, data)
+    model = [] if any(o.startswith("model") or o.startswith("+model") for o in overrides) else ["model=mlp"]
+    line = guarded_error(train, compose_train(out, [*model, *FAST, *overrides]), capsys)
+    assert expected in line
+    assert_no_outputs(out)
+
+
+# ---------------------------------------------------------------------------- checkpoint vs data
+def test_checkpoint_and_data_with_other_views_fail_in_evaluate(tmp_path, capsys):
+    views, y = tiny()
+    (tmp_path / "a").mkdir()
+    npz(tmp_path / "a" / "data.npz", views, y)
+    run = tmp_path / "run"
+    train(compose_train(run, ["model=mlp", *FAST, "dataset=custom", f"dataset.path={tmp_path / 'a' / 'data.npz'}"]))
+    ckpt = run / "checkpoints" / "last.ckpt"
+
+    def ev_cfg(data_dir, out):
+        return OmegaConf.create({"ckpt_path": str(ckpt), "output_dir": str(out), "data_dir": str(data_dir),
+                                 "eval": None, "trainer": {"accelerator": "cpu", "devices": 1}})
+
+    other_dims, other_count = tmp_path / "dims", tmp_path / "count"
+    for folder, vs in ((other_dims, [views[0], np.hstack([views[1], views[1][:, :1]])]),
+                       (other_count, [*views, views[1]])):
+        folder.mkdir()
+        npz(folder / "data.npz", vs, y)
+    line = guarded_error(evaluate, ev_cfg(other_dims, tmp_path / "ev1"), capsys)
+    assert line == (f"error: checkpoint {ckpt} was trained on view dims [5, 3] and 3 classes, "
+                    "but the data has [5, 4] and 3")
+    line = guarded_error(evaluate, ev_cfg(other_count, tmp_path / "ev2"), capsys)
+    assert "view dims [5, 3]" in line and "the data has [5, 3, 3]" in line
+    assert_no_outputs(tmp_path / "ev1")
+    assert_no_outputs(tmp_path / "ev2")
+    # the same data in another folder evaluates (data_dir moves a custom dataset's file)
+    moved = tmp_path / "moved"
+    shutil.copytree(tmp_path / "a", moved)
+    assert evaluate(ev_cfg(moved, tmp_path / "ev3"))["test/acc"] >= 0.0
+
+
+# ---------------------------------------------------------------------------- odd but usable data
+def degenerate_data(path):
+    """3 views: normal, all zero, constant 7. Class 2 has 5 samples (4 train), labels are {0, 1, 3}
+    (label 2 never occurs), and rows 1 and 2 duplicate row 0 in every view."""
+    rng = np.random.default_rng(1)
+    y = np.array([0] * 16 + [1] * 16 + [3] * 5)
+    x1 = rng.normal(size=(len(y), 4)) + 2.0 * y[:, None]
+    x2, x3 = np.zeros((len(y), 3)), np.full((len(y), 2), 7.0)
+    x1[[1, 2]] = x1[0]
+    test = np.array([3, 4, 5, 20, 21, 22, 36])
+    train_idx = np.setdiff1d(np.arange(len(y)), test)
+    np.savez(path, x1=x1, x2=x2, x3=x3, y=y, train_idx=train_idx, test_idx=test)
+    return path
+
+
+@pytest.mark.parametrize("model", ["mlp", "mnp"])
+def test_constant_views_duplicates_small_class_and_label_gap_train_with_warnings(tmp_path, caplog, model):
+    """Decisions (README): a constant or all-zero view scales to 0 and trains; exact duplicates are kept
+    with a warning; a class with fewer than N_K training samples fills its memory block by sampling with
+    replacement, with a warning; labels that never occur are dropped and the rest renumbered, with a warning."""
+    path = degenerate_data(tmp_path / "odd.npz")
+    overrides = ["dataset=custom", f"dataset.path={path}", "dataset.batch_size=8", "trainer.max_epochs=2",
+                 "skip_if_done=false", "ckpt_path=null", "eval.noise_levels=[1.0]"]
+    if model == "mnp":
+        overrides += [*SMALL_MNP, "model.memory_size=30"]  # N_K = 10 > the 4 training samples of class 2
+    else:
+        overrides += ["model=mlp"]
+    with caplog.at_level(logging.WARNING):
+        res = train(compose_train(tmp_path / "run", overrides))
+    text = caplog.text
+    assert "2 samples duplicate an earlier sample in every view (0 across the train/test split)" in text
+    assert "labels [2] never occur (labels span 0..3); the 3 classes present are renumbered 0..2" in text
+    for key in ("test/acc", "test/nll", "test/ece", "test/brier", "noise/acc_mean"):
+        assert np.isfinite(res[key]), key
+    probs = np.load(tmp_path / "run" / "predictions.npz")["test/probs"]
+    assert np.isfinite(probs).all() and np.allclose(probs.sum(1), 1, atol=1e-5)
+    if model == "mnp":
+        assert "classes [2] have fewer than N_K=10 training samples; sampled with replacement" in text
+        dm = CustomDataModule(str(path), scaling="standard")
+        dm.setup()
+        state = torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt", weights_only=False)["state_dict"]
+        for m in range(3):
+            block = state[f"memory.x{m}"][2]  # (N_K, d): class 2 (label 3 in the file)
+            train_rows = dm.train_views[m][dm.train_y == 2]
+            assert block.shape[0] == 10 and torch.isfinite(block).all()
+            assert all((row == train_rows).all(1).any() for row in block)  # only that class's training rows
+        assert torch.equal(dm.train_views[1], torch.zeros_like(dm.train_views[1]))  # all-zero view stays 0
+        assert torch.equal(dm.train_views[2], torch.zeros_like(dm.train_views[2]))  # constant view maps to 0
+
+
+# ---------------------------------------------------------------------------- the real CLI
+def _run(args, cwd=ROOT):
+    env = {**os.environ, "WANDB_MODE": "disabled", "MNP_TORCH_THREADS": "1", "OMP_NUM_THREADS": "1"}
+    env.pop("HYDRA_FULL_ERROR", None)
+    return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=240)
+
+
+def hydra_only(run_dir):
+    """Only Hydra's own files (its .hydra/ config record and the job log) are in the run directory."""
+    return {p.name for p in run_dir.iterdir()} <= {".hydra", "train.log"} if run_dir.exists() else True
+
+
+def test_cli_truncated_file_one_line_exit_1_no_outputs(tmp_path):
+    views, y = tiny()
+    path = truncated(npz(tmp_path / "data.npz", views, y))
+    run_dir = tmp_path / "run"
+    r = _run(["train.py", "model=mlp", "dataset=custom", f"dataset.path={path}", f"hydra.run.dir={run_dir}",
+              "logger=none"])
+    assert r.returncode == 1
+    err = r.stderr.strip().splitlines()
+    assert err[-1].startswith(f"error: {path}: file is corrupt or truncated (") and \
+        err[-1].endswith("); re-download or replace it")
+    assert "Traceback" not in r.stderr
+    assert hydra_only(run_dir)
+
+
+def test_cli_unknown_config_key_is_a_hydra_error_naming_it(tmp_path):
+    """Unknown keys fail in Hydra's composition, before any code runs: Hydra prints its message (no
+    traceback) naming the key, and exits 1."""
+    r = _run(["train.py", "model.bogus=1", f"hydra.run.dir={tmp_path / 'run'}", "logger=none"])
+    assert r.returncode == 1
+    assert r.stderr.startswith("Could not override 'model.bogus'.") and "Key 'bogus' is not in struct" in r.stderr
+    assert "Traceback" not in r.stderr
+    assert not (tmp_path / "run").exists()
