@@ -11,6 +11,8 @@
   σ² = 1 / Σ_m w_m/σ²_m,  μ = σ² Σ_m w_m μ_m/σ²_m, with weights ``train_weighting`` (uniform) while
   training and ``test_weighting`` (entropy: w_m ∝ the negative differential entropy
   −(½ log(2π σ²_m) + ½), normalised over views as in the official ``combine_dist``) at test.
+  Those weights are well defined only while every view's σ² lies on the same side of 1/(2πe);
+  ``softmax_entropy`` (also official) is always positive.
 * Prediction: ``mc_samples`` softmax samples of the fused Gaussian. Uncertainty ``predictive``
   (official): Σ_k Var[y_k] = Σ_k (p̄_k − p̄_k²), the summed variance of the predictive
   (gpflow's Monte Carlo ``predict_mean_and_var``); ``latent``: Σ_k σ²_k of the fused Gaussian.
