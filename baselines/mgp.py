@@ -7,6 +7,8 @@
 * Dirichlet-based GP classification (Milios et al. 2018): one-hot y becomes regression targets
   ỹ = log(y + ε) − s̃²/2 with heteroskedastic noise s̃² = log(1/(y + ε) + 1), fitted with a fixed-noise
   Gaussian likelihood; each view maximises its own ELBO (``VariationalELBO``, KL weight ``kl_beta``).
+  ε defaults to the official code's 1e-7; the Dirichlet GP paper's 0.01 gave 91% / ECE 0.09 on
+  Handwritten against 98.5% / 0.012 (10 epochs, uniform weights for 0.01: entropy weights break).
 * Fusion of the views' latent Gaussians, a weighted product of experts:
   σ² = 1 / Σ_m w_m/σ²_m,  μ = σ² Σ_m w_m μ_m/σ²_m, with weights ``train_weighting`` (uniform) while
   training and ``test_weighting`` (entropy: w_m ∝ the negative differential entropy
@@ -77,7 +79,7 @@ class ViewGP(gpytorch.models.ApproximateGP):
 class MGP(Routine):
     def __init__(self, num_classes: int, view_dims: Sequence[int], num_inducing: int = 200,
                  inducing_init: str = "random", lengthscale_init: float | str = "data", outputscale_init: float = 1.0,
-                 alpha_eps: float = 0.01, kl_beta: float = 1.0, train_weighting: str = "uniform",
+                 alpha_eps: float = 1e-7, kl_beta: float = 1.0, train_weighting: str = "uniform",
                  test_weighting: str = "entropy", mc_samples: int = 100, uncertainty: str = "predictive",
                  optim: dict | None = None):
         super().__init__(num_classes, view_dims)
