@@ -9,7 +9,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from cfg_utils import ROOT, compose_train
+from cfg_utils import CONF, ROOT, compose_train
 from mnp.pipeline import evaluate, train
 
 CONTRACT = {"model", "dataset", "seed", "epochs", "test/acc", "test/ece", "test/nll", "test/brier",
@@ -95,3 +95,30 @@ def test_cli_missing_checkpoint_one_line(tmp_path):
     assert r.returncode == 1
     assert r.stderr.strip().splitlines()[-1] == f"error: checkpoint {tmp_path}/none.ckpt does not exist"
     assert "Traceback" not in r.stderr
+
+
+def _names(group):
+    return sorted(p.stem for p in (ROOT / "conf" / group).glob("*.yaml"))
+
+
+def test_every_model_dataset_config_composes(tmp_path):
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.utils import get_class
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
+        for model in _names("model"):
+            for dataset in _names("dataset"):
+                cfg = compose("train", overrides=[f"model={model}", f"dataset={dataset}", f"paths.output_dir={tmp_path}"])
+                assert cfg.model.name == model and cfg.dataset.name == dataset
+                assert get_class(cfg.model._target_) and get_class(cfg.dataset._target_)
+                assert cfg.trainer.max_epochs > 0
+
+
+def test_fast_dev_run_and_best_checkpoint(tmp_path):
+    res = train(compose_train(tmp_path / "fdr", ["model=mlp", "+trainer.fast_dev_run=true"]))
+    assert 0 <= res["test/acc"] <= 1
+    train(compose_train(tmp_path / "val", ["model=mlp", "trainer.max_epochs=2", "dataset.val_fraction=0.2"]))
+    assert (tmp_path / "val" / "checkpoints" / "best.ckpt").exists()
+    assert (tmp_path / "val" / "checkpoints" / "last.ckpt").exists()
