@@ -156,8 +156,14 @@ class LastCheckpoint(pl.Callback):
     def _save(self, trainer):
         if hasattr(trainer.lightning_module, "close_epoch_timer"):
             trainer.lightning_module.close_epoch_timer()
-        if trainer.is_global_zero and not trainer.sanity_checking:
-            atomic_write(self.path, lambda tmp: trainer.save_checkpoint(tmp, weights_only=False))
+        if trainer.sanity_checking:
+            return
+        # Every rank calls save_checkpoint: it ends in a barrier (a rank-0-only call deadlocks DDP) and
+        # only rank 0 writes. Rank 0 then renames the complete file into place.
+        tmp = self.path.with_name(f".{self.path.name}.tmp")
+        trainer.save_checkpoint(tmp, weights_only=False)
+        if trainer.is_global_zero:
+            os.replace(tmp, self.path)
         trainer.strategy.barrier()
 
     def on_train_epoch_end(self, trainer, pl_module):
@@ -189,6 +195,14 @@ def set_threads(n: int | None) -> None:
     threads made MNP epochs up to 10× slower here."""
     if n:
         torch.set_num_threads(int(n))
+
+
+def spawned(trainer) -> bool:
+    """True in the main process of a ddp_spawn (or ddp_fork) run: fit ran in child processes, and only the
+    weights came back, none of the module's other state (test results, epoch times, the epoch count)."""
+    from pytorch_lightning.strategies.launchers.multiprocessing import _MultiProcessingLauncher
+
+    return isinstance(getattr(trainer.strategy, "launcher", None), _MultiProcessingLauncher)
 
 
 def finish_wandb() -> None:
@@ -247,9 +261,17 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             raise KeyboardInterrupt("training was interrupted")
         if not cfg.get("test", True):
             return {}
-        trainer.test(model, datamodule=dm, verbose=False)
+        identity = _identity(cfg, model_name, dataset_name, trainer)
+        if spawned(trainer):  # the fit ran in child processes: test its end state (last.ckpt) here, on one device
+            last = out_dir / "checkpoints" / "last.ckpt"
+            identity["epochs"] = int(torch.load(last, map_location="cpu", weights_only=False)["epoch"]) + 1
+            trainer = build("trainer", cfg.trainer, strategy="auto", devices=1, num_nodes=1, logger=loggers or False,
+                            callbacks=[], enable_checkpointing=False, default_root_dir=str(out_dir))
+            trainer.test(model, datamodule=dm, ckpt_path=str(last), verbose=False)
+        else:
+            trainer.test(model, datamodule=dm, verbose=False)
         results = {} if not trainer.is_global_zero else write_outputs(
-            out_dir, model, _identity(cfg, model_name, dataset_name, trainer), {"time/total_s": time.perf_counter() - t0})
+            out_dir, model, identity, {"time/total_s": time.perf_counter() - t0})
         for lg in loggers:
             if hasattr(lg, "experiment") and type(lg).__name__ == "WandbLogger":
                 from mnp.wandb_utils import log_summary
