@@ -272,11 +272,26 @@ class MNP(Routine):
         opt.step()
         return loss
 
+    def _schedulers(self) -> list:
+        sched = self.lr_schedulers()
+        return sched if isinstance(sched, list) else [sched] if sched is not None else []
+
+    def close_epoch_timer(self) -> None:
+        if self._in_warmup():  # time/train_epoch_s reports MNP epochs, not the warm-up
+            self._epoch_start = None
+            return
+        super().close_epoch_timer()
+
+    def on_train_start(self) -> None:
+        """Catch the schedule up with the epoch counter: last.ckpt is written before the epoch-end step, so
+        a run resumed from it would otherwise repeat one epoch's learning rate."""
+        done = self.current_epoch - self.hparams.warmup_epochs  # main epochs completed
+        for s in self._schedulers():
+            while s.last_epoch < done:
+                s.step()
+
     def on_train_epoch_end(self) -> None:
         super().on_train_epoch_end()
-        if self._in_warmup():
-            self.epoch_times.pop()  # time/train_epoch_s reports MNP epochs, not the warm-up
-            return
-        sched = self.lr_schedulers()
-        for s in sched if isinstance(sched, list) else [sched] if sched is not None else []:
-            s.step()
+        if not self._in_warmup():
+            for s in self._schedulers():
+                s.step()

@@ -67,3 +67,17 @@ def test_different_seeds_give_different_weights_and_context_memories(tmp_path):
         ids0 = {tuple(r.tolist()) for r in mem0.flatten(0, 1)}
         ids1 = {tuple(r.tolist()) for r in mem1.flatten(0, 1)}
         assert len(ids0 & ids1) < len(ids0) // 2  # mostly different samples, not a reordering
+
+
+def test_resumed_mnp_run_equals_the_uninterrupted_one(tmp_path):
+    """Stop after the warm-up and one main epoch, resume from last.ckpt: the same metrics as one straight
+    run. The learning rate drops exactly at the resume point (piecewise schedule, milestone 1), where a
+    schedule restored one step behind would repeat the old rate."""
+    run = [*MNP_RUN, "seed=3", "model.optim.schedule=piecewise", "model.optim.milestones=[1]",
+           "model.optim.values=[1e-3,1e-5]", "trainer.max_epochs=4"]
+    straight = train(compose_train(tmp_path / "straight", run))
+    train(compose_train(tmp_path / "resumed", [*run, "trainer.max_epochs=2", "test=false"]))
+    resumed = train(compose_train(tmp_path / "resumed", [*run, "ckpt_path=last"]))
+    assert resumed["epochs"] == straight["epochs"] == 4
+    keys = [k for k in straight if not k.startswith("time/")]
+    assert {k: resumed[k] for k in keys} == {k: straight[k] for k in keys}
