@@ -111,6 +111,11 @@ def make_case(case, d):
         scipy.io.savemat(p, {"x1_train": views[0][:30], "x1_test": views[1][30:], "gt_train": y[:30, None],
                              "gt_test": y[30:, None]})
         return custom(p), f"{p}: view 1 has 5 features in x1_train but 3 in x1_test"
+    if case == "train/test view counts differ":
+        p = d / "pre.mat"
+        scipy.io.savemat(p, {"x1_train": views[0][:30], "x2_train": views[1][:30], "x1_test": views[0][30:],
+                             "gt_train": y[:30, None], "gt_test": y[30:, None]})
+        return custom(p), f"{p}: pre-split file lacks key 'x2_test'"
     if case == "wrong sha256":
         (d / "pie").mkdir()
         dest = d / "pie" / "PIE_face_10.mat"
@@ -145,7 +150,7 @@ def make_case(case, d):
 
 CASES = ["truncated npz", "truncated mat", "nan", "inf", "zero columns", "non-integer labels", "negative labels",
          "ood class out of range", "class without training samples", "row counts differ", "train/test dims differ",
-         "wrong sha256", "unknown scaling", "unknown split", "unknown memory_update", "unknown aggregation",
+         "train/test view counts differ", "wrong sha256", "unknown scaling", "unknown split", "unknown memory_update", "unknown aggregation",
          "unknown model key", "unknown dataset key"]
 
 
