@@ -296,3 +296,13 @@ def test_cli_unknown_config_key_is_a_hydra_error_naming_it(tmp_path):
     assert r.stderr.startswith("Could not override 'model.bogus'.") and "Key 'bogus' is not in struct" in r.stderr
     assert "Traceback" not in r.stderr
     assert not (tmp_path / "run").exists()
+
+
+def test_unknown_top_level_and_group_keys_fail_in_composition(tmp_path):
+    """The same Hydra error for ``bogus=1`` and ``dataset.bogus=1`` (what the CLI test above prints)."""
+    from hydra.errors import ConfigCompositionException
+
+    for key in ("bogus", "dataset.bogus"):
+        with pytest.raises(ConfigCompositionException, match=f"Could not override '{key}'") as e:
+            compose_train(tmp_path, [f"{key}=1"])
+        assert f"Key '{key.split('.')[-1]}' is not in struct" in str(e.value.__cause__)
