@@ -237,7 +237,6 @@ def test_multirun_isolates_failures_skips_absent_data_and_resumes(tmp_path):
     assert (jobs / "mlp_absent_s0" / SKIPPED).is_file()
 
 
-@pytest.mark.slow  # three Python processes importing torch: about a minute on two shared cores
 def test_submitit_local_sweep(tmp_path):
     pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
     res = train_multirun(tmp_path, "launcher=submitit_local", "model=mlp", "dataset=synthetic", "seed=0,1")
@@ -249,7 +248,6 @@ def test_submitit_local_sweep(tmp_path):
     assert (jobs / ".submitit").is_dir()  # the jobs really went through submitit
 
 
-@pytest.mark.slow
 def test_optuna_search_resumes_from_sqlite(tmp_path):
     optuna = pytest.importorskip("optuna")
     pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
