@@ -123,8 +123,20 @@ def build_similarity(name: str, dims: Sequence[int], **rbf_kwargs) -> nn.Module:
     return DotSimilarity(dims)
 
 
-def normalise(scores: Tensor, kind: str) -> Tensor:
-    """Attention weights over the last (context) axis: sparsemax (eq. 9) or softmax, in float32."""
+def normalise(scores: Tensor, kind: str, k: int | None = None) -> Tensor:
+    """Attention weights over the last (context) axis: sparsemax (eq. 9) or softmax, in float32.
+
+    ``k``: sparsemax partially sorts the k largest scores instead of sorting all N (entmax's exact
+    top-k path: rows whose support reaches k are redone with 2k; the result is the same).
+    """
     with torch.autocast(scores.device.type, enabled=False):
         scores = scores.float()
-        return sparsemax(scores, dim=-1) if kind == "sparsemax" else scores.softmax(-1)
+        return sparsemax(scores, dim=-1, k=k) if kind == "sparsemax" else scores.softmax(-1)
+
+
+def topk_hint(attn: Tensor) -> int | None:
+    """Partial-sort size for the next sparsemax over similar scores: the largest support in ``attn``
+    doubled and rounded up to a power of two, or None (full sort) unless that is below N/4."""
+    support = int((attn > 0).sum(-1).max())
+    k = 1 << max(2 * support - 1, 1).bit_length()
+    return k if 4 * k <= attn.shape[-1] else None

@@ -35,9 +35,9 @@ def sample_logits(decoder: Decoder, mu: Tensor, var: Tensor | None, num_samples:
     if var is None:
         loc, scale = decoder(mu.unsqueeze(0))
         eps = torch.randn((s * s, *loc.shape[1:]), device=loc.device, dtype=loc.dtype)
-        return loc + scale * eps
+        return torch.addcmul(loc, scale, eps)
     std = var if sigma_as_std else var.sqrt()
-    z = mu + std * torch.randn((s, *mu.shape), device=mu.device, dtype=mu.dtype)
+    z = torch.addcmul(mu, std, torch.randn((s, *mu.shape), device=mu.device, dtype=mu.dtype))
     loc, scale = decoder(z)  # (S, ..., K)
     eps = torch.randn((s, *loc.shape), device=loc.device, dtype=loc.dtype)
-    return (loc + scale * eps).reshape(s * s, *loc.shape[1:])
+    return torch.addcmul(loc, scale, eps).reshape(s * s, *loc.shape[1:])

@@ -34,12 +34,12 @@ def lr_lambda(schedule: str, milestones: Sequence[int], values: Sequence[float],
 
 def make_optimizer(params: Iterable, lr: float = 1e-3, weight_decay: float = 0.0, eps: float = 1e-8,
                    schedule: str = "constant", milestones: Sequence[int] = (), values: Sequence[float] = (),
-                   max_epochs: int = 100) -> dict:
+                   max_epochs: int = 100, fused: bool | None = None) -> dict:
     """Adam plus an epoch-wise LambdaLR, in Lightning's ``configure_optimizers`` format.
 
     ``weight_decay`` is coupled L2 (added to the gradient), as Keras' kernel regulariser in the
-    official code.
+    official code. ``fused``: torch's single-kernel Adam (same update; None = torch's default).
     """
-    opt = torch.optim.Adam(params, lr=lr, weight_decay=weight_decay, eps=eps)
+    opt = torch.optim.Adam(params, lr=lr, weight_decay=weight_decay, eps=eps, fused=fused)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(schedule, list(milestones), list(values), lr, max_epochs))
     return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "epoch"}}
