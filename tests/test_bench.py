@@ -1,0 +1,96 @@
+"""The speed benchmark (mnp.bench): a tiny end-to-end run (JSON shape, positive numbers), the FLOP
+counter against analytic counts, the live-tensor memory tracker against known allocations."""
+import json
+import math
+
+import pytest
+import torch
+
+from mnp import bench
+from mnp.model import MNP
+
+FIELDS = ("dataset", "model", "train_epoch_s", "test_s", "test_samples_per_s", "peak_mem_mb",
+          "train_gflops_per_s", "test_gflops_per_s", "matmul_peak_gflops_per_s")
+RATIOS = ("mgp_over_mnp_train", "mgp_over_mnp_test", "mnp_over_mlp_train", "mnp_over_mlp_test")
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    n = torch.get_num_threads()
+    yield
+    torch.set_num_threads(n)
+
+
+def test_quick_run_on_a_tiny_shape_writes_the_documented_json(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(bench.SHAPES, "hmdb", ((6, 4), 3, 500))  # hmdb's configs, tiny data
+    out = tmp_path / "bench.json"
+    result = bench.main(["--quick", "--dataset", "hmdb", "--json", str(out), "--set", "mnp.d_e=16",
+                         "--set", "mnp.memory_size=12", "--set", "mgp.num_inducing=8", "--set", "mgp.mc_samples=10"])
+    saved = json.loads(out.read_text())
+    assert saved["cases"] == json.loads(json.dumps(result["cases"]))
+    assert [c["model"] for c in saved["cases"]] == ["mnp", "mgp", "mlp"]
+    for c in saved["cases"]:
+        assert c["dataset"] == "hmdb"
+        for f in FIELDS[2:]:
+            assert isinstance(c[f], float) and math.isfinite(c[f]) and c[f] > 0, (c["model"], f)
+        assert c["train_batches_full"] == 2 and c["train_batches_timed"] == 1 and c["extrapolated"]
+        assert c["test_rows_full"] == 100 and c["test_rows_timed"] == 100
+    assert set(saved["ratios"]["hmdb"]) == set(RATIOS)
+    assert all(v > 0 for v in saved["ratios"]["hmdb"].values())
+    assert saved["meta"]["threads"] == 1
+    text = capsys.readouterr().out
+    assert "torch.set_num_threads(1)" in text and "| hmdb* | mnp |" in text and "MGP/MNP train" in text
+
+
+def test_flop_counter_gives_the_analytic_count_of_a_matmul_and_its_weight_gradient():
+    m, k, n = 7, 11, 13
+    a, b = torch.randn(m, k), torch.randn(k, n)
+    assert bench.count_flops(lambda: a @ b) == 2 * m * k * n
+    w = torch.randn(k, n, requires_grad=True)
+    assert bench.count_flops(lambda: (a @ w).sum().backward()) == 2 * (2 * m * k * n)  # forward + weight grad
+
+
+def test_live_tensor_bytes_sees_allocations_and_frees():
+    def work():
+        a = torch.empty(1000, 1000)  # 4 MB
+        b = a + 1  # 8 MB alive
+        del a
+        c = b * 2  # a is gone: still 8 MB
+        return c.sum()  # + 4 bytes
+    mode = bench.LiveTensorBytes(torch.device("cpu"))
+    with mode:
+        work()
+    assert mode.peak == 8_000_004
+    state = torch.nn.Linear(1000, 250)  # 1 MB of parameters counted from the start
+    assert bench.tracked_peak_mb(work, torch.device("cpu"), state) == (8_000_004 + 1_001_000) / 2**20
+
+
+def test_mlp_floor_has_mnp_projection_and_decoder_widths():
+    mnp = MNP(num_classes=5, view_dims=[7, 3], d_e=32, projection="linear", memory_size=10)
+    floor = bench.MLPFloor(5, [7, 3], d_e=32)
+    assert [p[0].weight.shape for p in floor.projections] == [e.projection[0].weight.shape for e in mnp.encoders]
+    assert [p.shape for p in floor.decoder.parameters()] == [p.shape for p in mnp.decoder.parameters()]
+    probs, unc = floor.predict([torch.randn(4, 7), torch.randn(4, 3)])
+    assert probs.shape == (1, 4, 5) and torch.allclose(probs.sum(-1), torch.ones(1, 4)) and unc.shape == (4,)
+
+
+def test_linear_fit_reports_slope_intercept_and_r2():
+    fit = bench._fit_line([100, 200, 400], [1.5, 2.5, 4.5])
+    assert fit["slope"] == pytest.approx(0.01) and fit["intercept"] == pytest.approx(0.5)
+    assert fit["r2"] == pytest.approx(1.0)
+
+
+def test_scaling_curves_are_measured_fitted_and_plotted(tmp_path, monkeypatch):
+    monkeypatch.setitem(bench.SHAPES, "hmdb", ((6, 4), 3, 500))
+    result = bench.main(["--quick", "--dataset", "hmdb", "--models", "mnp", "--scaling", "--plot-dir", str(tmp_path),
+                         "--set", "mnp.d_e=16"])
+    sc = result["scaling"]
+    assert [p["n_m"] for p in sc["n_m"]["points"]] == [100, 200, 400]
+    assert [p["n_t"] for p in sc["n_t"]["points"]] == [50, 100, 200]
+    for key in ("n_m", "n_t"):
+        for p in sc[key]["points"]:
+            assert p["train_step_s"] > 0 and p["test_batch_s"] > 0 and p["train_peak_mem_mb"] > 0
+        assert set(sc[key]["fits"]) == {"train_step_s", "test_batch_s", "train_peak_mem_mb", "test_peak_mem_mb"}
+    # the context's memory grows with N^m: the memory fits have a positive slope
+    assert sc["n_m"]["fits"]["train_peak_mem_mb"]["slope"] > 0
+    assert sorted(p.name for p in tmp_path.glob("*.png")) == ["scaling_n_m.png", "scaling_n_t.png"]
