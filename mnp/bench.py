@@ -108,8 +108,8 @@ class MLPFloor(Routine):
 
 
 # ---------------------------------------------------------------------------- configs and data
-def compose_model_cfg(model: str, dataset: str, overrides: tuple[str, ...] = ()) -> dict:
-    """The resolved ``model`` node of ``train.yaml`` for (model, dataset), without its ``name``."""
+def compose_cfg(model: str, dataset: str, overrides: tuple[str, ...] = ()) -> dict:
+    """The resolved ``train.yaml`` for (model, dataset), as plain containers."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
     from omegaconf import OmegaConf
@@ -118,7 +118,13 @@ def compose_model_cfg(model: str, dataset: str, overrides: tuple[str, ...] = ())
         cfg = compose("train", overrides=[f"model={model}", f"dataset={dataset}", "logger=none",
                                           "paths.output_dir=.", *overrides])
     GlobalHydra.instance().clear()
-    node = OmegaConf.to_container(cfg.model, resolve=True)
+    return OmegaConf.to_container(cfg, resolve=False) | {"model": OmegaConf.to_container(cfg.model, resolve=True),
+                                                         "trainer": OmegaConf.to_container(cfg.trainer, resolve=True)}
+
+
+def compose_model_cfg(model: str, dataset: str, overrides: tuple[str, ...] = ()) -> dict:
+    """The resolved ``model`` node of ``train.yaml`` for (model, dataset), without its ``name``."""
+    node = compose_cfg(model, dataset, overrides)["model"]
     node.pop("name", None)
     return node
 
@@ -255,6 +261,14 @@ def tracked_peak_mb(fn, device: torch.device, *track) -> float:
 def matmul_gflops(device: torch.device, dtype: torch.dtype = torch.float32, n: int | None = None, reps: int = 3) -> float:
     """Dense matmul throughput (GFLOP/s): the median of ``reps`` timed n×n×n products."""
     n = n or (8192 if device.type == "cuda" else 2048)
+    probe = torch.randn(256, 256, device=device).to(dtype)
+    for _ in range(2):  # the second one is timed
+        sync(device)
+        t0 = time.perf_counter()
+        probe @ probe
+        sync(device)
+    rate = 2 * 256**3 / max(time.perf_counter() - t0, 1e-9)
+    n = max(256, min(n, int((0.5 * rate / 2) ** (1 / 3))))  # at most ~0.5 s per product (bf16 on AVX2 CPUs)
     a = torch.randn(n, n, device=device).to(dtype)
     b = torch.randn(n, n, device=device).to(dtype)
     a @ b
@@ -641,10 +655,57 @@ def sparsemax_timings(model, views, device: torch.device, reps: int = 5) -> tupl
     return f"scores {tuple(scores.shape)}, support mean {support.mean():.0f} / max {support.max():.0f}", out
 
 
+# ---------------------------------------------------------------------------- sweep estimate
+def startup_s() -> float:
+    """Seconds for a fresh Python process to import the training pipeline (each sweep job pays it)."""
+    import subprocess
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "import mnp.pipeline, datamodules.features, baselines.mgp"], check=True,
+                   cwd=str(CONF.parent), capture_output=True)
+    return time.perf_counter() - t0
+
+
+def sweep_estimate(args, device: torch.device, cases: list[dict]) -> dict:
+    """The ``experiment=paper_main`` MNP sweep on the real datasets (5 seeds each, run as 2 parallel
+    one-thread jobs on 2 cores), from measured parts per dataset: a warm-up epoch, a main epoch (the
+    benchmark's), the test with the noise protocol, and the process start-up."""
+    from hydra.utils import instantiate
+    from omegaconf import OmegaConf
+    epoch_s = {c["dataset"]: c["train_epoch_s"] for c in cases if c["model"] == "mnp"}
+    out = {"datasets": {}, "seeds": 5, "parallel_jobs": 2, "startup_s": startup_s()}
+    for name in REAL:
+        case = load_case(name, None, None, args.data_dir)
+        if case is None or name not in epoch_s:
+            continue
+        cfg = compose_cfg("mnp", name)
+        node = dict(cfg["model"])
+        node.pop("name", None)
+        node.update(args.model_extra["mnp"])
+        epochs, warm = int(cfg["trainer"]["max_epochs"]), int(node.get("warmup_epochs", 0))
+        torch.manual_seed(0)
+        model = instantiate(OmegaConf.create(node), num_classes=case.dm.num_classes, view_dims=case.dm.view_dims,
+                            _convert_="all")
+        warm_s = statistics.median(train_epoch(model, case.dm, device, None, args.precision) for _ in range(3)) \
+            if warm else 0.0
+        model.configure_evaluation(**cfg["eval"])
+        trainer = pl.Trainer(accelerator=device.type, devices=1, logger=False, enable_progress_bar=False,
+                             enable_model_summary=False, enable_checkpointing=False)
+        t0 = time.perf_counter()
+        trainer.test(model, datamodule=case.dm, verbose=False)
+        test_s = time.perf_counter() - t0
+        job = out["startup_s"] + warm * warm_s + (epochs - warm) * epoch_s[name] + test_s
+        out["datasets"][name] = {"epochs": epochs, "warmup_epochs": warm, "warmup_epoch_s": warm_s,
+                                 "epoch_s": epoch_s[name], "test_with_noise_s": test_s, "job_s": job}
+        log.info("sweep estimate: %s done", name)
+    out["total_s"] = out["seeds"] * sum(d["job_s"] for d in out["datasets"].values()) / out["parallel_jobs"]
+    return out
+
+
 # ---------------------------------------------------------------------------- report
 def markdown(result: dict) -> str:
     meta = result["meta"]
-    out = [f"## MNP speed benchmark ({meta['device']}, {meta['threads']} CPU thread(s), precision {meta['precision']})",
+    out = [f"## MNP speed benchmark ({meta['device']}, {meta['threads']} CPU thread(s), precision {meta['precision']}"
+           f"{', torch.compile' if meta['compile'] else ''})",
            "", f"torch {meta['torch']}; load average {meta['loadavg_start']} at start, {meta['loadavg_end']} at end; "
            f"{meta['repeats']} timed rounds after one warm-up round; medians; ratios are medians of per-round ratios.",
            "Rows marked * are extrapolated from a bounded number of training batches / test rows to the full "
@@ -675,6 +736,16 @@ def markdown(result: dict) -> str:
         out.append(f"| {d} | {fmt(r.get('mgp_over_mnp_train'), 3.0)} | {fmt(r.get('mgp_over_mnp_test'), 5.0)} | "
                    f"{fmt(r.get('mnp_over_mlp_train'))} | {fmt(r.get('mnp_over_mlp_test'))} | {util('train_util')} | "
                    f"{util('test_util')} |")
+    if "sweep" in result:
+        sw = result["sweep"]
+        out += ["", f"### paper_main MNP sweep estimate ({sw['seeds']} seeds, {sw['parallel_jobs']} parallel "
+                f"one-thread jobs; start-up {sw['startup_s']:.1f} s per job)", "",
+                "| dataset | epochs (warm-up) | warm-up epoch s | epoch s | test with noise s | one job s |",
+                "|---|---|---|---|---|---|"]
+        for d, v in sw["datasets"].items():
+            out.append(f"| {d} | {v['epochs']} ({v['warmup_epochs']}) | {v['warmup_epoch_s']:.3f} | {v['epoch_s']:.3f} | "
+                       f"{v['test_with_noise_s']:.1f} | {v['job_s']:.0f} |")
+        out.append(f"| **sweep** | | | | | **{sw['total_s']:.0f} s = {sw['total_s'] / 60:.1f} min** (target < 30 min) |")
     if "scaling" in result:
         out += ["", "### MNP scaling (linear fits)", "", "| against | quantity | slope | intercept | R² |",
                 "|---|---|---|---|---|"]
@@ -704,6 +775,8 @@ def parse_args(argv=None):
     p.add_argument("--scaling-shape", default="hmdb", choices=tuple(SHAPES))
     p.add_argument("--plot-dir", type=Path, default=Path("benchmarks"))
     p.add_argument("--profile", action="store_true", help="also print where MNP's training step goes")
+    p.add_argument("--sweep", action="store_true",
+                   help="also estimate the paper_main MNP sweep (real datasets, 5 seeds, 2 parallel jobs) from measured parts")
     p.add_argument("--set", action="append", default=[], metavar="MODEL.KEY=VALUE",
                    help="override a model's config, e.g. mnp.d_e=256 (the MLP floor follows mnp's widths)")
     p.add_argument("--data-dir", default=None)
@@ -753,6 +826,8 @@ def run(args) -> dict:
                                       for c in cases) + f" ({time.perf_counter() - t0:.0f}s)", flush=True)
         if args.profile and "mnp" in args.models:
             result.setdefault("profiles", {})[name] = profile_case(case, device)
+    if args.sweep and "mnp" in args.models:
+        result["sweep"] = sweep_estimate(args, device, result["cases"])
     if args.scaling:
         result["scaling"] = scaling(args, device)
         result["scaling"]["plots"] = [str(p) for p in plot_scaling(result["scaling"], args.plot_dir)]
