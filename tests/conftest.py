@@ -8,6 +8,17 @@ import numpy as np
 import pytest
 
 
+@pytest.fixture
+def one_thread():
+    """Run a test with one intra-op thread (small models on this shared 2-core machine), then restore."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 # ---------------------------------------------------------------------------- data
 @pytest.fixture
 def real_file():

@@ -16,12 +16,7 @@ MNP_RUN = ["model=mnp", "dataset.num_views=2", "dataset.n_train=200", "dataset.n
            "trainer.max_epochs=3", "eval.noise_levels=[0.1,1.0]", "skip_if_done=false", "ckpt_path=null"]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")  # small models: one thread is fastest on 2 shared cores
 
 
 def test_same_seed_gives_identical_metrics_json_and_predictions(tmp_path):

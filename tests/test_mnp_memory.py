@@ -14,12 +14,7 @@ from mnp.model import MNP
 K, NK, DIMS = 3, 4, [2, 3]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")  # small models: one thread is fastest on 2 shared cores
 
 
 def labelled_data(n_per_class=10, dims=DIMS, k=K, seed=0):

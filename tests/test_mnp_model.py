@@ -16,12 +16,7 @@ from mnp.model import MNP
 DATASETS = ["synthetic", "handwritten", "cub", "pie", "caltech101", "scene15", "hmdb", "cifar10c", "digits_c"]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")  # small models: one thread is fastest on 2 shared cores
 
 
 def blobs(n_per_class=20, k=3, dims=(4, 6), seed=0):

@@ -1,7 +1,6 @@
 """The plain-Python usage snippet quoted verbatim in the README runs and learns."""
 import numpy as np
 import pytest
-import torch
 
 SNIPPET = '''
 import numpy as np
@@ -24,13 +23,7 @@ print("test accuracy", (probs.argmax(1).numpy() == y[test_idx]).mean())
 '''
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Small models run fastest on one thread of this shared 2-core machine (not part of the snippet)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")  # small models: one thread is fastest on 2 shared cores
 
 
 def test_readme_snippet_runs_and_learns():

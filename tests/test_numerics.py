@@ -15,12 +15,7 @@ FLOOR = 0.01  # s, q and the logit scale: 0.01 + 0.99·softplus (mnp.encoders.po
 K, DIMS = 3, [4, 6]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")  # small models: one thread is fastest on 2 shared cores
 
 
 def blobs(scale=1.0, n_per_class=30, seed=0):
