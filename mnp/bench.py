@@ -1,6 +1,7 @@
 """Speed benchmark of MNP against MGP and an MLP floor (SPEC §5, the paper's Table 5).
 
-    python -m mnp.bench [--dataset NAME ...] [--json PATH] [--threads 1] [--quick] [--scaling] [--profile]
+    python -m mnp.bench [--dataset NAME ...] [--json PATH] [--threads 1] [--quick]
+                        [--models mnp mnp_ref mgp mlp] [--scaling] [--profile] [--sweep]
 
 Cases: the real handwritten, cub, pie and scene15 (``$MNP_DATA_DIR``; skipped when absent) and
 synthetic data with the shapes of caltech101 (2 × 4096, K = 101, N = 8677), hmdb (2 × 1000, K = 51,
@@ -13,8 +14,9 @@ Every model is built from its per-dataset config (``conf/model_dataset/<model>_<
   shapes (and every dataset under ``--quick``) an epoch is bounded to ``--max-batches`` batches and
   extrapolated to the full epoch (the output says so).
 * **Test**: the clean test set through ``predict`` in batches of 1000 (no noise protocol), with
-  ``--max-test-rows`` rows at most (extrapolated likewise). MNP's context encodings are cached
-  between batches of one pass and the cache is cleared before every timed pass.
+  ``--max-test-rows`` rows at most (extrapolated linearly in rows, which overstates MNP, whose context
+  encoding is paid once per pass). MNP's context encodings are cached between the batches of one
+  pass; the cache is cleared before every timed pass.
 * Rounds: one warm-up round, then ``--repeats`` rounds; in each round every model trains one epoch
   and runs one test pass, models in rotating order, so machine load hits all of them alike. Times
   are medians over the rounds; the ratios MGP/MNP and MNP/MLP are medians of the per-round ratios.
@@ -22,11 +24,19 @@ Every model is built from its per-dataset config (``conf/model_dataset/<model>_<
   ``torch.utils.flop_counter.FlopCounterMode`` (matmul-class ops only: elementwise work, sorting and
   MGP's Cholesky factorisations are not counted), divided by the measured time and compared with a
   dense float32 matmul (2048³ on CPU, 8192³ on CUDA) timed in every round of the same run.
-* **Memory**: CPU: resident-set high-water mark above the resident set at the start of the epoch or
-  pass (``/proc/self/clear_refs``); CUDA: ``max_memory_allocated`` above the allocation at the start.
+* **Memory**: peak bytes of live tensor storages on the device during one steady-state training step
+  (parameters, gradients, optimiser state, activations, temporaries) and one test batch, tracked op
+  by op with a dispatch mode (:class:`LiveTensorBytes`), not the process's resident set.
 * ``--scaling``: MNP's training step and test batch against N^m (100 … 3200) and N_T, with linear
   fits and plots (``--plot-dir``).
-* ``--profile``: where MNP's training step goes (regions and top operators, torch.profiler).
+* ``--profile``: where MNP's training step goes (regions and top operators, torch.profiler), and
+  sparsemax with a full sort against partial sorts on the case's real attention scores.
+* ``--sweep``: the ``experiment=paper_main`` MNP sweep on the real datasets estimated from measured
+  parts (warm-up epoch, main epoch, test with the noise protocol, process start-up).
+* ``--models ... mnp_ref``: MNP's straightforward reference implementation (``fast=False``, same
+  math) side by side: the before/after of the optimisations.
+* ``--precision bf16-mixed`` (bf16 autocast; attention, sparsemax and the variances stay float32) and
+  ``--compile`` (MNP's ``compile=True``) are switches.
 
 CPU threads default to 1 (``--threads``): the machine's 2 cores are shared with other jobs.
 """

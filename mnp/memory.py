@@ -81,6 +81,7 @@ class ContextMemory(nn.Module):
             else:
                 self.register_buffer(f"x{m}", rows)
         self.register_buffer("initialised", torch.tensor(False))
+        self._seen_initialised = False  # host-side copy once true: no device sync per call of needs_data
         self.register_buffer("fifo_ptr", torch.zeros(self.num_classes, dtype=torch.long))
         self.register_buffer("labels", torch.arange(self.num_classes).repeat_interleave(self.per_class), persistent=False)
         self._source: tuple[list[Tensor], Tensor] | None = None
@@ -101,7 +102,14 @@ class ContextMemory(nn.Module):
 
     def needs_data(self) -> bool:
         """True when the memory still waits for training data (``init=data``, not yet initialised)."""
-        return self.init == "data" and not bool(self.initialised)
+        if self.init != "data" or self._seen_initialised:
+            return False
+        self._seen_initialised = bool(self.initialised)
+        return not self._seen_initialised
+
+    def _load_from_state_dict(self, *args, **kwargs):
+        super()._load_from_state_dict(*args, **kwargs)
+        self._seen_initialised = False  # read the loaded flag again
 
     def context(self) -> tuple[list[Tensor], Tensor]:
         """Context features per modality (N, d^m) and their labels (N,), rows ordered by class."""

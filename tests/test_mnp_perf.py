@@ -175,6 +175,17 @@ def test_a_fused_adam_step_in_eval_mode_invalidates_the_cache():
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 
 
+def test_memory_readiness_is_read_from_the_device_once_and_again_after_loading():
+    fast, _ = pair()
+    assert not fast.memory.needs_data() and fast.memory._seen_initialised
+    fresh = MNP(**fast.hparams)
+    assert fresh.memory.needs_data()
+    fast.load_state_dict(fresh.state_dict())  # an uninitialised memory loaded over a ready one
+    assert fast.memory.needs_data()
+    fresh.load_state_dict(pair()[0].state_dict())
+    assert not fresh.memory.needs_data()
+
+
 def test_cache_is_not_used_for_a_resampled_context():
     fast, _ = pair(memory_update="random")
     fast.eval()
