@@ -35,7 +35,8 @@ def test_quick_run_on_a_tiny_shape_writes_the_documented_json(tmp_path, monkeypa
             assert isinstance(c[f], float) and math.isfinite(c[f]) and c[f] > 0, (c["model"], f)
         assert c["train_batches_full"] == 2 and c["train_batches_timed"] == 1 and c["extrapolated"]
         assert c["test_rows_full"] == 100 and c["test_rows_timed"] == 100
-    assert set(saved["ratios"]["hmdb"]) == set(RATIOS)
+    assert set(saved["ratios"]["hmdb"]) == set(RATIOS) | {"mgp_over_mnp_test_context_reused"}
+    assert 0 < saved["cases"][0]["test_s_context_reused"] <= saved["cases"][0]["test_s"] * 1.5
     assert all(v > 0 for v in saved["ratios"]["hmdb"].values())
     assert saved["meta"]["threads"] == 1
     text = capsys.readouterr().out
