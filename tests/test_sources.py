@@ -46,8 +46,8 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if srv.cut_after is not None:  # simulate a dropped connection once
             data, srv.cut_after = data[:srv.cut_after], None
+        srv.sent += len(data)  # counted before writing: the client may finish reading before this thread resumes
         self.wfile.write(data)
-        srv.sent += len(data)
 
     def log_message(self, *args):
         pass
