@@ -95,3 +95,9 @@ def test_scaling_curves_are_measured_fitted_and_plotted(tmp_path, monkeypatch):
     # the context's memory grows with N^m: the memory fits have a positive slope
     assert sc["n_m"]["fits"]["train_peak_mem_mb"]["slope"] > 0
     assert sorted(p.name for p in tmp_path.glob("*.png")) == ["scaling_n_m.png", "scaling_n_t.png"]
+
+
+def test_test_pass_extrapolation_counts_a_one_off_context_encoding_once():
+    assert bench.extrapolate_test(3.0, 1.0, 4.0) == 6.0  # 3 s cold pass (2 s encoding) + 3 more row blocks
+    assert bench.extrapolate_test(3.0, None, 4.0) == 12.0  # no reusable state: linear in rows
+    assert bench.extrapolate_test(3.0, 1.0, 1.0) == 3.0
