@@ -14,11 +14,7 @@ FIELDS = ("dataset", "model", "train_epoch_s", "test_s", "test_samples_per_s", "
 RATIOS = ("mgp_over_mnp_train", "mgp_over_mnp_test", "mnp_over_mlp_train", "mnp_over_mlp_test")
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")  # restores the thread count bench.run sets
 
 
 def test_quick_run_on_a_tiny_shape_writes_the_documented_json(tmp_path, monkeypatch, capsys):

@@ -12,12 +12,7 @@ from mnp.attention import normalise, topk_hint
 from mnp.model import MNP, SumOfSquares, clip_per_tensor
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")  # small models: one thread is fastest on 2 shared cores
 
 
 def data(n=40, k=3, dims=(5, 7), seed=0):
