@@ -9,6 +9,7 @@ import torch
 
 from datamodules.custom import CustomDataModule
 from datamodules.features import FeatureDataModule
+from mat_utils import cell
 
 SPEC4 = {  # name: (default file, N, view dims, K, n_test)
     "handwritten": ("handwritten_6views.mat", 2000, [240, 76, 216, 47, 64, 6], 10, 400),
@@ -106,13 +107,6 @@ def test_heldout_class_ood_on_handwritten(real_file):
 
 
 # ---------------------------------------------------------------------------- generated files
-def cell(arrays):
-    c = np.empty((1, len(arrays)), dtype=object)
-    for i, a in enumerate(arrays):
-        c[0, i] = a
-    return c
-
-
 def test_caltech101_format_through_the_datamodule(tmp_path, tiny_views):
     """A tiny file in the caltech101 layout (X cell, features × samples, gt 1-based), read as custom data."""
     views, y = tiny_views

@@ -6,13 +6,7 @@ import scipy.io
 
 from datamodules.errors import DataError
 from datamodules.formats import labels, read_file
-
-
-def cell(arrays):
-    c = np.empty((1, len(arrays)), dtype=object)
-    for i, a in enumerate(arrays):
-        c[0, i] = a
-    return c
+from mat_utils import cell
 
 
 def test_caltech_layout_cell_features_by_samples_one_based(tmp_path, tiny_views):
