@@ -2,7 +2,7 @@
 import hydra
 from omegaconf import DictConfig
 
-from mnp.cli import run_guarded
+from mnp.cli import main_guarded, run_guarded
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="evaluate")
@@ -12,4 +12,4 @@ def main(cfg: DictConfig):
 
 
 if __name__ == "__main__":
-    main()
+    main_guarded(main)
