@@ -50,8 +50,7 @@ def main_guarded(main) -> None:
     try:
         main()
     except (HydraException, JobFailed) as e:
-        print(f"error: {one_line(e)}", file=sys.stderr)
-        sys.exit(1)
+        _fail(one_line(e))
 
 
 def run_guarded(fn, cfg):
@@ -69,6 +68,11 @@ def run_guarded(fn, cfg):
         return fn(cfg)
     except USER_ERRORS as e:
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        print(f"error: {msg}", file=sys.stderr)
         log.error("%s: %s", type(e).__name__, msg)
-        sys.exit(1)
+        _fail(msg)
+
+
+def _fail(msg: str) -> None:
+    """The CLIs' one way out on an error: ``error: <msg>`` on stderr, exit status 1."""
+    print(f"error: {msg}", file=sys.stderr)
+    sys.exit(1)
