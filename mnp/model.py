@@ -90,7 +90,10 @@ class MNP(Routine):
     ``memory_update`` mse | ce | fifo | random; ``memory_jstar`` all (paper) | same_class (official).
     Training: ``warmup_epochs``, ``warmup_lr``, ``warmup_end_factor``; ``optim`` (kwargs of
     make_optimizer: lr, eps, schedule, milestones, values); ``clip_norm`` per tensor; ``l2``
-    (Keras kernel regulariser: l2·Σ‖W‖² over the dense kernels); ``train_decoder``.
+    (Keras kernel regulariser: l2·Σ‖W‖² over the dense kernels); ``train_decoder``;
+    ``lengthscale_lr_scale`` multiplies the learning rate of l and σ_f in both optimisers (1: the paper
+    and the official code; Adam moves a parameter by about lr per step, so l travels ≤ lr·steps from
+    its initial 10).
     Implementation (same math either way): ``fast`` (fused Adam, foreach clipping and L2, context
     encodings computed once per parameter state at inference, partial sorts in sparsemax on CPU) or
     the straightforward reference (``fast=False``, kept for the regression tests and the benchmark's
@@ -110,7 +113,8 @@ class MNP(Routine):
                  memory_init: str = "data", memory_trainable: bool = False, memory_update: str = "mse",
                  memory_jstar: str = "all", warmup_epochs: int = 0, warmup_lr: float = 1e-3,
                  warmup_end_factor: float = 0.1, optim: dict | None = None, clip_norm: float | None = None,
-                 l2: float = 0.0, train_decoder: bool = True, fast: bool = True, compile: bool = False):
+                 l2: float = 0.0, train_decoder: bool = True, lengthscale_lr_scale: float = 1.0,
+                 fast: bool = True, compile: bool = False):
         super().__init__(num_classes, view_dims)
         self.save_hyperparameters()
         self.automatic_optimization = False
@@ -121,6 +125,8 @@ class MNP(Routine):
         self.attention_norm = choice("attention_norm", attention_norm, NORMALISERS)
         if num_samples < 1:
             raise ValueError(f"num_samples must be >= 1, got {num_samples}")
+        if lengthscale_lr_scale <= 0:
+            raise ValueError(f"lengthscale_lr_scale must be positive, got {lengthscale_lr_scale}")
         self.optim_cfg = dict(optim or {})
         enc_kwargs = dict(merge=merge, norm=norm, norm_eps=norm_eps, bn_momentum=bn_momentum, y_embed_dim=y_embed_dim)
         self.encoders = nn.ModuleList(
@@ -342,17 +348,27 @@ class MNP(Routine):
         params = [p for enc in self.encoders for p in enc.projection.parameters()]
         return params + list(self.similarity.parameters())
 
+    def _param_groups(self, params: list[nn.Parameter], lr: float) -> list[dict]:
+        """Adam parameter groups: l and σ_f at ``lr·lengthscale_lr_scale``, the rest at ``lr``."""
+        scale = self.hparams.lengthscale_lr_scale
+        mine = {id(p) for p in self.similarity.parameters()}
+        groups = [{"params": [p for p in params if id(p) not in mine], "lr": lr, "lr_scale": 1.0},
+                  {"params": [p for p in params if id(p) in mine], "lr": lr * scale, "lr_scale": scale}]
+        return [g for g in groups if g["params"]]
+
     def configure_optimizers(self):
         hp = self.hparams
         total = self.trainer.max_epochs if self._trainer is not None and (self.trainer.max_epochs or 0) > 0 else 100
         params = [p for p in self.parameters() if p.requires_grad]
         fused = hp.fast and all(p.device.type in ("cpu", "cuda") for p in params) or None
-        main = make_optimizer(params, max_epochs=max(total - hp.warmup_epochs, 1), **{"fused": fused, **self.optim_cfg})
+        cfg = {"fused": fused, **self.optim_cfg}
+        main = make_optimizer(self._param_groups(params, cfg.get("lr", 1e-3)), max_epochs=max(total - hp.warmup_epochs, 1),
+                              **cfg)
         main["optimizer"].register_step_post_hook(self._after_optimizer_step)
         if hp.warmup_epochs <= 0:
             return main
-        warm = torch.optim.Adam(self._warmup_parameters(), lr=hp.warmup_lr, eps=self.optim_cfg.get("eps", 1e-8),
-                                fused=fused)
+        warm = torch.optim.Adam(self._param_groups(self._warmup_parameters(), hp.warmup_lr),
+                                lr=hp.warmup_lr, eps=self.optim_cfg.get("eps", 1e-8), fused=fused)
         warm.register_step_post_hook(self._after_optimizer_step)
         return [main, {"optimizer": warm}]
 
@@ -374,7 +390,7 @@ class MNP(Routine):
             n = self.trainer.num_training_batches
             frac = (self.current_epoch + (batch_idx / n if 0 < n < float("inf") else 0.0)) / self.hparams.warmup_epochs
             for g in opt.param_groups:
-                g["lr"] = self.hparams.warmup_lr * (1.0 - (1.0 - self.hparams.warmup_end_factor) * frac)
+                g["lr"] = g["lr_scale"] * self.hparams.warmup_lr * (1.0 - (1.0 - self.hparams.warmup_end_factor) * frac)
         loss = super().training_step(batch, batch_idx)
         self.zero_grad(set_to_none=True)
         self.manual_backward(loss)

@@ -281,28 +281,29 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         finish_wandb()
 
 
-def evaluate(cfg: DictConfig) -> dict[str, Any]:
-    """Rebuild model and datamodule from a checkpoint alone, re-run the full evaluation."""
-    t0 = time.perf_counter()
-    ckpt_path = Path(cfg.ckpt_path)
+def load_run(ckpt_path: str | Path, data_dir: str | None = None, eval_overrides=None):
+    """Rebuild a finished run from its checkpoint alone: ``(run_cfg, model_name, dataset_name, dm, model, ckpt)``.
+
+    ``data_dir`` points the run's dataset at another data directory; ``eval_overrides`` merge into its
+    ``eval`` config. The datamodule is set up and the model carries the checkpoint's weights and memory.
+    """
+    ckpt_path = Path(ckpt_path)
     if not ckpt_path.exists():
         raise FileNotFoundError(f"checkpoint {ckpt_path} does not exist")
     ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=False)
     if CFG_KEY not in ckpt:
         raise KeyError(f"{ckpt_path} has no '{CFG_KEY}' entry; it was not written by train.py")
     run_cfg = OmegaConf.create(ckpt[CFG_KEY])
-    if cfg.get("data_dir"):
+    if data_dir:
         if "data_dir" in run_cfg.dataset:
-            run_cfg.dataset.data_dir = cfg.data_dir
+            run_cfg.dataset.data_dir = data_dir
         elif "path" in run_cfg.dataset:  # dataset=custom: the same file name, in data_dir
-            run_cfg.dataset.path = str(Path(cfg.data_dir) / Path(run_cfg.dataset.path).name)
+            run_cfg.dataset.path = str(Path(data_dir) / Path(run_cfg.dataset.path).name)
         else:
-            raise ValueError(f"data_dir={cfg.data_dir} does not apply: dataset {run_cfg.dataset.get('name')} "
+            raise ValueError(f"data_dir={data_dir} does not apply: dataset {run_cfg.dataset.get('name')} "
                              "reads no data directory")
-    if cfg.get("eval") is not None:
-        run_cfg.eval = OmegaConf.merge(run_cfg.get("eval") or {}, cfg.eval)
-    out_dir = Path(cfg.output_dir) if cfg.get("output_dir") else ckpt_path.parent.parent / "eval"
-    check_writable(out_dir)
+    if eval_overrides is not None:
+        run_cfg.eval = OmegaConf.merge(run_cfg.get("eval") or {}, eval_overrides)
     pl.seed_everything(int(run_cfg.get("seed", 0)), workers=True, verbose=False)
     dataset_name, dm = build_datamodule(run_cfg)
     model_name, node = _split_name(run_cfg.model)
@@ -312,6 +313,16 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
                          f"{model.num_classes} classes, but the data has {dm.view_dims} and {dm.num_classes}")
     if run_cfg.get("eval") is not None:
         model.configure_evaluation(**OmegaConf.to_container(run_cfg.eval, resolve=True))
+    return run_cfg, model_name, dataset_name, dm, model, ckpt
+
+
+def evaluate(cfg: DictConfig) -> dict[str, Any]:
+    """Rebuild model and datamodule from a checkpoint alone, re-run the full evaluation."""
+    t0 = time.perf_counter()
+    ckpt_path = Path(cfg.ckpt_path)
+    out_dir = Path(cfg.output_dir) if cfg.get("output_dir") else ckpt_path.parent.parent / "eval"
+    run_cfg, model_name, dataset_name, dm, model, ckpt = load_run(ckpt_path, cfg.get("data_dir"), cfg.get("eval"))
+    check_writable(out_dir)
     trainer = pl.Trainer(accelerator=cfg.trainer.accelerator, devices=cfg.trainer.devices, logger=False,
                          enable_checkpointing=False, enable_model_summary=False)
     trainer.test(model, datamodule=dm, verbose=False)

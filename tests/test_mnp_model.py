@@ -70,6 +70,30 @@ def test_lengthscale_stays_positive_with_a_huge_learning_rate(param):
         assert (l < l0).all()  # the penalty α‖l‖ really pushed them down
 
 
+@pytest.mark.parametrize("scale", [1.0, 50.0])
+def test_lengthscale_lr_scale_moves_l_by_scale_times_lr_per_adam_step(scale):
+    """Adam's first step moves every parameter by lr·sign(grad) (m̂/√v̂ = ±1): l's raw parameter by
+    lr·scale, every other parameter by lr, in the main and the warm-up optimiser alike."""
+    torch.manual_seed(0)
+    views, y, _, _ = blobs()
+    views, y = [torch.tensor(v, dtype=torch.float32) for v in views], torch.tensor(y)
+    lr, warm_lr = 1e-3, 4e-3
+    model = small(lengthscale_lr_scale=scale, optim={"lr": lr, "eps": 1e-12}, projection="linear",
+                  warmup_epochs=1, warmup_lr=warm_lr)
+    model.init_memory(views, y)
+    main, warm = [o["optimizer"] for o in model.configure_optimizers()]
+    for opt, step, params in [(main, lr, model.encoders[0].enc_r.fc1.weight), (warm, warm_lr, model.encoders[0].projection[0].weight)]:
+        raw, other = model.similarity.raw_lengthscale[0], params
+        before_raw, before_other = raw.detach().clone(), other.detach().clone()
+        opt.zero_grad()
+        model.training_loss(views, y)[0].backward()
+        opt.step()
+        moved = (raw.detach() - before_raw).abs()
+        assert torch.allclose(moved[moved > 0], torch.full_like(moved[moved > 0], step * scale), rtol=5e-3)  # float32 ulp at l ≈ 10
+        moved = (other.detach() - before_other).abs()
+        assert torch.allclose(moved[moved > 0], torch.full_like(moved[moved > 0], step), rtol=1e-4)
+
+
 def test_per_tensor_clipping_clips_each_tensor_to_the_norm():
     torch.manual_seed(0)
     model = small(clip_norm=0.5)
