@@ -152,7 +152,8 @@ def plot(result: dict, path: Path, title: str) -> Path:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    ap = argparse.ArgumentParser(prog="python -m mnp.diagnose", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m mnp.diagnose", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("run", help="a run directory of train.py (uses checkpoints/last.ckpt) or a checkpoint file")
     ap.add_argument("--sigmas", type=float, nargs="+", default=list(DEFAULT_SIGMAS), help="noise levels σ (0: clean)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the noise and the Monte Carlo samples")
