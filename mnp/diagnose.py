@@ -159,7 +159,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--seed", type=int, default=0, help="seed of the noise and the Monte Carlo samples")
     ap.add_argument("--data-dir", default=None, help="read the run's dataset from this directory instead")
     ap.add_argument("--json", type=Path, default=None, help="write the result here")
-    ap.add_argument("--plot", type=Path, default=None, help="write a PNG of accuracy and MBA share against σ")
+    ap.add_argument("--plot", type=Path, default=None, help="write a PNG of accuracy, attention and MBA precision against σ")
     args = ap.parse_args(argv)
     from mnp.pipeline import load_run
     ckpt = Path(args.run)
@@ -167,7 +167,6 @@ def main(argv: list[str] | None = None) -> dict:
         ckpt = ckpt / "checkpoints" / "last.ckpt"
     _, model_name, dataset_name, dm, model, _ = load_run(ckpt, args.data_dir)
     dm.setup("test")
-    torch.manual_seed(args.seed)
     views = [v.to(model.device, torch.float32) for v in dm.test_views]
     result = diagnose(model, views, dm.test_y.to(model.device), args.sigmas, args.seed)
     result.update(run=str(ckpt), model=model_name, dataset=dataset_name)
