@@ -199,10 +199,14 @@ def test_validation_metrics_reach_the_test_results():
 
 
 # ---------------------------------------------------------------------------- real multiruns
+TEST_OVERRIDES = ("trainer.max_epochs=1", "eval.noise=false")  # every test multirun's, hence in its job names
+SUFFIX = "_eval.noise=False,trainer.max_epochs=1"  # Hydra writes a multirun job's booleans as False
+
+
 def train_multirun(tmp_path, *args, timeout=600):
     env = dict(os.environ, WANDB_MODE="disabled", HYDRA_FULL_ERROR="0")
     cmd = [sys.executable, "train.py", "-m", f"paths.log_dir={tmp_path / 'logs'}", "logger=none",
-           "trainer.max_epochs=1", "trainer.enable_progress_bar=false", "eval.noise=false", *args]
+           "trainer.enable_progress_bar=false", *TEST_OVERRIDES, *args]
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
 
 
@@ -219,22 +223,22 @@ def test_multirun_isolates_failures_skips_absent_data_and_resumes(tmp_path):
 
     first = train_multirun(tmp_path, *sweep, "dataset=absent,synthetic")
     assert first.returncode != 0, first.stderr[-2000:]  # a failed job makes the sweep exit non-zero ...
-    rec = json.loads((jobs / "broken_synthetic_s0" / FAILED).read_text())
+    rec = json.loads((jobs / ("broken_synthetic_s0" + SUFFIX) / FAILED).read_text())
     assert rec["model"] == "broken" and "dropout probability" in rec["message"], rec
-    assert (jobs / "mlp_synthetic_s0" / "metrics.json").is_file()  # ... after the later jobs ran
-    for job in ("broken_absent_s0", "mlp_absent_s0"):
+    assert (jobs / ("mlp_synthetic_s0" + SUFFIX) / "metrics.json").is_file()  # ... after the later jobs ran
+    for job in ("broken_absent_s0" + SUFFIX, "mlp_absent_s0" + SUFFIX):
         assert "absent.npz not found" in json.loads((jobs / job / SKIPPED).read_text())["reason"]
         assert not (jobs / job / FAILED).exists()
 
     # resume: the fixed model re-runs, the finished job is not retrained, absent data is still skipped
     (conf / "model" / "broken.yaml").write_text(broken.format(0.0))
-    done = (jobs / "mlp_synthetic_s0" / "metrics.json").stat().st_mtime_ns
+    done = (jobs / ("mlp_synthetic_s0" + SUFFIX) / "metrics.json").stat().st_mtime_ns
     second = train_multirun(tmp_path, *sweep, "dataset=absent,synthetic")
     assert second.returncode == 0, second.stderr[-2000:]
-    assert (jobs / "mlp_synthetic_s0" / "metrics.json").stat().st_mtime_ns == done
-    assert (jobs / "broken_synthetic_s0" / "metrics.json").is_file()
-    assert not (jobs / "broken_synthetic_s0" / FAILED).exists()
-    assert (jobs / "mlp_absent_s0" / SKIPPED).is_file()
+    assert (jobs / ("mlp_synthetic_s0" + SUFFIX) / "metrics.json").stat().st_mtime_ns == done
+    assert (jobs / ("broken_synthetic_s0" + SUFFIX) / "metrics.json").is_file()
+    assert not (jobs / ("broken_synthetic_s0" + SUFFIX) / FAILED).exists()
+    assert (jobs / ("mlp_absent_s0" + SUFFIX) / SKIPPED).is_file()
 
 
 def test_submitit_local_sweep(tmp_path):
@@ -243,7 +247,7 @@ def test_submitit_local_sweep(tmp_path):
     assert res.returncode == 0, res.stderr[-2000:]
     jobs = tmp_path / "logs" / "default" / "multiruns"
     for seed in (0, 1):
-        m = json.loads((jobs / f"mlp_synthetic_s{seed}" / "metrics.json").read_text())
+        m = json.loads((jobs / f"mlp_synthetic_s{seed}{SUFFIX}" / "metrics.json").read_text())
         assert m["seed"] == seed and m["test/acc"] > 0.5
     assert (jobs / ".submitit").is_dir()  # the jobs really went through submitit
 

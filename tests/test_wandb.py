@@ -63,7 +63,7 @@ def test_offline_multirun_makes_one_run_per_job_with_summary_and_images(tmp_path
     assert res.returncode == 0, res.stderr[-3000:]
     run_ids = set()
     for seed in (0, 1):
-        job = tmp_path / "logs" / "wb" / "multiruns" / f"mlp_synthetic_s{seed}"
+        job = tmp_path / "logs" / "wb" / "multiruns" / f"mlp_synthetic_s{seed}_dataset.num_views=2,trainer.max_epochs=2"
         metrics = json.loads((job / "metrics.json").read_text())
         runs = list((job / "wandb").glob("offline-run-*"))
         assert len(runs) == 1, runs  # wandb.finish() after each job: a fresh run per job

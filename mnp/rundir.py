@@ -1,0 +1,106 @@
+"""Run directories: one per result-changing set of overrides, never reused for another config.
+
+A job's directory is ``<model>_<dataset>_s<seed>`` plus, when the command line changes anything that
+can change the result, ``_<those overrides>`` (``model.tau=0.5``, ``trainer.max_epochs=10``): a sweep
+``model.tau=0.1,0.5`` gets two directories, not one overwritten or skipped. Overrides that cannot
+change a result (where logs go, progress bars, launcher, logger, device) are left out of the name,
+so the paper sweeps keep their plain names.
+
+A directory is skipped as finished (``metrics.json``) or resumed (``last.ckpt``) only when the
+``config.yaml`` it holds matches the job's config. A config file edited since the run (a new
+per-dataset value, say) would otherwise return stale numbers; the job stops instead, names the keys
+that differ, and leaves the directory as it is.
+"""
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any, Iterable
+
+from omegaconf import OmegaConf
+
+RESOLVER = "mnp_run_suffix"
+# keys (and key prefixes, ending in ".") that cannot change a run's numbers
+NON_RESULT = ("model", "dataset", "seed", "experiment", "experiment_name", "variant", "launcher", "logger",
+              "callbacks", "trainer", "paths", "hydra", "skip_if_done", "ckpt_path", "test", "torch_threads",
+              "logger.", "launcher.", "callbacks.", "paths.", "hydra.", "dataset.data_dir", "dataset.download",
+              "dataset.checksum", "trainer.enable_progress_bar", "trainer.enable_model_summary",
+              "trainer.log_every_n_steps", "trainer.accelerator", "trainer.devices", "trainer.num_nodes",
+              "trainer.strategy", "optimized_metric")
+MAX_SUFFIX = 100
+
+
+def _is_result_key(key: str) -> bool:
+    key = key.lstrip("+~")
+    return not any(key == k or (k.endswith(".") and key.startswith(k)) for k in NON_RESULT)
+
+
+def result_overrides(overrides: Iterable[str]) -> list[str]:
+    """The command-line overrides that can change a run's numbers, sorted."""
+    return sorted(o for o in overrides if _is_result_key(o.split("=", 1)[0]))
+
+
+def run_suffix(overrides: Iterable[str]) -> str:
+    """``""`` or ``"_k=v,k2=v2"`` for a run directory name; long ones end in a hash of the whole."""
+    kept = ",".join(result_overrides(overrides)).replace("/", "-")
+    if not kept:
+        return ""
+    if len(kept) > MAX_SUFFIX:
+        kept = f"{kept[:MAX_SUFFIX - 9]}~{hashlib.sha1(kept.encode()).hexdigest()[:8]}"
+    return "_" + kept
+
+
+def register_resolver() -> None:
+    """``${mnp_run_suffix:${hydra.overrides.task}}`` in conf/hydra/default.yaml."""
+    if not OmegaConf.has_resolver(RESOLVER):
+        OmegaConf.register_new_resolver(RESOLVER, lambda overrides: run_suffix(list(overrides or [])))
+
+
+def hydra_run_suffix() -> str:
+    """:func:`run_suffix` of the running Hydra job's overrides; ``""`` outside a Hydra job."""
+    from hydra.core.hydra_config import HydraConfig
+
+    return run_suffix(HydraConfig.get().overrides.task) if HydraConfig.initialized() else ""
+
+
+def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
+    if not isinstance(d, dict):
+        return {prefix[:-1]: d}
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        out.update(_flatten(v, f"{prefix}{k}."))
+    return out
+
+
+def config_drift(saved: dict, current: dict) -> list[str]:
+    """Result keys whose values differ between a run's saved config and the job's (both resolved).
+
+    A key the saved config lacks is a switch added since the run, with a default that keeps the old
+    behaviour; it is not drift.
+    """
+    old, new = _flatten(saved), _flatten(current)
+    return sorted(k for k in old.keys() & new.keys() if _is_result_key(k) and old[k] != new[k]) + \
+        sorted(k for k in old.keys() - new.keys() if _is_result_key(k))
+
+
+class RunDirConflict(ValueError):
+    """The run directory holds a run of another config."""
+
+
+def check_reuse(out_dir, current: dict, resuming: bool = False) -> None:
+    """Raise :class:`RunDirConflict` when ``out_dir/config.yaml`` is not ``current`` (see module doc).
+
+    ``resuming`` (no metrics.json yet, a last.ckpt to continue from) allows a new
+    ``trainer.max_epochs``: training an unfinished run for longer is what a resume is for.
+    """
+    path = Path(out_dir) / "config.yaml"
+    if not path.is_file():
+        return
+    drift = config_drift(OmegaConf.to_container(OmegaConf.load(path)) or {}, current)
+    if resuming:
+        drift = [k for k in drift if k != "trainer.max_epochs"]
+    if drift:
+        shown = ", ".join(drift[:6]) + (f" and {len(drift) - 6} more" if len(drift) > 6 else "")
+        raise RunDirConflict(
+            f"{out_dir} holds a run of another config (differs at {shown}); it was left as it is. "
+            "Move it away to re-run, or give this job another experiment_name=...")
