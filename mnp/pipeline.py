@@ -23,7 +23,7 @@ from hydra.errors import InstantiationException
 from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from mnp.rundir import check_reuse, hydra_run_suffix
+from mnp.rundir import check_reuse, hydra_variant
 
 log = logging.getLogger(__name__)
 
@@ -240,16 +240,17 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     t0 = time.perf_counter()
     out_dir = Path(cfg.paths.output_dir)
     metrics_path = out_dir / "metrics.json"
-    if metrics_path.exists() or resolve_resume(cfg.get("ckpt_path"), out_dir):
-        # a finished or resumable run of another config is never reused
+    resume_from = resolve_resume(cfg.get("ckpt_path"), out_dir)
+    if metrics_path.exists() or resume_from:  # a finished or resumable run of another config is never reused
         check_reuse(out_dir, OmegaConf.to_container(cfg, resolve=True), resuming=not metrics_path.exists())
     if cfg.get("skip_if_done", False) and metrics_path.exists():
         log.info("skipping: %s already exists", metrics_path)
         return json.loads(metrics_path.read_text())
     check_writable(out_dir)
-    if cfg.get("variant") is None and hydra_run_suffix():  # report rows tell ad-hoc override runs apart
+    variant = hydra_variant()
+    if cfg.get("variant") is None and variant:  # report rows tell ad-hoc override runs apart
         with open_dict(cfg):
-            cfg.variant = hydra_run_suffix()[1:]
+            cfg.variant = variant
     set_threads(cfg.get("torch_threads"))
     pl.seed_everything(int(cfg.seed), workers=True, verbose=False)
     dataset_name, dm = build_datamodule(cfg)
@@ -264,7 +265,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     # written once everything is built: a bad config or bad data leaves no output behind
     atomic_write(out_dir / "config.yaml", lambda tmp: OmegaConf.save(cfg, tmp, resolve=True))
     try:
-        trainer.fit(model, datamodule=dm, ckpt_path=resolve_resume(cfg.get("ckpt_path"), out_dir))
+        trainer.fit(model, datamodule=dm, ckpt_path=resume_from)
         if trainer.interrupted:
             raise KeyboardInterrupt("training was interrupted")
         if not cfg.get("test", True):

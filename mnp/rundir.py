@@ -20,19 +20,21 @@ from typing import Any, Iterable
 from omegaconf import OmegaConf
 
 RESOLVER = "mnp_run_suffix"
-# keys (and key prefixes, ending in ".") that cannot change a run's numbers
-NON_RESULT = ("model", "dataset", "seed", "experiment", "experiment_name", "variant", "launcher", "logger",
-              "callbacks", "trainer", "paths", "hydra", "skip_if_done", "ckpt_path", "test", "torch_threads",
-              "logger.", "launcher.", "callbacks.", "paths.", "hydra.", "dataset.data_dir", "dataset.download",
-              "dataset.checksum", "trainer.enable_progress_bar", "trainer.enable_model_summary",
-              "trainer.log_every_n_steps", "trainer.accelerator", "trainer.devices", "trainer.num_nodes",
-              "trainer.strategy", "optimized_metric")
+# keys that cannot change a run's numbers: these exactly (group choices, bookkeeping) ...
+NON_RESULT_KEYS = frozenset({
+    "model", "dataset", "seed", "experiment", "experiment_name", "variant", "launcher", "logger", "callbacks",
+    "trainer", "paths", "hydra", "skip_if_done", "ckpt_path", "test", "torch_threads", "optimized_metric",
+    "dataset.data_dir", "dataset.download", "dataset.checksum", "trainer.enable_progress_bar",
+    "trainer.enable_model_summary", "trainer.log_every_n_steps", "trainer.accelerator", "trainer.devices",
+    "trainer.num_nodes", "trainer.strategy"})
+# ... and everything under these
+NON_RESULT_PREFIXES = ("logger.", "launcher.", "callbacks.", "paths.", "hydra.")
 MAX_SUFFIX = 100
 
 
 def _is_result_key(key: str) -> bool:
     key = key.lstrip("+~")
-    return not any(key == k or (k.endswith(".") and key.startswith(k)) for k in NON_RESULT)
+    return key not in NON_RESULT_KEYS and not key.startswith(NON_RESULT_PREFIXES)
 
 
 def result_overrides(overrides: Iterable[str]) -> list[str]:
@@ -40,14 +42,18 @@ def result_overrides(overrides: Iterable[str]) -> list[str]:
     return sorted(o for o in overrides if _is_result_key(o.split("=", 1)[0]))
 
 
-def run_suffix(overrides: Iterable[str]) -> str:
-    """``""`` or ``"_k=v,k2=v2"`` for a run directory name; long ones end in a hash of the whole."""
+def variant_name(overrides: Iterable[str]) -> str:
+    """``"k=v,k2=v2"`` of the result-changing overrides (``""`` if none); long ones end in a hash."""
     kept = ",".join(result_overrides(overrides)).replace("/", "-")
-    if not kept:
-        return ""
     if len(kept) > MAX_SUFFIX:
         kept = f"{kept[:MAX_SUFFIX - 9]}~{hashlib.sha1(kept.encode()).hexdigest()[:8]}"
-    return "_" + kept
+    return kept
+
+
+def run_suffix(overrides: Iterable[str]) -> str:
+    """``""`` or ``"_" + variant_name(overrides)``, appended to a run directory name."""
+    name = variant_name(overrides)
+    return f"_{name}" if name else ""
 
 
 def register_resolver() -> None:
@@ -56,11 +62,11 @@ def register_resolver() -> None:
         OmegaConf.register_new_resolver(RESOLVER, lambda overrides: run_suffix(list(overrides or [])))
 
 
-def hydra_run_suffix() -> str:
-    """:func:`run_suffix` of the running Hydra job's overrides; ``""`` outside a Hydra job."""
+def hydra_variant() -> str:
+    """:func:`variant_name` of the running Hydra job's overrides; ``""`` outside a Hydra job."""
     from hydra.core.hydra_config import HydraConfig
 
-    return run_suffix(HydraConfig.get().overrides.task) if HydraConfig.initialized() else ""
+    return variant_name(HydraConfig.get().overrides.task) if HydraConfig.initialized() else ""
 
 
 def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
