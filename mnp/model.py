@@ -25,7 +25,7 @@ from mnp.decoder import Decoder, sample_logits
 from mnp.encoders import ModalityEncoder
 from mnp.losses import predictive_nll, supervised_contrastive, unimodal_error
 from mnp.memory import ContextMemory
-from mnp.optim import make_optimizer
+from mnp.optim import keras_eps_, make_optimizer
 from mnp.routine import Routine
 
 
@@ -87,7 +87,9 @@ class MNP(Routine):
     ``alpha``, ``beta``, ``tau``; ``rbf_reduce`` mean (paper) | sum (official);
     ``lengthscale_penalty`` norm (paper) | half_sq (official); ``self_in_denominator`` (official).
     Memory: ``memory_size`` N^m (total); ``memory_init`` data | uniform; ``memory_trainable``;
-    ``memory_update`` mse | ce | fifo | random; ``memory_jstar`` all (paper) | same_class (official).
+    ``memory_update`` mse | ce | fifo | random; ``memory_jstar`` all (paper) | same_class (official);
+    ``memory_write`` after_step (paper, ``on_train_batch_end``) | before_step (official: a trained
+    memory's new rows then receive the optimiser step computed for the rows they replaced).
     Training: ``warmup_epochs``, ``warmup_lr``, ``warmup_end_factor``; ``optim`` (kwargs of
     make_optimizer: lr, eps, schedule, milestones, values); ``clip_norm`` per tensor; ``l2``
     (Keras kernel regulariser: l2·Σ‖W‖² over the dense kernels); ``train_decoder``;
@@ -111,7 +113,7 @@ class MNP(Routine):
                  alpha: float = 1.0, beta: float = 1.0, tau: float = 0.25, rbf_reduce: str = "mean",
                  lengthscale_penalty: str = "norm", self_in_denominator: bool = False, memory_size: int = 100,
                  memory_init: str = "data", memory_trainable: bool = False, memory_update: str = "mse",
-                 memory_jstar: str = "all", warmup_epochs: int = 0, warmup_lr: float = 1e-3,
+                 memory_jstar: str = "all", memory_write: str = "after_step", warmup_epochs: int = 0, warmup_lr: float = 1e-3,
                  warmup_end_factor: float = 0.1, optim: dict | None = None, clip_norm: float | None = None,
                  l2: float = 0.0, train_decoder: bool = True, lengthscale_lr_scale: float = 1.0,
                  fast: bool = True, compile: bool = False):
@@ -122,6 +124,7 @@ class MNP(Routine):
         choice("ty_loss", ty_loss, ("nll_of_mean", "mean_ce"))
         choice("rbf_reduce", rbf_reduce, ("mean", "sum"))
         choice("lengthscale_penalty", lengthscale_penalty, ("norm", "half_sq"))
+        choice("memory_write", memory_write, ("after_step", "before_step"))
         self.attention_norm = choice("attention_norm", attention_norm, NORMALISERS)
         if num_samples < 1:
             raise ValueError(f"num_samples must be >= 1, got {num_samples}")
@@ -318,6 +321,9 @@ class MNP(Routine):
 
     # ------------------------------------------------------------------ DCM update (eqs. 2–3)
     def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
+        self._update_memory()  # memory_write=after_step (paper); with before_step nothing is left to write
+
+    def _update_memory(self) -> None:
         cached, self._dcm_batch = self._dcm_batch, None
         if cached is not None:
             self.memory.update(*self._gather_candidates(*cached))
@@ -369,6 +375,8 @@ class MNP(Routine):
             return main
         warm = torch.optim.Adam(self._param_groups(self._warmup_parameters(), hp.warmup_lr),
                                 lr=hp.warmup_lr, eps=self.optim_cfg.get("eps", 1e-8), fused=fused)
+        if self.optim_cfg.get("eps_placement", "torch") == "keras":
+            keras_eps_(warm)
         warm.register_step_post_hook(self._after_optimizer_step)
         return [main, {"optimizer": warm}]
 
@@ -396,6 +404,8 @@ class MNP(Routine):
         self.manual_backward(loss)
         if not warm:
             self.configure_gradient_clipping(opt, self.hparams.clip_norm)
+        if self.hparams.memory_write == "before_step":
+            self._update_memory()  # official: the new rows are written before apply_gradients
         opt.step()
         return loss
 

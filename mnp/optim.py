@@ -1,6 +1,7 @@
 """Optimiser and learning-rate schedules shared by every model (SPEC §2)."""
 from __future__ import annotations
 
+import math
 from typing import Iterable, Sequence
 
 import torch
@@ -32,14 +33,42 @@ def lr_lambda(schedule: str, milestones: Sequence[int], values: Sequence[float],
     raise ValueError(f"unknown lr schedule '{schedule}'; choose constant, piecewise or linear")
 
 
+EPS_PLACEMENTS = ("torch", "keras")
+
+
+def keras_eps_(opt: torch.optim.Adam) -> torch.optim.Adam:
+    """Make torch's Adam place ε as Keras does (official code), by rescaling ε before every step.
+
+    Keras: θ −= lr·√(1−β2ᵗ)/(1−β1ᵗ) · m / (√v + ε); torch: θ −= lr/(1−β1ᵗ) · m / (√v/√(1−β2ᵗ) + ε').
+    They agree when ε' = ε/√(1−β2ᵗ), t counted per optimiser (Keras' ``iterations``). The step count
+    and the Keras ε live in the param groups, so they are checkpointed with the optimiser.
+    """
+    for g in opt.param_groups:
+        g.setdefault("keras_eps", g["eps"])
+        g.setdefault("keras_step", 0)
+
+    def pre_step(optimizer, args, kwargs) -> None:
+        for g in optimizer.param_groups:
+            g["keras_step"] += 1
+            g["eps"] = g["keras_eps"] / math.sqrt(1.0 - g["betas"][1] ** g["keras_step"])
+
+    opt.register_step_pre_hook(pre_step)
+    return opt
+
+
 def make_optimizer(params: Iterable, lr: float = 1e-3, weight_decay: float = 0.0, eps: float = 1e-8,
                    schedule: str = "constant", milestones: Sequence[int] = (), values: Sequence[float] = (),
-                   max_epochs: int = 100, fused: bool | None = None) -> dict:
+                   max_epochs: int = 100, fused: bool | None = None, eps_placement: str = "torch") -> dict:
     """Adam plus an epoch-wise LambdaLR, in Lightning's ``configure_optimizers`` format.
 
     ``weight_decay`` is coupled L2 (added to the gradient), as Keras' kernel regulariser in the
     official code. ``fused``: torch's single-kernel Adam (same update; None = torch's default).
+    ``eps_placement``: torch (ε added to √v̂) | keras (ε added to √v, official code; :func:`keras_eps_`).
     """
+    if eps_placement not in EPS_PLACEMENTS:
+        raise ValueError(f"unknown eps_placement '{eps_placement}'; choose torch or keras")
     opt = torch.optim.Adam(params, lr=lr, weight_decay=weight_decay, eps=eps, fused=fused)
+    if eps_placement == "keras":
+        keras_eps_(opt)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(schedule, list(milestones), list(values), lr, max_epochs))
     return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "epoch"}}
