@@ -23,7 +23,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from mnp.metrics import reliability  # noqa: E402
-from mnp.report import DATASET_ORDER, Run, _order, dataset_label, order_rows, row_label  # noqa: E402
+from mnp.report_runs import DATASET_ORDER, Run, dataset_label, order, order_rows, row_label  # noqa: E402
 
 NOISE_KEY = re.compile(r"^noise/acc@(.+)$")
 
@@ -45,7 +45,7 @@ def _groups(runs: list[Run]) -> dict[tuple[str, str], list[Run]]:
     g: dict[tuple[str, str], list[Run]] = defaultdict(list)
     for r in runs:
         g[(r.experiment, r.dataset)].append(r)
-    ds = _order({d for _, d in g}, DATASET_ORDER)
+    ds = order({d for _, d in g}, DATASET_ORDER)
     return {k: g[k] for k in sorted(g, key=lambda k: (k[0], ds.index(k[1])))}
 
 
@@ -238,7 +238,7 @@ def speed_bars(runs: list[Run], out: Path) -> list[Path]:
     written = []
     for exp in sorted({r.experiment for r in runs}):
         rs = [r for r in runs if r.experiment == exp]
-        datasets = _order({r.dataset for r in rs}, DATASET_ORDER)
+        datasets = order({r.dataset for r in rs}, DATASET_ORDER)
         rows = order_rows({r.row for r in rs})
         keys = [k for k in ("time/train_epoch_s", "time/test_s") if any(k in r.metrics for r in rs)]
         if not keys:

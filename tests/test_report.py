@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mnp.report import Cell, load, main, report, summarise
+from mnp.report import main, report
+from mnp.report_runs import Cell, load, summarise
 
 SIGMAS = [0.01, 0.1, 1.0, 10.0]
 
@@ -105,18 +106,18 @@ def test_tables_show_percentages_best_bold_second_underlined(sweep, tmp_path):
     assert ece["MCD"][pie].startswith("**0.020") and ece["MNP"][pie].startswith("<u>0.040")
     assert ece["MGP"][cub].startswith("**0.030") and ece["MNP"][cub].startswith("<u>0.050")
     assert md_table(md, "3")["MNP"][pie].startswith("**86.00")  # noise/acc_mean = acc − 0.1
-    t5 = md_table(md, "5a")  # time: min is best; mcd and mnp tie on pie (seeds 0..2 -> mean 2.0)
+    t5 = md_table(md, "4")  # no OOD table: training time is Table 4; min is best; mcd and mnp tie on pie (seeds 0..2 -> mean 2.0)
     assert t5["MGP"][pie].startswith("**1.500") and t5["MNP"][pie].startswith("<u>2.000")
     assert t5["MCD"][pie].startswith("<u>2.000")
     tex = (tmp_path / "out" / "results.tex").read_text()
     assert r"\textbf{96.00$\pm$1.00}\,{\scriptsize(3)}" in tex
     assert r"\underline{92.00$\pm$0.00}" in tex
-    speed = md_table(md, "5")  # MGP time / MNP time per dataset
+    speed = md_table(md, "6")  # MGP time / MNP time per dataset
     assert speed["PIE"] == ["0.75", "1.00"]
 
 
 def test_ties_share_the_rank():
-    from mnp.report import ACC, Table
+    from mnp.report_tables import ACC, Table
     t = Table("1", "t", "t", [("a", None), ("b", None), ("c", None)], [("D", "d", ACC)],
               {(0, 0): Cell(0.9925, 0, 5), (1, 0): Cell(0.9925, 0, 5), (2, 0): Cell(0.995, 0, 5)})
     assert t.ranks() == {(2, 0): 1, (0, 0): 2, (1, 0): 2}
@@ -205,3 +206,64 @@ def test_plots(sweep, tmp_path):
 def test_missing_directory_is_an_error(tmp_path, capsys):
     assert main([str(tmp_path / "nope"), "--out", str(tmp_path / "out")]) == 1
     assert "is not a directory" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------------------- table numbers
+def test_tables_numbered_consecutively_with_the_paper_table_named(sweep, tmp_path):
+    # paper_main has no OOD sets (no paper Table 4); paper_ood has one dataset with OOD sets
+    for m, svhn in {"mnp": 0.87, "mgp": 0.80}.items():
+        write_run(sweep, "paper_ood", m, "cifar10c", 0, 0.75, 0.01, extra={"ood/svhn/auroc": svhn})
+    report([sweep], tmp_path / "out", plots=False)
+    md = (tmp_path / "out" / "results.md").read_text()
+    heads = re.findall(r"^\*\*Table (\S+)\.\*\* .*\(cf\. paper Table (\d)", md, flags=re.M)
+    assert [n for n, _ in heads] == [str(i) for i in range(1, 14)]  # no gap, no 5a, no number twice
+    main_part, ood_part = md.split("## Experiment `paper_ood`")
+    assert [p for n, p in heads if f"**Table {n}.**" in main_part] == ["1", "2", "3", "5", "5", "5"]
+    assert [p for n, p in heads if f"**Table {n}.**" in ood_part] == ["1", "2", "3", "4", "5", "5", "5"]
+    assert "Training time per epoch" in md.split("**Table 4.**")[1].split("\n")[0]
+    assert "AUROC SVHN" in md.split("**Table 10.**")[1].split("**Table 11.**")[0]
+    tex = (tmp_path / "out" / "results.tex").read_text()
+    assert tex.count(r"\caption{") == 13
+    assert re.findall(r"cf\.\\ paper Table (\d)", tex) == [p for _, p in heads]
+
+
+# ---------------------------------------------------------------------------- the paper's numbers
+def test_paper_numbers_come_from_the_package_data_file():
+    import tomllib
+    from importlib import resources
+
+    from mnp.report_paper import PAPER_FILE, paper_rows, paper_speedups, paper_values
+    printed = {(r["model"], r["dataset"], r["metric"]): r["value"] for r in paper_rows()}
+    assert [printed[("mnp", "handwritten", k)] for k in ("test/acc", "test/ece", "noise/acc_mean")] == \
+        ["99.50", "0.005", "98.58"]
+    assert [printed[("mgp", "pie", k)] for k in ("test/acc", "test/ece", "noise/acc_mean")] == \
+        ["92.06", "0.079", "90.97"]
+    assert printed[("mnp", "cifar10c", "ood/svhn/auroc")] == "0.872"
+    # in metrics.json units: accuracies as fractions, ECE and AUROC as printed
+    values = paper_values()
+    assert values[("mnp", "handwritten", "test/acc")] == pytest.approx(0.995)
+    assert values[("mgp", "pie", "noise/acc_mean")] == pytest.approx(0.9097)
+    assert values[("mgp", "pie", "test/ece")] == pytest.approx(0.079)
+    assert values[("mnp", "cifar10c", "ood/svhn/auroc")] == pytest.approx(0.872)
+    assert len(values) == 8 * 6 * 3 + 8 * 4  # Tables 1-3: 8 methods × 6 datasets; Table 4: 8 methods × 4
+    assert paper_speedups()["pie"] == {"train": 2.88, "test": 5.37}
+    # read through importlib.resources from inside the package, and declared as package data
+    assert resources.files("mnp").joinpath(PAPER_FILE).is_file()
+    with open(Path(__file__).parents[1] / "pyproject.toml", "rb") as f:
+        assert PAPER_FILE in tomllib.load(f)["tool"]["setuptools"]["package-data"]["mnp"]
+
+
+def test_paper_comparison_of_ood_and_speed_from_the_data_file(tmp_path):
+    root = tmp_path / "logs"
+    write_run(root, "paper_ood", "mnp", "cifar10c", 0, 0.75, 0.01, extra={"ood/svhn/auroc": 0.870})
+    write_run(root, "paper_ood", "mgp", "cifar10c", 0, 0.73, 0.02, extra={"ood/svhn/auroc": 0.80})
+    res = report([root], tmp_path / "out", paper=True, plots=False)
+    md = (tmp_path / "out" / "results.md").read_text()
+    section = md.split("## Comparison with the paper (SPEC §7)", 1)[1]
+    assert "| paper_ood | MNP | CIFAR10-C | ood/svhn/auroc | 0.870 | 0.872 | -0.002 |" in section
+    assert "| paper_ood | MNP | CIFAR10-C | test/acc | 75.00 | 74.92 | +0.08 |" in section
+    assert "| paper_ood | MGP | CIFAR10-C | test/ece | 0.020 | 0.018 | +0.002 |" in section
+    # times: mnp 1.0 s, mgp 1.0 s per epoch (seed 0) -> speed-up 1.00 against the paper's 1.17
+    assert "| paper_ood | MNP/MGP | CIFAR10-C | speed-up train | 1.00 | 1.17 | -0.17 |" in section
+    assert len(res["paper"]) == 2 * 3  # accuracy, ECE, AUROC SVHN per method
+

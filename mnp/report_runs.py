@@ -1,0 +1,160 @@
+"""Finished sweep jobs for :mod:`mnp.report` and :mod:`mnp.plots`: loading, aggregation over seeds,
+the paper's order of methods and datasets, and their display names."""
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable
+
+import numpy as np
+from omegaconf import OmegaConf
+
+log = logging.getLogger(__name__)
+
+MODEL_ORDER = ["mcd", "de_ef", "sngp", "etp", "de_lf", "tmc", "mgp", "mnp", "mnp_official", "mlp"]
+MODEL_NAMES = {"mcd": "MCD", "de_ef": "DE (EF)", "sngp": "SNGP", "etp": "ETP", "de_lf": "DE (LF)", "tmc": "TMC",
+               "mgp": "MGP", "mnp": "MNP", "mnp_official": "MNP (official)", "mlp": "MLP"}
+DATASET_ORDER = ["handwritten", "cub", "pie", "caltech101", "scene15", "hmdb", "cifar10c", "digits_c", "synthetic",
+                 "custom"]
+DATASET_NAMES = {"handwritten": "Handwritten", "cub": "CUB", "pie": "PIE", "caltech101": "Caltech101",
+                 "scene15": "Scene15", "hmdb": "HMDB", "cifar10c": "CIFAR10-C", "digits_c": "Digits-C",
+                 "synthetic": "Synthetic", "custom": "Custom"}
+NON_METRICS = {"seed", "epochs"}
+
+
+@dataclass
+class Run:
+    """One finished job: its identity, its metrics and (when present) its resolved config."""
+
+    path: Path
+    experiment: str
+    model: str
+    dataset: str
+    seed: int
+    variant: str | None
+    metrics: dict
+    config: dict = field(default_factory=dict)
+
+    @property
+    def row(self) -> tuple[str, str | None]:
+        return self.model, self.variant
+
+
+@dataclass
+class Job:
+    """A failed or skipped job, from its failed.json / skipped.json."""
+
+    path: Path
+    status: str
+    record: dict
+
+    def describe(self) -> str:
+        r = self.record
+        what = r.get("message") or r.get("reason") or ""
+        err = f"{r['error']}: " if r.get("error") else ""
+        return f"{r.get('model')} / {r.get('dataset')} / seed {r.get('seed')}: {err}{what} ({self.path.parent})"
+
+
+def _read_config(run_dir: Path) -> dict:
+    path = run_dir / "config.yaml"
+    if not path.is_file():
+        return {}
+    return OmegaConf.to_container(OmegaConf.load(path)) or {}
+
+
+def load(dirs: Iterable[str | Path]) -> tuple[list[Run], list[Job]]:
+    """Every run (metrics.json) and every failed/skipped job under ``dirs``.
+
+    ``metrics.json`` written by ``evaluate.py`` (it has a ``checkpoint`` key) is not a sweep job
+    and is left out. A job found twice (the same experiment, model, variant, dataset and seed)
+    counts once: the most recent file wins.
+    """
+    runs: dict[tuple, Run] = {}
+    jobs: list[Job] = []
+    for d in dirs:
+        d = Path(d)
+        if not d.is_dir():
+            raise FileNotFoundError(f"{d} is not a directory")
+        for mpath in sorted(d.rglob("metrics.json")):
+            m = json.loads(mpath.read_text())
+            if "checkpoint" in m or "model" not in m or "dataset" not in m:
+                continue
+            cfg = _read_config(mpath.parent)
+            variant = cfg.get("variant")
+            run = Run(mpath.parent, str(m.get("experiment") or cfg.get("experiment_name") or "default"),
+                      str(m["model"]), str(m["dataset"]), int(m.get("seed", 0)),
+                      None if variant is None else str(variant), m, cfg)
+            key = (run.experiment, run.model, run.variant, run.dataset, run.seed)
+            if key in runs:
+                old = runs[key]
+                log.warning("duplicate run %s and %s; keeping the newer", old.path, run.path)
+                if old.path.joinpath("metrics.json").stat().st_mtime > mpath.stat().st_mtime:
+                    continue
+            runs[key] = run
+        for status in ("failed", "skipped"):
+            for p in sorted(d.rglob(f"{status}.json")):
+                if not (p.parent / "metrics.json").exists():
+                    jobs.append(Job(p, status, json.loads(p.read_text())))
+    return list(runs.values()), jobs
+
+
+@dataclass(frozen=True)
+class Cell:
+    """Mean, sample std and number of seeds of one table cell."""
+
+    mean: float
+    std: float
+    n: int
+
+
+def summarise(values: list[float]) -> Cell:
+    """Mean and sample standard deviation (ddof = 1; 0 for a single seed)."""
+    a = np.asarray(values, dtype=float)
+    return Cell(float(a.mean()), float(a.std(ddof=1)) if len(a) > 1 else 0.0, len(a))
+
+
+def aggregate(runs: list[Run]) -> dict[tuple, Cell]:
+    """(experiment, model, variant, dataset, metric) -> Cell over seeds, for every numeric metric."""
+    values: dict[tuple, list[float]] = defaultdict(list)
+    for r in runs:
+        for k, v in r.metrics.items():
+            if k in NON_METRICS or isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                continue
+            values[(r.experiment, r.model, r.variant, r.dataset, k)].append(float(v))
+    return {k: summarise(v) for k, v in values.items()}
+
+
+def order(items: Iterable[str], known: list[str]) -> list[str]:
+    """``items`` in the order of ``known``, then the unknown ones sorted."""
+    items = set(items)
+    return [x for x in known if x in items] + sorted(items - set(known))
+
+
+def order_rows(rows: Iterable[tuple[str, str | None]]) -> list[tuple[str, str | None]]:
+    """(model, variant) rows: models in the paper's order, numeric variants ascending, then the others."""
+    rows = set(rows)
+    models = order({m for m, _ in rows}, MODEL_ORDER)
+
+    def vkey(v):
+        try:
+            return (0, float(v), "")
+        except (TypeError, ValueError):
+            return (1, 0.0, str(v))
+    return [(m, v) for m in models for v in sorted({v for mm, v in rows if mm == m}, key=vkey)]
+
+
+def model_label(model: str) -> str:
+    return MODEL_NAMES.get(model, model)
+
+
+def row_label(row: tuple[str, str | None]) -> str:
+    model, variant = row
+    return model_label(model) if variant is None else f"{model_label(model)} ({variant})"
+
+
+def dataset_label(d: str) -> str:
+    return DATASET_NAMES.get(d, d)

@@ -1,0 +1,197 @@
+"""The paper's tables of one experiment, as markdown and LaTeX, for :mod:`mnp.report`.
+
+Each table records the number of the paper table it reproduces (1 accuracy, 2 ECE, 3 noisy
+accuracy, 4 CIFAR10-C OOD, 5 speed); the number shown is passed in at rendering time, so that the
+report can number its tables consecutively (see :mod:`mnp.report`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mnp.report_runs import DATASET_ORDER, Cell, dataset_label, order, order_rows, row_label
+
+OOD_ORDER = ["svhn", "cifar100", "heldout"]
+OOD_NAMES = {"svhn": "SVHN", "cifar100": "CIFAR100", "heldout": "held-out classes"}
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A metrics.json key, its direction and how it is shown (``scale``: e.g. 100 for %)."""
+
+    key: str
+    higher_better: bool
+    scale: float = 1.0
+    digits: int = 3
+
+    def fmt(self, x: float) -> str:
+        return f"{x * self.scale:.{self.digits}f}"
+
+
+ACC = Metric("test/acc", True, 100.0, 2)
+ECE = Metric("test/ece", False)
+NOISY_ACC = Metric("noise/acc_mean", True, 100.0, 2)
+TRAIN_TIME = Metric("time/train_epoch_s", False, 1.0, 3)
+TEST_TIME = Metric("time/test_s", False, 1.0, 3)
+
+
+def auroc_metric(name: str) -> Metric:
+    return Metric(f"ood/{name}/auroc", True)
+
+
+@dataclass
+class Table:
+    """Rows × columns of Cells; each column has its own metric (and so its own 'best')."""
+
+    paper: str  # the number of the paper table it reproduces
+    title: str
+    label: str
+    rows: list[tuple[str, str | None]]
+    columns: list[tuple[str, str, Metric]]  # (header, dataset, metric)
+    cells: dict[tuple[int, int], Cell]
+
+    def ranks(self) -> dict[tuple[int, int], int]:
+        """1 for the best value of each column, 2 for the second (ties share a rank, on shown digits)."""
+        out = {}
+        for j, (_, _, metric) in enumerate(self.columns):
+            shown = {i: float(metric.fmt(c.mean)) for (i, jj), c in self.cells.items() if jj == j}
+            distinct = sorted(set(shown.values()), reverse=metric.higher_better)
+            for i, v in shown.items():
+                rank = distinct.index(v) + 1
+                if rank <= 2:
+                    out[(i, j)] = rank
+        return out
+
+
+def make_table(paper: str, title: str, label: str, agg: dict, experiment: str,
+               columns: list[tuple[str, str, Metric]]) -> Table | None:
+    """The table of ``columns`` over the rows that have any of them; None when no cell has data."""
+    rows = order_rows({(m, v) for (e, m, v, d, k) in agg if e == experiment
+                       and any(d == cd and k == cm.key for _, cd, cm in columns)})
+    cells = {}
+    for i, (m, v) in enumerate(rows):
+        for j, (_, d, metric) in enumerate(columns):
+            c = agg.get((experiment, m, v, d, metric.key))
+            if c is not None:
+                cells[(i, j)] = c
+    if not cells:
+        return None
+    columns_used = sorted({j for _, j in cells})
+    columns = [columns[j] for j in columns_used]
+    cells = {(i, columns_used.index(j)): c for (i, j), c in cells.items()}
+    return Table(paper, title, label, rows, columns, cells)
+
+
+def experiment_tables(agg: dict, experiment: str) -> list[Table]:
+    """The paper's Tables 1-5 for one experiment (those with data), in the paper's order."""
+    datasets = order({d for (e, _, _, d, _) in agg if e == experiment}, DATASET_ORDER)
+    per_ds = lambda metric: [(dataset_label(d), d, metric) for d in datasets]  # noqa: E731
+    tables = [
+        make_table("1", "Test accuracy (%) ↑", "accuracy", agg, experiment, per_ds(ACC)),
+        make_table("2", "Test ECE ↓", "ece", agg, experiment, per_ds(ECE)),
+        make_table("3", "Test accuracy (%) averaged over the 10 noise levels ↑", "noisy-accuracy", agg, experiment,
+                   per_ds(NOISY_ACC)),
+    ]
+    for d in datasets:
+        oods = order({k.split("/")[1] for (e, _, _, dd, k) in agg
+                      if e == experiment and dd == d and k.startswith("ood/") and k.endswith("/auroc")}, OOD_ORDER)
+        if oods:
+            cols = [("Accuracy (%) ↑", d, ACC), ("ECE ↓", d, ECE)]
+            cols += [(f"AUROC {OOD_NAMES.get(o, o)} ↑", d, auroc_metric(o)) for o in oods]
+            tables.append(make_table("4", f"{dataset_label(d)}: accuracy, ECE and OOD AUROC", f"ood-{d}", agg,
+                                     experiment, cols))
+    tables += [
+        make_table("5", "Training time per epoch (s) ↓", "train-time", agg, experiment, per_ds(TRAIN_TIME)),
+        make_table("5", "Test time, one pass over the test set (s) ↓", "test-time", agg, experiment,
+                   per_ds(TEST_TIME)),
+    ]
+    return [t for t in tables if t is not None]
+
+
+def speedups(agg: dict, experiment: str, fast: str = "mnp", slow: str = "mgp") -> dict[str, dict[str, float]]:
+    """Paper Table 5: mean time of ``slow`` / mean time of ``fast`` per dataset (train and test)."""
+    out: dict[str, dict[str, float]] = {}
+    for (e, m, v, d, k) in agg:
+        if e != experiment or m != fast or v is not None or k not in (TRAIN_TIME.key, TEST_TIME.key):
+            continue
+        ref = agg.get((e, slow, None, d, k))
+        mine = agg[(e, m, v, d, k)]
+        if ref is not None and mine.mean > 0:
+            out.setdefault(d, {})["train" if k == TRAIN_TIME.key else "test"] = ref.mean / mine.mean
+    return {d: out[d] for d in order(out, DATASET_ORDER)}
+
+
+# ---------------------------------------------------------------------------- rendering
+def _cell_text(c: Cell, metric: Metric, pm: str) -> str:
+    return f"{metric.fmt(c.mean)}{pm}{metric.fmt(c.std)}"
+
+
+def table_md(t: Table, number: int) -> str:
+    ranks = t.ranks()
+    lines = [f"**Table {number}.** {t.title} (cf. paper Table {t.paper}; mean ± std over seeds; (n) = seeds)", "",
+             "| Method | " + " | ".join(h for h, _, _ in t.columns) + " |",
+             "|---|" + "---|" * len(t.columns)]
+    for i, row in enumerate(t.rows):
+        cells = []
+        for j, (_, _, metric) in enumerate(t.columns):
+            c = t.cells.get((i, j))
+            if c is None:
+                cells.append("–")
+                continue
+            s = _cell_text(c, metric, " ± ")
+            s = {1: f"**{s}**", 2: f"<u>{s}</u>"}.get(ranks.get((i, j)), s)
+            cells.append(f"{s} ({c.n})")
+        lines.append(f"| {row_label(row)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def tex_escape(s: str) -> str:
+    for a, b in (("\\", r"\textbackslash{}"), ("_", r"\_"), ("%", r"\%"), ("&", r"\&"), ("#", r"\#"),
+                 ("↑", r"$\uparrow$"), ("↓", r"$\downarrow$"), ("×", r"$\times$")):
+        s = s.replace(a, b)
+    return s
+
+
+def table_tex(t: Table, experiment: str) -> str:
+    """A LaTeX table; LaTeX numbers it, in the same order as :func:`table_md`'s numbers."""
+    ranks = t.ranks()
+    lines = [r"\begin{table}[!h]", r"\centering",
+             rf"\caption{{{tex_escape(t.title)} Mean $\pm$ std over seeds, number of seeds in parentheses "
+             rf"(cf.\ paper Table {t.paper}).}}",
+             rf"\label{{table:{tex_escape(experiment)}-{t.label}}}",
+             r"\resizebox{\textwidth}{!}{\begin{tabular}{l" + "c" * len(t.columns) + "}", r"\toprule",
+             "Method & " + " & ".join(tex_escape(h) for h, _, _ in t.columns) + r" \\", r"\midrule"]
+    for i, row in enumerate(t.rows):
+        cells = []
+        for j, (_, _, metric) in enumerate(t.columns):
+            c = t.cells.get((i, j))
+            if c is None:
+                cells.append("--")
+                continue
+            s = _cell_text(c, metric, r"$\pm$")
+            s = {1: rf"\textbf{{{s}}}", 2: rf"\underline{{{s}}}"}.get(ranks.get((i, j)), s)
+            cells.append(rf"{s}\,{{\scriptsize({c.n})}}")
+        lines.append(f"{tex_escape(row_label(row))} & " + " & ".join(cells) + r" \\")
+    lines += [r"\bottomrule", r"\end{tabular}}", r"\end{table}"]
+    return "\n".join(lines)
+
+
+def speedup_md(s: dict[str, dict[str, float]], number: int) -> str:
+    lines = [f"**Table {number}.** Speed-up of MNP over MGP, MGP time / MNP time (cf. paper Table 5; ratio of "
+             "the seed means)", "", "| Dataset | Training | Testing |", "|---|---|---|"]
+    for d, v in s.items():
+        cells = [f"{v[k]:.2f}" if k in v else "–" for k in ("train", "test")]
+        lines.append(f"| {dataset_label(d)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def speedup_tex(s: dict[str, dict[str, float]], experiment: str) -> str:
+    lines = [r"\begin{table}[!h]", r"\centering",
+             r"\caption{Speed-up ($\times$) of MNP over MGP: ratio of wall-clock time per epoch (MGP / MNP) "
+             r"(cf.\ paper Table 5).}",
+             rf"\label{{table:{tex_escape(experiment)}-speed-up}}", r"\begin{tabular}{lcc}", r"\toprule",
+             r"Dataset & Training & Testing \\", r"\midrule"]
+    for d, v in s.items():
+        lines.append(f"{tex_escape(dataset_label(d))} & " + " & ".join(f"{v[k]:.2f}" if k in v else "--"
+                                                                     for k in ("train", "test")) + r" \\")
+    lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}"]
+    return "\n".join(lines)
