@@ -3,11 +3,13 @@
 One figure per experiment (and dataset) and kind:
 
 * ``noise``: accuracy against the noise σ, one line per method, mean ± std over seeds;
-* ``reliability``: reliability diagrams from predictions.npz, seeds pooled;
+* ``reliability``: reliability diagrams from predictions.npz, seeds pooled, ECE in the title and
+  the bin counts below (bins with few samples faded);
 * ``ood``: histograms of the uncertainty score of in-distribution vs OOD test samples;
 * ``context``: metrics against a numeric ``variant`` (the context size N^m of the
   ``context_size`` sweep; the paper's Figures 4-10), mean and 95% confidence interval;
-* ``speed``: training time per epoch and test time, bars per method and dataset.
+* ``speed``: training time per epoch and test time per method and dataset: points at the mean,
+  bars from the fastest to the slowest seed, log axis with plain tick labels.
 """
 from __future__ import annotations
 
@@ -21,11 +23,17 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from matplotlib.colors import to_rgba  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
+from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter  # noqa: E402
 
 from mnp.metrics import reliability  # noqa: E402
 from mnp.report_runs import DATASET_ORDER, Run, dataset_label, order, order_rows, row_label  # noqa: E402
 
 NOISE_KEY = re.compile(r"^noise/acc@(.+)$")
+FEW_SAMPLES = 10  # reliability bins with fewer samples are drawn faded
+FADED = 0.3
 
 
 def _safe(s: str) -> str:
@@ -34,7 +42,8 @@ def _safe(s: str) -> str:
 
 def _save(fig, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
+    if fig.get_layout_engine() is None:
+        fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
@@ -80,24 +89,68 @@ def noise_series(metrics: dict) -> tuple[np.ndarray, np.ndarray]:
     return np.array([p[0] for p in pairs]), np.array([p[1] for p in pairs])
 
 
-def draw_reliability(ax, rel: dict, n_bins: int, title: str) -> None:
-    """Bars of per-bin accuracy, dots at the per-bin mean confidence, and the diagonal."""
-    edges = np.linspace(0, 1, n_bins + 1)
+def bin_ece(rel: dict) -> float:
+    """Expected calibration error of reliability bins: Σ_b (n_b / n) |accuracy_b − confidence_b|."""
     count = rel["count"].numpy()
-    acc = np.where(count > 0, rel["accuracy"].numpy(), 0.0)
-    ax.bar(edges[:-1], acc, width=1 / n_bins, align="edge", edgecolor="k", lw=0.5, label="accuracy")
-    conf = rel["confidence"].numpy()
-    ax.scatter(conf[count > 0], acc[count > 0], s=8, c="C3", zorder=3, label="mean confidence")
+    gap = np.abs(rel["accuracy"].numpy() - rel["confidence"].numpy())
+    return float((count * gap).sum() / count.sum())
+
+
+def draw_reliability(ax, ax_count, rel: dict, title: str) -> None:
+    """Per-bin accuracy bars, a gap bar from accuracy to mean confidence, the mean confidence at its
+    own height, the diagonal, and the bin counts in ``ax_count``; bins under FEW_SAMPLES samples faded."""
+    n_bins = len(rel["count"])
+    width = 1 / n_bins
+    count = rel["count"].numpy()
+    used = count > 0
+    left = np.linspace(0, 1, n_bins + 1)[:-1][used]
+    acc, conf, count = rel["accuracy"].numpy()[used], rel["confidence"].numpy()[used], count[used]
+    alpha = np.where(count < FEW_SAMPLES, FADED, 1.0)
+    ax.bar(left, acc, width, align="edge", color=[to_rgba("C0", a) for a in alpha],
+           edgecolor=[to_rgba("k", a) for a in alpha], lw=0.5)
+    ax.bar(left, conf - acc, width, bottom=acc, align="edge", color=[to_rgba("C3", 0.3 * a) for a in alpha],
+           edgecolor=[to_rgba("C3", a) for a in alpha], hatch="//", lw=0)
+    ax.hlines(conf, left, left + width, colors="k", lw=1.5)
     ax.plot([0, 1], [0, 1], "k--", lw=0.8)
-    ax.set(xlim=(0, 1), ylim=(0, 1), xlabel="confidence", ylabel="accuracy", title=title)
+    ax.set(xlim=(0, 1), ylim=(0, 1), ylabel="accuracy", title=f"{title}\nECE = {bin_ece(rel):.3f}")
+    ax.tick_params(labelbottom=False)
+    ax_count.bar(left, count, width, align="edge", color=[to_rgba("0.5", a) for a in alpha], edgecolor="k", lw=0.5)
+    for x, c in zip(left + width / 2, count):
+        ax_count.text(x, c, f" {int(c)}", ha="center", va="bottom", rotation=90, fontsize=6)
+    ax_count.set(xlim=(0, 1), ylim=(0, 2.2 * count.max()), xlabel="confidence", ylabel="samples")
+
+
+def _reliability_axes(n: int, size: float = 3.2):
+    """A figure with ``n`` (reliability, count) axis pairs, four pairs per row."""
+    cols = min(n, 4)
+    nrows = -(-n // cols)
+    fig = plt.figure(figsize=(size * cols, 1.35 * size * nrows), layout="constrained")
+    gs = fig.add_gridspec(2 * nrows, cols, height_ratios=[3, 1] * nrows)
+    pairs = []
+    for k in range(n):
+        r, c = divmod(k, cols)
+        ax = fig.add_subplot(gs[2 * r, c])
+        pairs.append((ax, fig.add_subplot(gs[2 * r + 1, c], sharex=ax)))
+    return fig, pairs
+
+
+def _reliability_legend(fig) -> None:
+    """One legend below all panels, clear of the data."""
+    handles = {"accuracy": Patch(facecolor="C0", edgecolor="k", lw=0.5),
+               "gap to mean confidence": Patch(facecolor=to_rgba("C3", 0.3), edgecolor="C3", hatch="//", lw=0),
+               "mean confidence": Line2D([], [], color="k", lw=1.5),
+               "perfect calibration": Line2D([], [], color="k", ls="--", lw=0.8),
+               f"bin with < {FEW_SAMPLES} samples (faded)": Patch(facecolor=to_rgba("C0", FADED),
+                                                          edgecolor=to_rgba("k", FADED), lw=0.5)}
+    ncol = 3 if len(fig.axes) > 2 else 2
+    fig.legend(handles.values(), handles.keys(), loc="outside lower center", ncol=ncol, fontsize=7, frameon=False)
 
 
 def reliability_figure(probs: np.ndarray, labels: np.ndarray, title: str, n_bins: int = 15):
-    """A one-panel reliability diagram of one run's test predictions."""
-    fig, ax = plt.subplots(figsize=(4, 4))
-    draw_reliability(ax, reliability(torch.as_tensor(probs), torch.as_tensor(labels).long(), n_bins), n_bins, title)
-    ax.legend(fontsize=7, loc="upper left")
-    fig.tight_layout()
+    """A reliability diagram (with bin counts below) of one run's test predictions."""
+    fig, [(ax, ax_count)] = _reliability_axes(1, size=4)
+    draw_reliability(ax, ax_count, reliability(torch.as_tensor(probs), torch.as_tensor(labels).long(), n_bins), title)
+    _reliability_legend(fig)
     return fig
 
 
@@ -157,10 +210,10 @@ def reliability_diagrams(runs: list[Run], out: Path, n_bins: int = 15) -> list[P
                 panels.append((row, reliability(probs, labels, n_bins), len(preds)))
         if not panels:
             continue
-        fig, axes = _grid(len(panels))
-        for ax, (row, rel, n) in zip(axes, panels):
-            draw_reliability(ax, rel, n_bins, f"{row_label(row)} (n={n})")
-        axes[0].legend(fontsize=7, loc="upper left")
+        fig, axes = _reliability_axes(len(panels))
+        for (ax, ax_count), (row, rel, n) in zip(axes, panels):
+            draw_reliability(ax, ax_count, rel, f"{row_label(row)}, {n} seed{'s' * (n > 1)} pooled")
+        _reliability_legend(fig)
         fig.suptitle(f"{dataset_label(ds)}: reliability")
         written.append(_save(fig, out / f"{_safe(exp)}_reliability_{_safe(ds)}.png"))
     return written
@@ -233,37 +286,82 @@ def context_curves(runs: list[Run], out: Path) -> list[Path]:
     return written
 
 
-# ---------------------------------------------------------------------------- speed bars
-def speed_bars(runs: list[Run], out: Path) -> list[Path]:
+# ---------------------------------------------------------------------------- speed
+def log_ticks(lo: float, hi: float) -> list[float]:
+    """Tick values for a log axis from ``lo`` to ``hi``: powers of ten, or 1-2-5 steps, or single
+    digits, the first of these that gives at least 3 ticks."""
+    ks = range(int(np.floor(np.log10(lo))), int(np.ceil(np.log10(hi))) + 1)
+    options = [[float(f"{m}e{k}") for k in ks for m in mantissas if lo <= float(f"{m}e{k}") <= hi]
+               for mantissas in ((1,), (1, 2, 5), range(1, 10))]
+    return next((t for t in options if len(t) >= 3), options[-1])
+
+
+def plain_number(x: float, _pos=None) -> str:
+    """0.1, 2, 50: a tick label without powers of ten."""
+    return np.format_float_positional(x, trim="-")
+
+
+def _times(rs: list[Run], row, dataset: str, key: str) -> list[float]:
+    return [float(r.metrics[key]) for r in rs if r.row == row and r.dataset == dataset and r.metrics.get(key, 0) > 0]
+
+
+def _speed_axis(ax, rs: list[Run], key: str, datasets: list[str], rows: list) -> None:
+    step = 0.8 / len(rows)
+    lows, highs = [], []
+    for i, row in enumerate(rows):
+        x, mean, low, high = [], [], [], []
+        for j, d in enumerate(datasets):
+            if v := _times(rs, row, d, key):
+                x.append(j + (i - (len(rows) - 1) / 2) * step)
+                mean.append(np.mean(v))
+                low.append(min(v))
+                high.append(max(v))
+        if x:
+            mean = np.array(mean)
+            ax.errorbar(x, mean, yerr=[mean - low, np.array(high) - mean], fmt="o", ms=5, capsize=2,
+                        color=f"C{i % 10}", label=row_label(row))
+            lows += low
+            highs += high
+    lo, hi = min(lows) / 1.5, max(highs) * 1.5
+    ax.set(yscale="log", ylim=(lo, hi), ylabel="seconds (log scale)",
+           title={"time/train_epoch_s": "training time per epoch", "time/test_s": "test time"}[key]
+           + "\n(mean over seeds; bar: fastest to slowest seed)")
+    ax.yaxis.set_major_locator(FixedLocator(log_ticks(lo, hi)))
+    ax.yaxis.set_major_formatter(FuncFormatter(plain_number))
+    ax.yaxis.set_minor_formatter(NullFormatter())
+    ax.set_xticks(range(len(datasets)), [dataset_label(d) for d in datasets], rotation=30)
+    ax.set_xlim(-0.5, len(datasets) - 0.5)
+    ax.grid(alpha=0.3, axis="y", which="both")
+
+
+def speed_figure(rs: list[Run]):
+    """Training time per epoch and test time per dataset of one experiment's runs: the mean over
+    seeds as a point per method, a bar from the fastest to the slowest seed, on a log axis with
+    plain tick labels; None when no run has a time."""
+    datasets = order({r.dataset for r in rs}, DATASET_ORDER)
+    rows = order_rows({r.row for r in rs})
+    keys = [k for k in ("time/train_epoch_s", "time/test_s") if any(r.metrics.get(k, 0) > 0 for r in rs)]
+    if not keys:
+        return None
+    width_in = max(5.0, 1.2 * len(datasets) * max(1, len(rows)) ** 0.5)
+    fig, axes = plt.subplots(1, len(keys), figsize=(width_in * len(keys), 4), squeeze=False, layout="constrained")
+    for ax, key in zip(axes[0], keys):
+        _speed_axis(ax, rs, key, datasets, rows)
+    handles = {label: h for ax in axes[0] for h, label in zip(*ax.get_legend_handles_labels())}
+    fig.legend(handles.values(), handles.keys(), loc="outside right upper", fontsize=7)
+    return fig
+
+
+def speed_plots(runs: list[Run], out: Path) -> list[Path]:
     written = []
     for exp in sorted({r.experiment for r in runs}):
-        rs = [r for r in runs if r.experiment == exp]
-        datasets = order({r.dataset for r in rs}, DATASET_ORDER)
-        rows = order_rows({r.row for r in rs})
-        keys = [k for k in ("time/train_epoch_s", "time/test_s") if any(k in r.metrics for r in rs)]
-        if not keys:
-            continue
-        width_in = max(5.0, 1.2 * len(datasets) * max(1, len(rows)) ** 0.5)
-        fig, axes = plt.subplots(1, len(keys), figsize=(width_in * len(keys), 4), squeeze=False)
-        width = 0.8 / max(len(rows), 1)
-        for ax, key in zip(axes[0], keys):
-            for i, row in enumerate(rows):
-                means, stds = [], []
-                for d in datasets:
-                    v = [r.metrics[key] for r in rs if r.row == row and r.dataset == d and key in r.metrics]
-                    means.append(np.mean(v) if v else np.nan)
-                    stds.append(np.std(v, ddof=1) if len(v) > 1 else 0.0)
-                ax.bar(np.arange(len(datasets)) + i * width, means, width, yerr=stds, capsize=2, label=row_label(row))
-            ax.set_xticks(np.arange(len(datasets)) + 0.4 - width / 2, [dataset_label(d) for d in datasets], rotation=30)
-            ax.set(ylabel="seconds", title={"time/train_epoch_s": "training time per epoch",
-                                            "time/test_s": "test time"}[key], yscale="log")
-            ax.grid(alpha=0.3, axis="y")
-        axes[0][0].legend(fontsize=7)
-        written.append(_save(fig, out / f"{_safe(exp)}_speed.png"))
+        fig = speed_figure([r for r in runs if r.experiment == exp])
+        if fig is not None:
+            written.append(_save(fig, out / f"{_safe(exp)}_speed.png"))
     return written
 
 
 def all_plots(runs: list[Run], out: Path) -> list[Path]:
     """Every plot above that the runs have data for; returns the files written."""
     return (noise_curves(runs, out) + reliability_diagrams(runs, out) + ood_histograms(runs, out)
-            + context_curves(runs, out) + speed_bars(runs, out))
+            + context_curves(runs, out) + speed_plots(runs, out))
