@@ -16,6 +16,8 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
+from datamodules.checks import (check_numeric, describe_absent, empty_test_hint, fraction, positive_int,
+                                validate_arrays)
 from datamodules.errors import DataError
 
 log = logging.getLogger(__name__)
@@ -113,31 +115,6 @@ def index_loader(views: Sequence[Tensor], y: Tensor, batch_size: int, shuffle: b
     return DataLoader(IndexBatchDataset(views, y), sampler=sampler, batch_size=None)
 
 
-def validate_arrays(views: Sequence[np.ndarray], y: np.ndarray, source: str) -> None:
-    """Raise :class:`DataError` on NaN/inf, empty or mismatched views, and non-integer labels."""
-    if len(views) == 0:
-        raise DataError(f"{source}: no views found")
-    n = len(y)
-    for v, x in enumerate(views):
-        if x.ndim != 2:
-            raise DataError(f"{source}: view {v + 1} has shape {x.shape}; expected samples × features")
-        if x.shape[1] == 0:
-            raise DataError(f"{source}: view {v + 1} has zero feature columns")
-        if x.shape[0] != n:
-            raise DataError(f"{source}: view {v + 1} has {x.shape[0]} rows but there are {n} labels")
-        bad = ~np.isfinite(x)
-        if bad.any():
-            r, c = np.argwhere(bad)[0]
-            raise DataError(f"{source}: view {v + 1} has {int(bad.sum())} NaN/inf values (first at row {r}, column {c}); "
-                            "clean or impute the features first")
-    yf = np.asarray(y)
-    if not np.issubdtype(yf.dtype, np.number) or not np.all(np.isfinite(yf.astype(float))) or \
-            not np.all(yf.astype(float) == np.round(yf.astype(float))):
-        raise DataError(f"{source}: labels must be integers (got dtype {yf.dtype}, e.g. {yf.ravel()[:3].tolist()})")
-    if yf.min() < 0:
-        raise DataError(f"{source}: labels must be non-negative, found {int(yf.min())}")
-
-
 def stratified_split(y: np.ndarray, test_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """Per-class random split; every class keeps at least one training sample."""
     rng = np.random.default_rng(seed)
@@ -159,6 +136,7 @@ class Scaler:
             raise DataError(f"unknown scaling '{kind}'; choose minmax, standard or none")
         self.kind = kind
 
+    @np.errstate(over="ignore", invalid="ignore")  # overflow shows as non-finite output, reported by the caller
     def fit(self, x: np.ndarray) -> "Scaler":
         if self.kind == "minmax":
             self.shift, span = x.min(0), x.max(0) - x.min(0)
@@ -169,8 +147,13 @@ class Scaler:
         self.scale = np.where(span > 0, span, 1.0)  # constant columns map to 0, never NaN
         return self
 
+    @np.errstate(over="ignore", invalid="ignore")
     def transform(self, x: np.ndarray) -> np.ndarray:
         return (x - self.shift) / self.scale
+
+    def finite(self) -> bool:
+        """False when fitting overflowed (a huge view's mean, span or spread is inf or NaN)."""
+        return bool(np.isfinite(self.shift).all() and np.isfinite(self.scale).all())
 
 
 class MultiViewDataModule(pl.LightningDataModule):
@@ -184,9 +167,11 @@ class MultiViewDataModule(pl.LightningDataModule):
                  shuffle: bool = True, full_batches: bool = False):
         super().__init__()
         self.full_batches = bool(full_batches)  # official: N // batch_size full batches per epoch from a stream
-        self.batch_size, self.eval_batch_size = int(batch_size), int(eval_batch_size)
+        self.batch_size = positive_int("batch_size", batch_size)
+        self.eval_batch_size = positive_int("eval_batch_size", eval_batch_size)
         self.scaling, self.scale_test_separately = scaling, scale_test_separately
-        self.val_fraction, self.test_fraction = float(val_fraction), float(test_fraction)
+        self.val_fraction = fraction("val_fraction", val_fraction, lower_open=False)
+        self.test_fraction = fraction("test_fraction", test_fraction, lower_open=True)
         self.use_split_files = use_split_files
         self.ood_classes = sorted(int(c) for c in (ood_classes or []))
         self.seed, self.shuffle = int(seed), shuffle
@@ -202,32 +187,35 @@ class MultiViewDataModule(pl.LightningDataModule):
         if self._ready:
             return
         raw = self.load()
-        views = [np.asarray(v, dtype=np.float64) for v in raw.views]
+        views = [np.asarray(v) for v in raw.views]
+        for v, x in enumerate(views):
+            check_numeric(x, raw.source, str(v + 1))
+        views = [x.astype(np.float64) for x in views]
         y = np.asarray(raw.y).ravel()
         validate_arrays(views, y, raw.source)
         y = y.astype(np.int64)
-        if raw.train_idx is not None and self.use_split_files:
+        from_files = raw.train_idx is not None and self.use_split_files
+        if from_files:
             train_idx, test_idx = np.asarray(raw.train_idx, dtype=np.int64), np.asarray(raw.test_idx, dtype=np.int64)
             if train_idx.max(initial=-1) >= len(y) or test_idx.max(initial=-1) >= len(y):
                 raise DataError(f"{raw.source}: split indices exceed the {len(y)} samples")
         else:
             train_idx, test_idx = stratified_split(y, self.test_fraction, self.seed)
-        classes = np.unique(y)
-        absent = np.setdiff1d(np.arange(classes.max() + 1), classes)
-        if len(absent):
+        classes, y_class = np.unique(y, return_inverse=True)
+        absent = describe_absent(classes)
+        if absent:
             log.warning("%s: labels %s never occur (labels span 0..%d); the %d classes present are renumbered "
-                        "0..%d in sorted order", raw.source, absent.tolist(), classes.max(), len(classes),
-                        len(classes) - 1)
+                        "0..%d in sorted order", raw.source, absent, classes[-1], len(classes), len(classes) - 1)
         unknown = sorted(set(self.ood_classes) - set(classes.tolist()))
         if unknown:
             raise DataError(f"{raw.source}: ood_classes {unknown} are not labels of this dataset ({classes.min()}..{classes.max()})")
-        ood_idx = np.flatnonzero(np.isin(y, self.ood_classes))
-        keep = np.setdiff1d(classes, self.ood_classes)
-        remap = np.full(classes.max() + 1, -1, dtype=np.int64)
-        remap[keep] = np.arange(len(keep))
-        train_idx = train_idx[~np.isin(y[train_idx], self.ood_classes)]
-        test_idx = test_idx[~np.isin(y[test_idx], self.ood_classes)]
-        missing = np.setdiff1d(keep, y[train_idx])
+        is_ood, keep = np.isin(y, self.ood_classes), ~np.isin(classes, self.ood_classes)
+        ood_idx = np.flatnonzero(is_ood)
+        rank = np.full(len(classes), -1)
+        rank[keep] = np.arange(keep.sum())
+        label = rank[y_class]  # 0..K-1 in the sorted order of the kept classes (-1: held-out OOD rows)
+        train_idx, test_idx = train_idx[~is_ood[train_idx]], test_idx[~is_ood[test_idx]]
+        missing = np.setdiff1d(classes[keep], y[train_idx])
         if len(missing):
             raise DataError(f"{raw.source}: class(es) {missing.tolist()} have no training samples; "
                             "check the labels or the split files")
@@ -235,23 +223,26 @@ class MultiViewDataModule(pl.LightningDataModule):
         if self.val_fraction > 0:
             tr_local, va_local = stratified_split(y[train_idx], self.val_fraction, self.seed + 1)
             train_idx, val_idx = train_idx[tr_local], train_idx[va_local]
-        self.num_classes = int(len(keep))
+        self.num_classes = int(keep.sum())
         if self.num_classes < 2:
             raise DataError(f"{raw.source}: need at least 2 classes, found {self.num_classes}")
+        if len(test_idx) == 0:
+            largest = int(np.bincount(y_class[~is_ood]).max())
+            raise DataError(f"{raw.source}: the test split is empty: {empty_test_hint(from_files, largest, self.test_fraction)}")
         self.view_dims = [v.shape[1] for v in views]
         scalers = [Scaler(self.scaling).fit(v[train_idx]) for v in views]
 
         def scaled(idx: np.ndarray, fit_own: bool = False) -> list[Tensor]:
             out = []
-            for v, sc in zip(views, scalers):
-                sc = Scaler(self.scaling).fit(v[idx]) if fit_own and len(idx) else sc
-                out.append(torch.as_tensor(sc.transform(v[idx]), dtype=torch.float32))
+            for v, (x, sc) in enumerate(zip(views, scalers)):
+                sc = Scaler(self.scaling).fit(x[idx]) if fit_own and len(idx) else sc
+                out.append(self._tensor(x[idx], sc, raw.source, v))
             return out
 
-        self.train_views, self.train_y = scaled(train_idx), torch.as_tensor(remap[y[train_idx]])
-        self.val_views, self.val_y = scaled(val_idx), torch.as_tensor(remap[y[val_idx]])
+        self.train_views, self.train_y = scaled(train_idx), torch.as_tensor(label[train_idx])
+        self.val_views, self.val_y = scaled(val_idx), torch.as_tensor(label[val_idx])
         self.test_views = scaled(test_idx, fit_own=self.scale_test_separately)
-        self.test_y = torch.as_tensor(remap[y[test_idx]])
+        self.test_y = torch.as_tensor(label[test_idx])
         self.train_idx, self.val_idx, self.test_idx = train_idx, val_idx, test_idx
         self.ood_sets: dict[str, tuple[list[Tensor], Tensor]] = {}
         if len(ood_idx):
@@ -259,10 +250,19 @@ class MultiViewDataModule(pl.LightningDataModule):
             self.ood_sets["heldout"] = ([torch.cat([a, b]) for a, b in zip(self.test_views, ood)],
                                         torch.cat([torch.zeros(len(test_idx)), torch.ones(len(ood_idx))]).long())
         for name, ood_views in raw.external_ood.items():
-            ov = [torch.as_tensor(sc.transform(np.asarray(v, dtype=np.float64)), dtype=torch.float32)
-                  for v, sc in zip(ood_views, scalers)]
+            ov = [self._tensor(np.asarray(x, dtype=np.float64), sc, f"{raw.source} (OOD set {name})", v)
+                  for v, (x, sc) in enumerate(zip(ood_views, scalers))]
             self.ood_sets[name] = self.build_external_ood(name, ov)
         self._ready = True
+
+    def _tensor(self, x: np.ndarray, sc: Scaler, source: str, v: int) -> Tensor:
+        """One view's rows scaled to float32; a DataError names the view if scaling overflowed."""
+        t = torch.as_tensor(sc.transform(x), dtype=torch.float32)
+        if not (sc.finite() and torch.isfinite(t).all()):
+            raise DataError(f"{source}: view {v + 1} overflowed in scaling (dataset.scaling={self.scaling}): its values, "
+                            f"up to {np.abs(x).max(initial=0):.3g} in magnitude, are too large for the scaler or for "
+                            "float32; divide the view by a constant before saving it")
+        return t
 
     def build_external_ood(self, name: str, ood_views: list[Tensor]) -> tuple[list[Tensor], Tensor]:
         """ID test samples followed by OOD samples; subclasses may subsample (CIFAR10-C)."""

@@ -21,7 +21,9 @@ import numpy as np
 import scipy.io
 
 from datamodules.base import RawData
+from datamodules.checks import check_numeric
 from datamodules.errors import DataError
+from datamodules.npz import ACCEPTED, load_npz
 
 LABEL_KEYS = ("gt", "Y", "y")
 
@@ -34,6 +36,8 @@ def corrupt(path: Path, err: Exception) -> DataError:
 def read_file(path: str | Path) -> RawData:
     """Read any supported layout; unreadable files raise a one-line :class:`DataError`."""
     path = Path(path)
+    if path.is_dir():
+        raise DataError(f"{path} is a directory, not a data file; accepted: {ACCEPTED}")
     if not path.is_file():
         raise DataError(f"{path.name} not found in {path.parent}/")
     suffix = path.suffix.lower()
@@ -48,7 +52,7 @@ def read_file(path: str | Path) -> RawData:
         raise
     except Exception as e:  # scipy / h5py / zipfile raise assorted types for damaged files
         raise corrupt(path, e) from None
-    raise DataError(f"{path}: unsupported file type '{suffix}'; use .mat (v5 or v7.3/HDF5) or .npz")
+    raise DataError(f"{path}: unsupported file type '{suffix}'; accepted: {ACCEPTED}")
 
 
 # ---------------------------------------------------------------------------- label and view helpers
@@ -82,8 +86,7 @@ def orient(x, n: int, source: str, name: str, auto: bool = True) -> np.ndarray:
         x = x[:, None]
     if x.ndim != 2:
         raise DataError(f"{source}: view {name} has shape {x.shape}; expected a 2-D matrix")
-    if not (np.issubdtype(x.dtype, np.number) or x.dtype == bool):
-        raise DataError(f"{source}: view {name} has non-numeric dtype {x.dtype}")
+    check_numeric(x, source, name)
     rows, cols = x.shape
     if not auto and rows != n:
         raise DataError(f"{source}: view {name} has shape {x.shape} but there are {n} labels; "
@@ -180,8 +183,7 @@ def read_hdf5(path: Path) -> RawData:
 
 def read_npz(path: Path) -> RawData:
     source = str(path)
-    with np.load(path, allow_pickle=False) as z:
-        d = {k: z[k] for k in z.files}  # reads every member: damaged archives fail here
+    d = load_npz(path)  # reads every member: damaged archives fail here
     if "y" not in d:
         raise DataError(f"{source}: .npz needs keys x1..xM and y (optional train_idx, test_idx); keys are {sorted(d)}")
     vs = numbered(d, r"x(\d+)")
@@ -194,8 +196,7 @@ def read_npz(path: Path) -> RawData:
         x = np.asarray(d[f"x{v}"])
         if x.ndim != 2 or x.shape[0] != len(y):
             raise DataError(f"{source}: view x{v} has shape {x.shape}; expected ({len(y)}, d) to match y")
-        if not np.issubdtype(x.dtype, np.number):
-            raise DataError(f"{source}: view x{v} has non-numeric dtype {x.dtype}")
+        check_numeric(x, source, f"x{v}")
         views.append(x.astype(np.float64))
     if ("train_idx" in d) != ("test_idx" in d):
         raise DataError(f"{source}: give both train_idx and test_idx, or neither")

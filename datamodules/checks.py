@@ -1,0 +1,83 @@
+"""Checks of a datamodule's inputs: its config values, the dtypes and values of views and labels.
+Each failure is a one-line :class:`DataError` naming the key, file, view or row and what to do."""
+from __future__ import annotations
+
+import numbers
+from typing import Sequence
+
+import numpy as np
+
+from datamodules.errors import DataError
+
+
+def positive_int(key: str, value) -> int:
+    """``dataset.<key>`` as an int >= 1, else a DataError naming the key."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise DataError(f"dataset.{key} must be an integer >= 1, got {value!r}")
+    return int(value)
+
+
+def fraction(key: str, value, lower_open: bool) -> float:
+    """``dataset.<key>`` as a float in [0, 1) (or (0, 1) with ``lower_open``), else a DataError naming the key."""
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    if not (ok and (0 < value < 1 if lower_open else 0 <= value < 1)):
+        raise DataError(f"dataset.{key} must be a fraction in {'(0' if lower_open else '[0'}, 1), got {value!r}")
+    return float(value)
+
+
+def check_numeric(x: np.ndarray, source: str, name: str) -> None:
+    """A DataError unless view ``name`` holds real numbers or booleans (complex, objects and strings fail)."""
+    if x.dtype.hasobject:
+        raise DataError(f"{source}: view {name} holds Python objects (dtype object); save numeric arrays")
+    if np.issubdtype(x.dtype, np.complexfloating):
+        raise DataError(f"{source}: view {name} is complex-valued (dtype {x.dtype}); its imaginary part would be "
+                        "lost: save real features (e.g. the real and imaginary parts as separate columns)")
+    if not (np.issubdtype(x.dtype, np.number) or x.dtype == bool):
+        raise DataError(f"{source}: view {name} has non-numeric dtype {x.dtype}")
+
+
+def validate_arrays(views: Sequence[np.ndarray], y: np.ndarray, source: str) -> None:
+    """Raise :class:`DataError` on NaN/inf, empty or mismatched views, and non-integer labels."""
+    if len(views) == 0:
+        raise DataError(f"{source}: no views found")
+    n = len(y)
+    for v, x in enumerate(views):
+        if x.ndim != 2:
+            raise DataError(f"{source}: view {v + 1} has shape {x.shape}; expected samples × features")
+        if x.shape[1] == 0:
+            raise DataError(f"{source}: view {v + 1} has zero feature columns")
+        if x.shape[0] != n:
+            raise DataError(f"{source}: view {v + 1} has {x.shape[0]} rows but there are {n} labels")
+        bad = ~np.isfinite(x)
+        if bad.any():
+            r, c = np.argwhere(bad)[0]
+            raise DataError(f"{source}: view {v + 1} has {int(bad.sum())} NaN/inf values (first at row {r}, column {c}); "
+                            "clean or impute the features first")
+    yf = np.asarray(y)
+    if not np.issubdtype(yf.dtype, np.number) or not np.all(np.isfinite(yf.astype(float))) or \
+            not np.all(yf.astype(float) == np.round(yf.astype(float))):
+        raise DataError(f"{source}: labels must be integers (got dtype {yf.dtype}, e.g. {yf.ravel()[:3].tolist()})")
+    if yf.min() < 0:
+        raise DataError(f"{source}: labels must be non-negative, found {int(yf.min())}")
+
+
+def describe_absent(classes: np.ndarray, show: int = 5) -> str:
+    """The labels of 0..max that never occur among the sorted ``classes`` ("" if none): all of them, or
+    the first ``show`` and their count. The range is never built, so a label of 10⁹ costs nothing."""
+    count, first, prev = int(classes[-1]) + 1 - len(classes), [], -1
+    for c in classes.tolist():
+        first += range(prev + 1, min(c, prev + 1 + show - len(first)))
+        prev = c
+    if count <= show:
+        return str(first) if count else ""
+    return f"[{', '.join(map(str, first))}, ...] ({count} in all)"
+
+
+def empty_test_hint(from_files: bool, largest: int, test_fraction: float) -> str:
+    """Why the test split is empty and what to do (``largest``: the size of the largest class)."""
+    if from_files:
+        return "the split's test indices hold no sample outside dataset.ood_classes; give test samples"
+    if largest < 2:
+        return "every class has one sample, which stays in training; add samples"
+    return (f"dataset.test_fraction={test_fraction} of at most {largest} samples per class rounds to 0; "
+            "add samples or raise it (+dataset.test_fraction=...)")
