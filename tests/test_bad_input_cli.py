@@ -9,8 +9,6 @@ N_K training samples, labels with a gap) trains with a warning and gives finite 
 import logging
 import os
 import shutil
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -18,9 +16,9 @@ import scipy.io
 import torch
 from omegaconf import OmegaConf
 
-from cfg_utils import ROOT, compose_train
+from cfg_utils import compose_train
+from cli_utils import assert_no_outputs, guarded_error, hydra_only, run_cli
 from datamodules.custom import CustomDataModule
-from mnp.cli import run_guarded
 from mnp.pipeline import evaluate, train
 
 FAST = ["trainer.max_epochs=1", "eval.noise=false", "skip_if_done=false", "ckpt_path=null"]
@@ -154,22 +152,6 @@ CASES = ["truncated npz", "truncated mat", "nan", "inf", "zero columns", "non-in
          "unknown model key", "unknown dataset key"]
 
 
-def guarded_error(fn, cfg, capsys) -> str:
-    """Run ``fn(cfg)`` under the CLI guard; assert exit 1 and exactly one stderr line; return it."""
-    capsys.readouterr()
-    with pytest.raises(SystemExit) as e:
-        run_guarded(fn, cfg)
-    assert e.value.code == 1
-    lines = capsys.readouterr().err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), lines
-    return lines[0]
-
-
-def assert_no_outputs(out_dir):
-    left = sorted(p.relative_to(out_dir).as_posix() for p in out_dir.rglob("*")) if out_dir.exists() else []
-    assert left == [], left
-
-
 @pytest.mark.parametrize("case", CASES)
 def test_bad_input_gives_one_line_exit_1_and_no_outputs(tmp_path, capsys, case):
     data, out = tmp_path / "data", tmp_path / "run"
@@ -263,23 +245,12 @@ def test_constant_views_duplicates_small_class_and_label_gap_train_with_warnings
 
 
 # ---------------------------------------------------------------------------- the real CLI
-def _run(args, cwd=ROOT):
-    env = {**os.environ, "WANDB_MODE": "disabled", "MNP_TORCH_THREADS": "1", "OMP_NUM_THREADS": "1"}
-    env.pop("HYDRA_FULL_ERROR", None)
-    return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=240)
-
-
-def hydra_only(run_dir):
-    """Only Hydra's own files (its .hydra/ config record and the job log) are in the run directory."""
-    return {p.name for p in run_dir.iterdir()} <= {".hydra", "train.log"} if run_dir.exists() else True
-
-
 def test_cli_truncated_file_one_line_exit_1_no_outputs(tmp_path):
     views, y = tiny()
     path = truncated(npz(tmp_path / "data.npz", views, y))
     run_dir = tmp_path / "run"
-    r = _run(["train.py", "model=mlp", "dataset=custom", f"dataset.path={path}", f"hydra.run.dir={run_dir}",
-              "logger=none"])
+    r = run_cli(["train.py", "model=mlp", "dataset=custom", f"dataset.path={path}", f"hydra.run.dir={run_dir}",
+                 "logger=none"])
     assert r.returncode == 1
     err = r.stderr.strip().splitlines()
     assert err[-1].startswith(f"error: {path}: file is corrupt or truncated (") and \
@@ -297,7 +268,7 @@ def test_cli_truncated_file_one_line_exit_1_no_outputs(tmp_path):
 def test_cli_hydra_composition_errors_are_one_line(tmp_path, override, expected):
     """Unknown keys, unknown group options and malformed overrides fail in Hydra's composition, before
     any code runs; :func:`mnp.cli.main_guarded` turns Hydra's multi-line text into one line, exit 1."""
-    r = _run(["train.py", override, f"hydra.run.dir={tmp_path / 'run'}", "logger=none"])
+    r = run_cli(["train.py", override, f"hydra.run.dir={tmp_path / 'run'}", "logger=none"])
     assert r.returncode == 1
     assert len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith(expected), r.stderr
     assert not (tmp_path / "run").exists()
