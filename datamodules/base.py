@@ -226,9 +226,9 @@ class MultiViewDataModule(pl.LightningDataModule):
         self.num_classes = int(keep.sum())
         if self.num_classes < 2:
             raise DataError(f"{raw.source}: need at least 2 classes, found {self.num_classes}")
-        if len(test_idx) == 0:
-            largest = int(np.bincount(y_class[~is_ood]).max())
-            raise DataError(f"{raw.source}: the test split is empty: {empty_test_hint(from_files, largest, self.test_fraction)}")
+        if len(test_idx) == 0 and not (from_files and len(raw.test_idx) == 0):  # given no test set: fit only
+            hint = empty_test_hint(from_files, int(np.bincount(y_class[~is_ood]).max()), self.test_fraction)
+            raise DataError(f"{raw.source}: the test split is empty: {hint}")
         self.view_dims = [v.shape[1] for v in views]
         scalers = [Scaler(self.scaling).fit(v[train_idx]) for v in views]
 
@@ -259,9 +259,9 @@ class MultiViewDataModule(pl.LightningDataModule):
         """One view's rows scaled to float32; a DataError names the view if scaling overflowed."""
         t = torch.as_tensor(sc.transform(x), dtype=torch.float32)
         if not (sc.finite() and torch.isfinite(t).all()):
-            raise DataError(f"{source}: view {v + 1} overflowed in scaling (dataset.scaling={self.scaling}): its values, "
-                            f"up to {np.abs(x).max(initial=0):.3g} in magnitude, are too large for the scaler or for "
-                            "float32; divide the view by a constant before saving it")
+            raise DataError(f"{source}: view {v + 1} overflowed in scaling (dataset.scaling={self.scaling}): its "
+                            f"values, up to {np.abs(x).max(initial=0):.3g} in magnitude, are too large for the scaler "
+                            "or for float32; divide the view by a constant before saving it")
         return t
 
     def build_external_ood(self, name: str, ood_views: list[Tensor]) -> tuple[list[Tensor], Tensor]:

@@ -54,11 +54,12 @@ def member_bytes(zf: zipfile.ZipFile, info: zipfile.ZipInfo, source: str) -> int
         return size
     with zf.open(info) as f:
         version = np.lib.format.read_magic(f)
-        if version not in NPY_HEADER_READERS:
+        if version not in NPY_HEADER_READERS:  # 3.0 (utf-8 field names): the inflated size alone
             return size
         shape, _, dtype = NPY_HEADER_READERS[version](f)
     if dtype.hasobject:
-        raise DataError(f"{source}: {info.filename.removesuffix('.npy')} holds Python objects (dtype object); save numeric arrays")
+        raise DataError(f"{source}: {info.filename.removesuffix('.npy')} holds Python objects (dtype object); "
+                        "save numeric arrays")
     return max(size, math.prod(shape) * 8)
 
 

@@ -46,8 +46,8 @@ def make_case(case, d):
         return p, [], f"{p}: the test split is empty: every class has one sample, which stays in training; add samples"
     if case == "two samples per class":
         write(p, [v[::50] for v in views], y[::50])
-        return p, [], f"{p}: the test split is empty: dataset.test_fraction=0.2 of at most 2 samples per class rounds " \
-                      "to 0; add samples or raise it (+dataset.test_fraction=...)"
+        return p, [], f"{p}: the test split is empty: dataset.test_fraction=0.2 of at most 2 samples per class " \
+                      "rounds to 0; add samples or raise it (+dataset.test_fraction=...)"
     if case == "overflow":
         write(p, [views[0], views[1] * 1e307], y)
         return p, [], f"{p}: view 2 overflowed in scaling (dataset.scaling=standard): its values, up to "

@@ -206,6 +206,14 @@ def test_test_indices_all_held_out_as_ood_fail_in_setup(tmp_path, tiny_views):
                   "dataset.ood_classes; give test samples"
 
 
+def test_explicitly_empty_test_set_is_fit_only(tiny_views):
+    """In-memory arrays given no test indices set up for fitting alone (no error, no test rows)."""
+    views, y = tiny_views
+    dm = TensorDataModule(views, y, np.arange(36), np.arange(0))
+    dm.setup()
+    assert (len(dm.train_y), len(dm.test_y)) == (36, 0)
+
+
 @pytest.mark.parametrize("scaling,factor", [("standard", 1e307), ("none", 1e307), ("standard", 1e200)])
 def test_scaling_overflow_names_the_view(tmp_path, tiny_views, scaling, factor):
     """×1e307 overflows the standard scaler's mean (and float32 without scaling); ×1e200 its variance,
@@ -256,7 +264,8 @@ def test_object_array_is_named_as_such(tmp_path, tiny_views):
     (b"x1,x2,y\n1,2,0\n", "the format could not be recognised (not a zip archive, so not an .npz); accepted: "
                           ".npz written by numpy.savez with x1..xM and y, or .mat in MATLAB v5 or v7.3/HDF5 format"),
     (b"", "the format could not be recognised"),
-    ("npy", "is a single .npy array, not an .npz archive; save the arrays with numpy.savez(path, x1=..., x2=..., y=...)"),
+    ("npy", "is a single .npy array, not an .npz archive; "
+            "save the arrays with numpy.savez(path, x1=..., x2=..., y=...)"),
 ])
 def test_file_that_is_not_an_npz_archive(tmp_path, content, expected):
     path = tmp_path / "data.npz"
