@@ -20,16 +20,28 @@ def one_thread():
 
 
 # ---------------------------------------------------------------------------- data
+def data_missing(reason: str) -> None:
+    """Skip a test whose real data file is absent, but fail under CI (``CI`` set), where it must be there."""
+    if os.environ.get("CI"):
+        pytest.fail(f"{reason} (CI is set, so the real data must be present: MNP_DATA_DIR=../shared/data)")
+    pytest.skip(reason)
+
+
+def data_dir() -> Path | None:
+    root = os.environ.get("MNP_DATA_DIR")
+    return Path(root) if root else None
+
+
 @pytest.fixture
 def real_file():
-    """``real_file(dataset, name)``: the path of a real data file under $MNP_DATA_DIR, else skip."""
+    """``real_file(dataset, name)``: the path of a real data file under $MNP_DATA_DIR, else skip (fail under CI)."""
     def get(dataset: str, name: str) -> Path:
-        root = os.environ.get("MNP_DATA_DIR")
-        if not root:
-            pytest.skip("MNP_DATA_DIR is not set (e.g. MNP_DATA_DIR=/work/shared/data)")
-        path = Path(root) / dataset / name
+        root = data_dir()
+        if root is None:
+            data_missing("MNP_DATA_DIR is not set (e.g. MNP_DATA_DIR=../shared/data)")
+        path = root / dataset / name
         if not path.is_file():
-            pytest.skip(f"{name} is not in {path.parent}/")
+            data_missing(f"{name} is not in {path.parent}/")
         return path
     return get
 

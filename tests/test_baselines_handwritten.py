@@ -1,5 +1,4 @@
 """Every baseline learns well beyond chance (10%) on the real Handwritten data within a few epochs."""
-import os
 from pathlib import Path
 
 import pytest
@@ -8,17 +7,16 @@ import pytorch_lightning as pl
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
+from conftest import data_dir, data_missing
 from datamodules.features import FeatureDataModule
-
-DATA = Path(os.environ.get("MNP_DATA_DIR", "/work/shared/data"))
-
 
 @pytest.fixture(scope="module")
 def handwritten():
     """The pre-split 1600/400 file through the framework's datamodule (min-max scaled on train)."""
-    if not (DATA / "handwritten" / "handwritten_6views.mat").exists():
-        pytest.skip(f"handwritten_6views.mat not in {DATA}/handwritten; set MNP_DATA_DIR to the data folder")
-    dm = FeatureDataModule(dataset="handwritten", data_dir=str(DATA), download=False, batch_size=200)
+    root = data_dir()
+    if root is None or not (root / "handwritten" / "handwritten_6views.mat").exists():
+        data_missing(f"handwritten_6views.mat not in {root}/handwritten; set MNP_DATA_DIR to the data folder")
+    dm = FeatureDataModule(dataset="handwritten", data_dir=str(root), download=False, batch_size=200)
     dm.setup()
     return dm
 

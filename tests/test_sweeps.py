@@ -89,8 +89,6 @@ def test_paper_presets_cover_the_paper_tables():
 
 @pytest.mark.parametrize("name", [p for p in SWEEPS if p.startswith(("ablation", "context"))])
 def test_ablation_overrides_are_keys_of_the_mnp_config(name):
-    if not (CONF / "model" / "mnp.yaml").is_file():
-        pytest.skip("conf/model/mnp.yaml is not written yet")
     params = compose_hydra([f"experiment={name}", "model=mnp"]).hydra.sweeper.params
     for key, value in params.items():
         if key.startswith("model."):

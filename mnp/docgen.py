@@ -1,0 +1,221 @@
+"""The results tables of README.md and docs/*.md, generated from the committed result files.
+
+``python -m mnp.docgen`` rewrites every block ``<!-- generated:NAME -->…<!-- /generated:NAME -->`` in
+README.md and docs/*.md with the output of the renderer NAME below; ``--check`` writes nothing and
+exits 1 when a block differs from what the files give (tests/test_docs.py runs it). Sources:
+
+* ``results/paper_main/results.csv``: ``python -m mnp.report <paper_main sweep> --out results/paper_main --paper``;
+* ``results/switches/results.csv``: ``python -m mnp.report <paper_main sweep> <switches sweep>
+  --out results/switches --models mnp --seeds 0 1 2``;
+* ``docs/goals.csv``: the goal table of the fidelity issue; ``benchmarks/custom_defaults.json``:
+  ``python benchmarks/custom_defaults.py``; ``figures/figure2.json``: ``python -m mnp.figure2 --out figures``.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import re
+import sys
+from pathlib import Path
+
+from mnp.report_paper import paper_values
+from mnp.report_runs import dataset_label, model_label
+
+ROOT = Path(__file__).resolve().parents[1]
+DATASETS = ["handwritten", "cub", "pie", "scene15"]
+MAIN = [("test/acc", "acc %", 100, 2), ("test/ece", "ECE", 1, 3), ("noise/acc_mean", "noisy acc %", 100, 2)]
+BASELINES = ["mcd", "de_ef", "sngp", "etp", "de_lf", "tmc", "mgp"]
+BLOCK = re.compile(r"(<!-- generated:(\w+) -->\n)(.*?)(<!-- /generated:\2 -->)", re.S)
+
+
+# ---------------------------------------------------------------------------- reading
+def read_results(path: Path) -> dict[tuple[str, str, str, str], dict]:
+    """(model, variant, dataset, metric) -> {mean, std, n} of a results.csv written by mnp.report."""
+    if not path.exists():
+        return {}
+    with open(path, newline="") as f:
+        return {(r["model"], r["variant"], r["dataset"], r["metric"]): {"mean": float(r["mean"]), "std": float(r["std"]),
+                                                                        "n": int(r["n"])} for r in csv.DictReader(f)}
+
+
+def cell(res: dict, model: str, dataset: str, metric: str, scale: float, digits: int, variant: str = "",
+         std: bool = True) -> str:
+    c = res.get((model, variant, dataset, metric))
+    if c is None:
+        return "–"
+    text = f"{c['mean'] * scale:.{digits}f}"
+    return text + (f" ± {c['std'] * scale:.{digits}f}" if std and c["n"] > 1 else "")
+
+
+def seeds(res: dict, model: str, dataset: str, variant: str = "") -> int:
+    c = res.get((model, variant, dataset, "test/acc"))
+    return c["n"] if c else 0
+
+
+# ---------------------------------------------------------------------------- renderers
+def render_paper_main(src: dict) -> str:
+    """MNP and mnp_official against the paper, per dataset."""
+    res, paper = src["paper_main"], paper_values()
+    rows = ["| dataset | model | acc % | ECE | noisy acc % | seeds |", "|---|---|---|---|---|---|"]
+    for d in DATASETS:
+        for m in ("mnp", "mnp_official"):
+            rows.append(f"| {dataset_label(d)} | `{m}` | " + " | ".join(cell(res, m, d, k, s, g) for k, _, s, g in MAIN)
+                        + f" | {seeds(res, m, d)} |")
+        rows.append(f"| | paper | " + " | ".join(f"{paper[('mnp', d, k)] * s:.{g}f}" for k, _, s, g in MAIN) + " | 5 |")
+    return "\n".join(rows)
+
+
+def _goal_rows() -> list[dict]:
+    with open(ROOT / "docs" / "goals.csv", newline="") as f:
+        return list(csv.DictReader(line for line in f if not line.startswith("#")))
+
+
+def render_goals(src: dict) -> str:
+    """Each goal of the fidelity issue against `mnp`'s mean over its seeds: met, or missed by how much."""
+    res = src["paper_main"]
+    rows = ["| dataset | metric | goal | `mnp` | seeds | status |", "|---|---|---|---|---|---|"]
+    for g in _goal_rows():
+        key, scale, digits = {k: (k, s, d) for k, _, s, d in MAIN}[g["metric"]]
+        c = res.get(("mnp", "", g["dataset"], key))
+        goal = float(g["goal"])
+        if c is None:
+            rows.append(f"| {dataset_label(g['dataset'])} | {g['label']} | {g['direction']} {goal:g} | – | 0 | not run |")
+            continue
+        ours = c["mean"] * scale
+        met = ours >= goal if g["direction"] == "≥" else ours <= goal
+        status = "met" if met else f"missed by {abs(ours - goal):.{digits}f}"
+        rows.append(f"| {dataset_label(g['dataset'])} | {g['label']} | {g['direction']} {goal:g} | {ours:.{digits}f} | "
+                    f"{c['n']} | {status} |")
+    return "\n".join(rows)
+
+
+def render_beats(src: dict) -> str:
+    """Per dataset: does `mnp` beat every baseline here on noisy accuracy and on ECE (the paper's claim)?"""
+    res = src["paper_main"]
+    lines = []
+    for d in DATASETS:
+        have = [b for b in BASELINES if (b, "", d, "test/acc") in res]
+        if not have or ("mnp", "", d, "test/acc") not in res:
+            lines.append(f"- {dataset_label(d)}: not yet measured here (baselines {len(have)} of {len(BASELINES)}).")
+            continue
+        parts = []
+        for key, label, scale, digits, better in (("noise/acc_mean", "noisy accuracy", 100, 2, max),
+                                                  ("test/ece", "ECE", 1, 3, min)):
+            best = better(have, key=lambda b: res[(b, "", d, key)]["mean"])
+            ours, theirs = res[("mnp", "", d, key)]["mean"] * scale, res[(best, "", d, key)]["mean"] * scale
+            wins = better(ours, theirs) == ours
+            parts.append(f"{label} {'holds' if wins else 'does not hold'} ({ours:.{digits}f} vs "
+                         f"{model_label(best)} {theirs:.{digits}f})")
+        lines.append(f"- {dataset_label(d)}: " + "; ".join(parts) + f" — baselines {len(have)} of {len(BASELINES)}.")
+    return "\n".join(lines)
+
+
+def render_baselines(src: dict) -> str:
+    """Every model here, acc / ECE / noisy acc per dataset."""
+    res = src["paper_main"]
+    models = [m for m in BASELINES + ["mnp", "mnp_official"] if any((m, "", d, "test/acc") in res for d in DATASETS)]
+    rows = ["| model | " + " | ".join(dataset_label(d) for d in DATASETS) + " |", "|---|" + "---|" * len(DATASETS)]
+    for m in models:
+        cells = [" / ".join(cell(res, m, d, k, s, g, std=False) for k, _, s, g in MAIN) +
+                 (f" ({seeds(res, m, d)})" if seeds(res, m, d) else "") for d in DATASETS]
+        rows.append(f"| {model_label(m)} | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
+def render_glance(src: dict) -> str:
+    """README: `mnp` against the paper, acc / ECE / noisy acc."""
+    res, paper = src["paper_main"], paper_values()
+    rows = ["| dataset | `mnp` here (acc % / ECE / noisy acc %) | paper | seeds |", "|---|---|---|---|"]
+    for d in DATASETS:
+        ours = " / ".join(cell(res, "mnp", d, k, s, g, std=False) for k, _, s, g in MAIN)
+        theirs = " / ".join(f"{paper[('mnp', d, k)] * s:.{g}f}" for k, _, s, g in MAIN)
+        rows.append(f"| {dataset_label(d)} | {ours} | {theirs} | {seeds(res, 'mnp', d)} |")
+    return "\n".join(rows)
+
+
+def render_switches(src: dict) -> str:
+    """Each measured switch of `mnp` against its defaults on the same seeds."""
+    res = src["switches"]
+    rows = ["| dataset | `mnp` with | acc % | ECE | noisy acc % | seeds |", "|---|---|---|---|---|---|"]
+    for d in DATASETS:
+        variants = sorted({v for (m, v, dd, _) in res if m == "mnp" and dd == d})
+        if variants == [""] or not variants:
+            continue
+        for v in variants:
+            rows.append(f"| {dataset_label(d)} | {v.replace(',', ', ') if v else 'defaults'} | " +
+                        " | ".join(cell(res, "mnp", d, k, s, g, variant=v) for k, _, s, g in MAIN) +
+                        f" | {seeds(res, 'mnp', d, v)} |")
+    return "\n".join(rows)
+
+
+def render_custom_defaults(src: dict) -> str:
+    """Default `mnp` against default `mlp` on your-own-data files (benchmarks/custom_defaults.json)."""
+    runs = src["custom_defaults"].get("runs", [])
+    by = {(r["dataset"], r["model"]): r for r in runs}
+    rows = ["| data file | `mnp` acc % (ECE) | `mlp` acc % (ECE) | `mnp` − `mlp` |", "|---|---|---|---|"]
+    for d in dict.fromkeys(r["dataset"] for r in runs):
+        a, b = by.get((d, "mnp")), by.get((d, "mlp"))
+        if a and b:
+            rows.append(f"| {d} | {100 * a['acc']:.2f} ({a['ece']:.3f}) | {100 * b['acc']:.2f} ({b['ece']:.3f}) | "
+                        f"{100 * (a['acc'] - b['acc']):+.2f} |")
+    return "\n".join(rows)
+
+
+def render_figure2(src: dict) -> str:
+    """The paper's Figure 2 on the two moons (figures/figure2.json, ``python -m mnp.figure2 --out figures``)."""
+    fig = src["figure2"]
+    rows = ["| attention | test acc | mean uncertainty, test set | uncertainty at the OOD point (−2, 2) |",
+            "|---|---|---|---|"]
+    rows += [f"| {name} | {v['acc']:.3f} | {v['unc_id']:.3f} | {v['unc_ood']:.3f} |" for name, v in fig.items()]
+    return "\n".join(rows)
+
+
+RENDERERS = {"paper_main": render_paper_main, "goals": render_goals, "beats": render_beats,
+             "baselines": render_baselines, "glance": render_glance, "switches": render_switches,
+             "custom_defaults": render_custom_defaults, "figure2": render_figure2}
+
+
+# ---------------------------------------------------------------------------- files
+def sources(root: Path = ROOT) -> dict:
+    bench = root / "benchmarks" / "custom_defaults.json"
+    return {"paper_main": read_results(root / "results" / "paper_main" / "results.csv"),
+            "switches": read_results(root / "results" / "switches" / "results.csv"),
+            "custom_defaults": json.loads(bench.read_text()) if bench.exists() else {},
+            "figure2": json.loads((root / "figures" / "figure2.json").read_text())}
+
+
+def render_file(text: str, src: dict) -> str:
+    def sub(m: re.Match) -> str:
+        name = m.group(2)
+        if name not in RENDERERS:
+            raise KeyError(f"unknown generated block '{name}'; known: {', '.join(RENDERERS)}")
+        return f"{m.group(1)}{RENDERERS[name](src)}\n{m.group(4)}"
+    return BLOCK.sub(sub, text)
+
+
+def doc_files(root: Path = ROOT) -> list[Path]:
+    return [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="Regenerate the results blocks of README.md and docs/*.md.")
+    ap.add_argument("--check", action="store_true", help="write nothing; exit 1 if a block is out of date")
+    args = ap.parse_args(argv)
+    src, stale = sources(), []
+    for path in doc_files():
+        text = path.read_text()
+        new = render_file(text, src)
+        if new != text:
+            stale.append(path.relative_to(ROOT).as_posix())
+            if not args.check:
+                path.write_text(new)
+    if args.check and stale:
+        print(f"out of date: {', '.join(stale)}; run python -m mnp.docgen", file=sys.stderr)
+        return 1
+    print(("updated: " + ", ".join(stale)) if stale and not args.check else "docs are up to date")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
