@@ -45,9 +45,9 @@ class ETP(Routine):
         self.optim_cfg = dict(optim or {})
 
     def memory_sample(self, n: int) -> Tensor:
-        """(n, R, K) Gaussian samples around the memory."""
+        """(n, R, K) Gaussian samples around the memory (from ``sample_generator`` in the test loops)."""
         return self.memory + self.memory_std * torch.randn(n, *self.memory.shape, device=self.memory.device,
-                                                           dtype=self.memory.dtype)
+                                                           dtype=self.memory.dtype, generator=self.sample_generator)
 
     def attention_weights(self, h: Tensor, memory: Tensor) -> Tensor:
         """softmax over memory rows of h · key(M̃)ᵀ / √K: (B, K), (S, R, K) -> (S, B, R)."""

@@ -31,7 +31,8 @@ class MCDropout(Routine):
         self.optim_cfg = dict(optim or {})
 
     def sample_logits(self, x: Tensor, samples: int) -> Tensor:
-        """(S, B, K) logits with dropout active; S = 1 and dropout off when ``samples`` is 0."""
+        """(S, B, K) logits with dropout active; S = 1 and dropout off when ``samples`` is 0. The masks come
+        from ``sample_generator`` in the test loops, from the global RNG elsewhere."""
         h = x
         for layer in self.net:
             if isinstance(layer, nn.Dropout):
@@ -39,7 +40,8 @@ class MCDropout(Routine):
                     continue
                 if h.dim() == 2:
                     h = h.expand(samples, *h.shape)
-                h = nn.functional.dropout(h, layer.p, training=True)
+                keep = torch.empty_like(h).bernoulli_(1 - layer.p, generator=self.sample_generator)
+                h = h * keep / (1 - layer.p)
             else:
                 h = layer(h)
         return h if h.dim() == 3 else h[None]

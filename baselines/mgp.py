@@ -163,7 +163,7 @@ class MGP(Routine):
 
     def predict(self, views):
         mu, var = fuse_experts(*self.view_posteriors(views), self.test_weighting)
-        eps = torch.randn(self.mc_samples, *mu.shape, device=mu.device, dtype=mu.dtype)
+        eps = torch.randn(self.mc_samples, *mu.shape, device=mu.device, dtype=mu.dtype, generator=self.sample_generator)
         probs = (mu + var.sqrt() * eps).softmax(-1)
         if self.uncertainty == "predictive":
             p = probs.mean(0)

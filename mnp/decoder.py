@@ -24,20 +24,21 @@ class Decoder(nn.Module):
 
 
 def sample_logits(decoder: Decoder, mu: Tensor, var: Tensor | None, num_samples: int,
-                  sigma_as_std: bool = False) -> Tensor:
+                  sigma_as_std: bool = False, generator: torch.Generator | None = None) -> Tensor:
     """S z-samples from N(mu, var), then S logit samples per z: logits (S·S, *mu.shape[:-1], K).
 
     Eqs. 11–13 by Monte Carlo, all posteriors and samples in one decoder call. ``sigma_as_std``
     reproduces the official code, which uses the variance as the standard deviation. With a
-    deterministic z (``var=None``) the decoder runs once and S·S logit samples are drawn.
+    deterministic z (``var=None``) the decoder runs once and S·S logit samples are drawn. The draws come
+    from ``generator`` (the global RNG when ``None``).
     """
     s = num_samples
     if var is None:
         loc, scale = decoder(mu.unsqueeze(0))
-        eps = torch.randn((s * s, *loc.shape[1:]), device=loc.device, dtype=loc.dtype)
+        eps = torch.randn((s * s, *loc.shape[1:]), device=loc.device, dtype=loc.dtype, generator=generator)
         return torch.addcmul(loc, scale, eps)
     std = var if sigma_as_std else var.sqrt()
-    z = torch.addcmul(mu, std, torch.randn((s, *mu.shape), device=mu.device, dtype=mu.dtype))
+    z = torch.addcmul(mu, std, torch.randn((s, *mu.shape), device=mu.device, dtype=mu.dtype, generator=generator))
     loc, scale = decoder(z)  # (S, ..., K)
-    eps = torch.randn((s, *loc.shape), device=loc.device, dtype=loc.dtype)
+    eps = torch.randn((s, *loc.shape), device=loc.device, dtype=loc.dtype, generator=generator)
     return torch.addcmul(loc, scale, eps).reshape(s * s, *loc.shape[1:])

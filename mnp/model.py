@@ -277,7 +277,8 @@ class MNP(Routine):
         """Per-sample softmaxes (S·S, B, K) of the multimodal prediction (eq. 12) and the expected entropy."""
         _, _, r_star, s_star, u, q = self._attend(views)
         mu, var = self.aggregation(r_star, s_star, u, q)
-        logits = sample_logits(self.decoder, mu, var, self.hparams.num_samples, self.hparams.sigma_as_std)
+        logits = sample_logits(self.decoder, mu, var, self.hparams.num_samples, self.hparams.sigma_as_std,
+                               self.sample_generator)
         probs = logits.float().softmax(-1)
         return probs, metrics.expected_entropy(probs)
 

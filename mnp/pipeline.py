@@ -117,9 +117,14 @@ def build_datamodule(cfg: DictConfig) -> tuple[str, pl.LightningDataModule]:
 def build_model(cfg: DictConfig, dm) -> tuple[str, pl.LightningModule]:
     name, node = _split_name(cfg.model)
     model = build("model", node, num_classes=dm.num_classes, view_dims=dm.view_dims, _convert_="all")
-    if cfg.get("eval") is not None:
-        model.configure_evaluation(**OmegaConf.to_container(cfg.eval, resolve=True))
+    configure_evaluation(model, cfg)
     return name, model
+
+
+def configure_evaluation(model, cfg: DictConfig) -> None:
+    """``cfg.eval`` and the run's seed, which seeds the test predictions' own sampling generator."""
+    model.configure_evaluation(**OmegaConf.to_container(cfg.get("eval") or {}, resolve=True),
+                               sample_seed=int(cfg.get("seed", 0)))
 
 
 class StoreConfig(pl.Callback):
@@ -320,8 +325,7 @@ def load_run(ckpt_path: str | Path, data_dir: str | None = None, eval_overrides=
     if list(model.view_dims) != list(dm.view_dims) or model.num_classes != dm.num_classes:
         raise ValueError(f"checkpoint {ckpt_path} was trained on view dims {model.view_dims} and "
                          f"{model.num_classes} classes, but the data has {dm.view_dims} and {dm.num_classes}")
-    if run_cfg.get("eval") is not None:
-        model.configure_evaluation(**OmegaConf.to_container(run_cfg.eval, resolve=True))
+    configure_evaluation(model, run_cfg)
     return run_cfg, model_name, dataset_name, dm, model, ckpt
 
 

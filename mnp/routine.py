@@ -46,6 +46,15 @@ def set_rng_states(states: dict) -> None:
         torch.cuda.set_rng_state_all(states["cuda"])
 
 
+def sample_generator(device: torch.device, seed: int, dataloader_idx: int, batch_idx: int) -> torch.Generator:
+    """The generator a test batch's predictions sample from (Monte Carlo draws, MC dropout): seeded by the
+    run's seed and the batch alone, so train-then-test, a resumed run and evaluate.py give the same numbers
+    whatever the process did before (the global RNG's state depends on how many epochs it trained)."""
+    g = torch.Generator(device=device)
+    g.manual_seed(((int(seed) * 1_000_003 + int(dataloader_idx)) * 1_000_003 + int(batch_idx)) % (1 << 63))
+    return g
+
+
 class Routine(pl.LightningModule):
     """Base LightningModule: training step, validation, clean/noisy/OOD test loops and timing."""
 
@@ -58,6 +67,7 @@ class Routine(pl.LightningModule):
         self.num_classes = int(num_classes)
         self.view_dims = [int(d) for d in view_dims]
         self.configure_evaluation()
+        self.sample_generator: torch.Generator | None = None  # what predict samples from in the test loops
         self.epoch_times: list[float] = []
         self.check_finite_every = 1  # loss NaN/inf check period in steps (0 = off); costs one sync
         self._epoch_start: float | None = None
@@ -75,12 +85,14 @@ class Routine(pl.LightningModule):
 
     # ------------------------------------------------------------------ configuration
     def configure_evaluation(self, noise_levels: Sequence[float] | None = None, noise_subset_size: int | None = None,
-                             noise_seed: int = 0, noise: bool = True, n_bins: int = 15) -> None:
-        """Set the noise protocol (SPEC §5); called by the pipeline from ``cfg.eval``."""
+                             noise_seed: int = 0, noise: bool = True, n_bins: int = 15, sample_seed: int = 0) -> None:
+        """Set the noise protocol (SPEC §5); called by the pipeline from ``cfg.eval``. ``sample_seed`` (the
+        run's seed) seeds the test predictions' own sampling (:func:`sample_generator`)."""
         self.noise_levels = list(default_noise_levels() if noise_levels is None else noise_levels)
         self.noise_subsets = noise_subsets(len(self.view_dims), noise_subset_size) if noise else []
         self.noise_seed = int(noise_seed)
         self.n_bins = int(n_bins)
+        self.sample_seed = int(sample_seed)
 
     def check_views(self, views: Sequence[Tensor]) -> None:
         """Fail with one clear line when a batch disagrees with the model's views."""
@@ -157,6 +169,7 @@ class Routine(pl.LightningModule):
 
     def test_step(self, batch, batch_idx, dataloader_idx: int = 0):
         views, target = batch
+        self.sample_generator = sample_generator(self.device, self.sample_seed, dataloader_idx, batch_idx)
         if dataloader_idx == 0:
             self.check_views(views)
             probs, unc = self._timed_predict(views)
@@ -184,6 +197,7 @@ class Routine(pl.LightningModule):
         return list(getattr(dm, "ood_names", []) or [])
 
     def on_test_epoch_end(self) -> None:
+        self.sample_generator = None  # validation and training draw from the global RNG, as before
         probs = torch.cat(self._clean["probs"])
         labels = torch.cat(self._clean["labels"])
         unc = torch.cat(self._clean["unc"])
