@@ -421,8 +421,8 @@ class MNP(Routine):
         super().close_epoch_timer()
 
     def on_train_start(self) -> None:
-        """Catch the schedule up with the epoch counter: last.ckpt is written before the epoch-end step, so
-        a run resumed from it would otherwise repeat one epoch's learning rate."""
+        """Catch the schedule up with the epoch counter: a last.ckpt written before the epoch-end step (by
+        runs before checkpointing moved to ModelCheckpoint) would otherwise repeat one epoch's learning rate."""
         done = self.current_epoch - self.hparams.warmup_epochs  # main epochs completed
         for s in self._schedulers():
             while s.last_epoch < done:

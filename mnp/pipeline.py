@@ -9,9 +9,7 @@ from __future__ import annotations
 import inspect
 import json
 import logging
-import os
 import re
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -23,27 +21,14 @@ from hydra.errors import InstantiationException
 from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from mnp.checkpointing import (CFG_KEY, AtomicCheckpointIO, CsvHistory, atomic_write, check_fits, check_writable,
+                               checkpoint_callbacks, holds_run_dir, keep_csv_history, load_checkpoint,
+                               resume_checkpoint)
 from mnp.rundir import check_reuse, hydra_variant
 
 log = logging.getLogger(__name__)
 
-CFG_KEY = "mnp_cfg"  # resolved config stored inside every checkpoint
-
-
 # ---------------------------------------------------------------------------- file helpers
-def atomic_write(path: Path, write) -> None:
-    """Write through a temporary file in the same directory, then rename: never half-written."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-
-
 def write_json(path: Path, obj: dict) -> None:
     atomic_write(path, lambda tmp: Path(tmp).write_text(json.dumps(obj, indent=2, sort_keys=True)))
 
@@ -53,17 +38,6 @@ def write_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
         with open(tmp, "wb") as f:
             np.savez_compressed(f, **arrays)
     atomic_write(path, w)
-
-
-def check_writable(out_dir: Path) -> None:
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        probe = out_dir / ".write_test"
-        probe.write_text("ok")
-        probe.unlink()
-    except OSError as e:
-        raise PermissionError(f"output directory {out_dir} is not writable ({e.strerror}); "
-                              "set paths.log_dir or hydra.run.dir to a writable place") from None
 
 
 # ---------------------------------------------------------------------------- building blocks
@@ -138,43 +112,12 @@ class StoreConfig(pl.Callback):
 
 
 def build_callbacks(cfg: DictConfig, out_dir: Path, has_val: bool) -> list[pl.Callback]:
-    from pytorch_lightning.callbacks import ModelCheckpoint
-
     cb_cfg = cfg.get("callbacks") or {}
-    ckpt_dir = out_dir / "checkpoints"
-    callbacks: list[pl.Callback] = [
-        StoreConfig(cfg),
-        LastCheckpoint(ckpt_dir),
-    ]
-    if has_val:
-        callbacks.append(ModelCheckpoint(dirpath=ckpt_dir, filename="best", monitor=cb_cfg.get("checkpoint", {}).get(
-            "monitor", "val/nll"), mode="min", save_top_k=1, enable_version_counter=False))
+    monitor = cb_cfg.get("checkpoint", {}).get("monitor", "val/nll") if has_val else None
+    callbacks = [StoreConfig(cfg), CsvHistory(), *checkpoint_callbacks(out_dir / "checkpoints", monitor)]
     for extra in (cb_cfg.get("extra") or {}).values():
         callbacks.append(instantiate(extra))
     return callbacks
-
-
-class LastCheckpoint(pl.Callback):
-    """Save ``last.ckpt`` atomically at the end of every training epoch (and after fit)."""
-
-    def __init__(self, ckpt_dir: Path):
-        self.path = Path(ckpt_dir) / "last.ckpt"
-
-    def _save(self, trainer):
-        if hasattr(trainer.lightning_module, "close_epoch_timer"):
-            trainer.lightning_module.close_epoch_timer()
-        if trainer.sanity_checking:
-            return
-        # Every rank calls save_checkpoint: it ends in a barrier (a rank-0-only call deadlocks DDP) and
-        # only rank 0 writes. Rank 0 then renames the complete file into place.
-        tmp = self.path.with_name(f".{self.path.name}.tmp")
-        trainer.save_checkpoint(tmp, weights_only=False)
-        if trainer.is_global_zero:
-            os.replace(tmp, self.path)
-        trainer.strategy.barrier()
-
-    def on_train_epoch_end(self, trainer, pl_module):
-        self._save(trainer)
 
 
 def build_loggers(cfg: DictConfig) -> list:
@@ -183,18 +126,8 @@ def build_loggers(cfg: DictConfig) -> list:
         if node is None:
             continue
         loggers.append(instantiate(node))
+    keep_csv_history(loggers)
     return loggers
-
-
-def resolve_resume(ckpt_path: str | None, out_dir: Path) -> str | None:
-    if ckpt_path in (None, "", "none", "null"):
-        return None
-    if ckpt_path == "last":
-        last = out_dir / "checkpoints" / "last.ckpt"
-        return str(last) if last.exists() else None
-    if not Path(ckpt_path).exists():
-        raise FileNotFoundError(f"checkpoint {ckpt_path} does not exist")
-    return str(ckpt_path)
 
 
 def set_threads(n: int | None) -> None:
@@ -237,6 +170,7 @@ def _identity(cfg: DictConfig, model_name: str | None, dataset_name: str | None,
 
 
 # ---------------------------------------------------------------------------- entry points
+@holds_run_dir
 def train(cfg: DictConfig) -> dict[str, Any]:
     """Train, then test; write metrics.json, predictions.npz, config.yaml and checkpoints.
 
@@ -245,7 +179,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     t0 = time.perf_counter()
     out_dir = Path(cfg.paths.output_dir)
     metrics_path = out_dir / "metrics.json"
-    resume_from = resolve_resume(cfg.get("ckpt_path"), out_dir)
+    resume_from = resume_checkpoint(cfg.get("ckpt_path"), out_dir)
     if metrics_path.exists() or resume_from:  # a finished or resumable run of another config is never reused
         check_reuse(out_dir, OmegaConf.to_container(cfg, resolve=True), resuming=not metrics_path.exists())
     if cfg.get("skip_if_done", False) and metrics_path.exists():
@@ -260,12 +194,14 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     pl.seed_everything(int(cfg.seed), workers=True, verbose=False)
     dataset_name, dm = build_datamodule(cfg)
     model_name, model = build_model(cfg, dm)
+    if resume_from:
+        check_fits(resume_from, model)
     has_val = len(getattr(dm, "val_y", [])) > 0
     loggers = build_loggers(cfg)
     for lg in loggers:  # the whole resolved run config, not just the model's hyperparameters
         lg.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
     trainer = build("trainer", cfg.trainer, logger=loggers or False, callbacks=build_callbacks(cfg, out_dir, has_val),
-                    default_root_dir=str(out_dir), enable_checkpointing=has_val,
+                    default_root_dir=str(out_dir), plugins=[AtomicCheckpointIO(resume_from)],
                     limit_val_batches=None if has_val else 0)
     # written once everything is built: a bad config or bad data leaves no output behind
     atomic_write(out_dir / "config.yaml", lambda tmp: OmegaConf.save(cfg, tmp, resolve=True))
@@ -278,9 +214,10 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         identity = _identity(cfg, model_name, dataset_name, trainer)
         if spawned(trainer):  # the fit ran in child processes: test its end state (last.ckpt) here, on one device
             last = out_dir / "checkpoints" / "last.ckpt"
-            identity["epochs"] = int(torch.load(last, map_location="cpu", weights_only=False)["epoch"]) + 1
+            identity["epochs"] = int(load_checkpoint(last)["epoch"]) + 1
             trainer = build("trainer", cfg.trainer, strategy="auto", devices=1, num_nodes=1, logger=loggers or False,
-                            callbacks=[], enable_checkpointing=False, default_root_dir=str(out_dir))
+                            callbacks=[], enable_checkpointing=False, default_root_dir=str(out_dir),
+                            plugins=[AtomicCheckpointIO()])
             trainer.test(model, datamodule=dm, ckpt_path=str(last), verbose=False)
         else:
             trainer.test(model, datamodule=dm, verbose=False)
@@ -302,9 +239,7 @@ def load_run(ckpt_path: str | Path, data_dir: str | None = None, eval_overrides=
     ``eval`` config. The datamodule is set up and the model carries the checkpoint's weights and memory.
     """
     ckpt_path = Path(ckpt_path)
-    if not ckpt_path.exists():
-        raise FileNotFoundError(f"checkpoint {ckpt_path} does not exist")
-    ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=False)
+    ckpt = load_checkpoint(ckpt_path)
     if CFG_KEY not in ckpt:
         raise KeyError(f"{ckpt_path} has no '{CFG_KEY}' entry; it was not written by train.py")
     run_cfg = OmegaConf.create(ckpt[CFG_KEY])
@@ -321,7 +256,7 @@ def load_run(ckpt_path: str | Path, data_dir: str | None = None, eval_overrides=
     pl.seed_everything(int(run_cfg.get("seed", 0)), workers=True, verbose=False)
     dataset_name, dm = build_datamodule(run_cfg)
     model_name, node = _split_name(run_cfg.model)
-    model = get_class(node._target_).load_from_checkpoint(str(ckpt_path), map_location="cpu")
+    model = get_class(node._target_).load_from_checkpoint(str(ckpt_path), map_location="cpu", weights_only=True)
     if list(model.view_dims) != list(dm.view_dims) or model.num_classes != dm.num_classes:
         raise ValueError(f"checkpoint {ckpt_path} was trained on view dims {model.view_dims} and "
                          f"{model.num_classes} classes, but the data has {dm.view_dims} and {dm.num_classes}")

@@ -1,5 +1,14 @@
 """Checkpoints, resumes and evaluation under crashes, damaged or planted files and concurrent runs."""
+import csv
+import json
+import os
+import resource
 import shutil
+import signal
+import stat
+import subprocess
+import sys
+import time
 
 import numpy as np
 import pytest
@@ -7,19 +16,197 @@ import pytorch_lightning as pl
 import torch
 from omegaconf import OmegaConf
 
-from cfg_utils import compose_train
+from baselines.mlp import MLP
+from cfg_utils import ROOT, compose_train
+from mnp.checkpointing import AtomicCheckpointIO
+from mnp.cli import run_guarded
 from mnp.pipeline import build_datamodule, build_model, configure_evaluation, evaluate, train
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
+MLP_RUN = ["model=mlp", "eval.noise=false", "skip_if_done=false", "seed=2"]
 SMALL_MNP = ["model=mnp", "dataset.num_views=2", "dataset.n_train=200", "dataset.n_test=100", "model.d_e=16",
              "model.resmlp_depth=1", "model.memory_size=20", "model.warmup_epochs=1", "model.num_samples=3",
              "eval.noise_levels=[0.1,1.0]", "skip_if_done=false", "seed=4"]
+THROTTLE = "+callbacks.extra.throttle={_target_:mnp.callbacks.Throttle,seconds:0.5}"
+
+
+def cli(*args, wait=True):
+    env = {**os.environ, "WANDB_MODE": "disabled", "MNP_TORCH_THREADS": "1", "OMP_NUM_THREADS": "1"}
+    env.pop("HYDRA_FULL_ERROR", None)
+    quiet = ["logger=none", "trainer.enable_progress_bar=false"] if args[0] == "train.py" else []
+    cmd = [sys.executable, *args, *quiet]
+    if not wait:
+        return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+
+
+def one_line(returncode, stderr):
+    """The CLI's failure: exit status 1 and one ``error: ...`` line on stderr, no traceback."""
+    assert returncode == 1 and "Traceback" not in stderr, stderr[-3000:]
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), stderr[-3000:]
+    return lines[0]
+
+
+def guarded(fn, cfg, capsys):
+    """``fn(cfg)`` through the CLI's guard: the one line it prints (exit status 1)."""
+    with pytest.raises(SystemExit) as e:
+        run_guarded(fn, cfg)
+    return one_line(e.value.code, capsys.readouterr().err)
 
 
 def eval_cfg(ckpt, out):
     return OmegaConf.create({"ckpt_path": str(ckpt), "output_dir": str(out), "data_dir": None, "eval": None,
                              "trainer": {"accelerator": "cpu", "devices": 1}})
+
+
+def results(res):
+    return {k: v for k, v in res.items() if not k.startswith("time/")}
+
+
+# ---------------------------------------------------------------------------- 1, 2: atomic writes, prev.ckpt
+def test_failed_write_keeps_the_good_checkpoint_and_leaves_no_temp_file(tmp_path):
+    """A real write failure (the file size limit, as a full disk would fail it) in Lightning's save."""
+    model = MLP(num_classes=2, view_dims=[2], hidden=[512, 512])
+    trainer = pl.Trainer(logger=False, plugins=[AtomicCheckpointIO()], enable_progress_bar=False)
+    trainer.strategy.connect(model)
+    last = tmp_path / "last.ckpt"
+    trainer.save_checkpoint(last)
+    good = last.read_bytes()
+    with torch.no_grad():
+        model.net[0].weight.add_(1.0)
+    old_limit, old_handler = resource.getrlimit(resource.RLIMIT_FSIZE), signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (len(good) // 2, old_limit[1]))
+    try:
+        with pytest.raises((OSError, RuntimeError)):  # torch.save's own error for the failed write
+            trainer.save_checkpoint(last)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, old_limit)
+        signal.signal(signal.SIGXFSZ, old_handler)
+    assert last.read_bytes() == good and sorted(p.name for p in tmp_path.iterdir()) == ["last.ckpt"]
+
+
+def test_truncated_last_checkpoint_resumes_from_the_previous_one(tmp_path, caplog):
+    """Power loss while last.ckpt was written: the re-run resumes from prev.ckpt (one epoch earlier) with a
+    warning naming the damaged file and ends where an uninterrupted run ends; prev.ckpt is never given up
+    for the damaged file. A temp file the crash left behind is removed."""
+    straight = train(compose_train(tmp_path / "straight", [*MLP_RUN, "trainer.max_epochs=4"]))
+    run = tmp_path / "run"
+    train(compose_train(run, [*MLP_RUN, "trainer.max_epochs=3", "test=false"]))
+    last, prev = run / "checkpoints" / "last.ckpt", run / "checkpoints" / "prev.ckpt"
+    assert torch.load(last, weights_only=True)["epoch"] == 2 and torch.load(prev, weights_only=True)["epoch"] == 1
+    last.write_bytes(last.read_bytes()[:5000])
+    stale = run / "checkpoints" / ".last.ckpt.4242.0123abcd.tmp"
+    stale.write_bytes(b"half a checkpoint")
+    resumed = train(compose_train(run, [*MLP_RUN, "trainer.max_epochs=4"]))
+    assert f"{last} cannot be read: it is a truncated or damaged zip archive" in caplog.text
+    assert f"resuming from {prev} (epoch 1) instead" in caplog.text
+    assert results(resumed) == results(straight)
+    assert [torch.load(f, weights_only=True)["epoch"] for f in (last, prev)] == [3, 2]
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["last.ckpt", "prev.ckpt"]
+
+
+def test_unreadable_last_checkpoint_without_a_previous_one_stops_and_keeps_it(tmp_path, capsys):
+    run = tmp_path / "run"
+    train(compose_train(run, [*MLP_RUN, "trainer.max_epochs=1", "test=false"]))
+    last = run / "checkpoints" / "last.ckpt"
+    assert not (run / "checkpoints" / "prev.ckpt").exists()
+    last.write_bytes(last.read_bytes()[:5000])
+    line = guarded(train, compose_train(run, [*MLP_RUN, "trainer.max_epochs=2"]), capsys)
+    assert line.startswith(f"error: checkpoint {last} cannot be read") and "ckpt_path=null" in line
+    assert last.stat().st_size == 5000
+
+
+# ---------------------------------------------------------------------------- 3: a checkpoint that runs code
+class Plant:
+    marker = ""
+
+    def __reduce__(self):
+        return open, (self.marker, "w")
+
+
+@pytest.mark.parametrize("where", ["evaluate", "resume"])
+def test_planted_checkpoint_never_runs_code(tmp_path, where):
+    run = tmp_path / "run"
+    assert cli("train.py", *MLP_RUN, "trainer.max_epochs=1", "test=false", f"hydra.run.dir={run}").returncode == 0
+    last = run / "checkpoints" / "last.ckpt"
+    marker, plant = tmp_path / "marker", Plant()
+    plant.marker = str(marker)
+    torch.save({**torch.load(last, weights_only=True), "extra": plant}, last)  # looks like the real one
+    if where == "evaluate":
+        r = cli("evaluate.py", f"ckpt_path={last}", f"output_dir={tmp_path / 'eval'}", f"hydra.run.dir={tmp_path}")
+    else:
+        r = cli("train.py", *MLP_RUN, "trainer.max_epochs=2", f"hydra.run.dir={run}")
+    line = one_line(r.returncode, r.stderr)
+    assert not marker.exists()
+    assert line == (f"error: checkpoint {last} refused: loading it would create io.open, so it could run code; "
+                    "only load checkpoints written by train.py")
+    assert not (tmp_path / "eval").exists() and not (run / "metrics.json").exists()
+
+
+# ---------------------------------------------------------------------------- 4: csv/metrics.csv
+def test_csv_log_keeps_every_epoch_across_resumes(tmp_path):
+    run = tmp_path / "run"
+    train(compose_train(run, [*MLP_RUN, "logger=csv", "trainer.max_epochs=2", "test=false"]))
+    train(compose_train(run, [*MLP_RUN, "logger=csv", "trainer.max_epochs=4"]))
+    with open(run / "csv" / "metrics.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [int(r["epoch"]) for r in rows if r["train/loss"]] == [0, 1, 2, 3]
+    assert [int(r["epoch"]) for r in rows if r["test/acc"]] == [4]
+
+
+# ---------------------------------------------------------------------------- 5: two processes, one run dir
+def test_second_process_on_a_run_dir_stops_naming_the_first(tmp_path):
+    run = tmp_path / "run"
+    cmd = ("train.py", *MLP_RUN, "trainer.max_epochs=20", f"hydra.run.dir={run}", THROTTLE)
+    first = cli(*cmd, wait=False)
+    time.sleep(3)
+    second = cli(*cmd, wait=False)
+    outs = [p.communicate(timeout=300) for p in (first, second)]
+    codes = [p.returncode for p in (first, second)]
+    assert sorted(codes) == [0, 1], [o[1][-2000:] for o in outs]
+    loser, winner = (1, 0) if codes[1] == 1 else (0, 1)
+    line = one_line(codes[loser], outs[loser][1])
+    assert line == (f"error: {run} is in use by process {(first, second)[winner].pid} (another run of this job); "
+                    "wait for it to finish or stop it, then run again")
+    assert json.loads((run / "metrics.json").read_text())["epochs"] == 20
+    assert not (run / ".lock").exists() and not list(run.rglob("*.tmp"))
+
+
+# ---------------------------------------------------------------------------- 6: the wrong file as a checkpoint
+@pytest.mark.parametrize("other", [["model=mnp"], ["dataset.num_views=2"]])
+def test_resuming_from_another_models_checkpoint_is_one_line(tmp_path, capsys, other):
+    train(compose_train(tmp_path / "a", [*MLP_RUN, "trainer.max_epochs=1", "test=false"]))
+    ckpt = tmp_path / "a" / "checkpoints" / "last.ckpt"
+    overrides = [*MLP_RUN, *other, "trainer.max_epochs=2", f"ckpt_path={ckpt}"]
+    line = guarded(train, compose_train(tmp_path / "b", overrides), capsys)
+    assert line.startswith(f"error: checkpoint {ckpt} (model mlp on dataset synthetic) does not fit this run's "
+                           "model: ")
+    assert line.endswith("resume from a checkpoint of the same model and dataset, or set ckpt_path=null")
+    assert not (tmp_path / "b" / "config.yaml").exists()
+
+
+BAD_FILES = {
+    "truncated": (lambda good: good[: len(good) // 2], "a truncated or damaged zip archive"),
+    "json": (lambda good: b'{"epoch": 3}', "a JSON file, not a checkpoint"),
+    "npz": (None, "a NumPy .npz archive, not a checkpoint"),
+    "random": (lambda good: np.random.default_rng(0).bytes(4096), "not a PyTorch checkpoint (4096 bytes"),
+}
+
+
+@pytest.mark.parametrize("kind", BAD_FILES)
+def test_evaluate_with_a_file_that_is_not_a_checkpoint_is_one_line(tmp_path, capsys, kind):
+    train(compose_train(tmp_path / "a", [*MLP_RUN, "trainer.max_epochs=1", "test=false"]))
+    make, says = BAD_FILES[kind]
+    bad = tmp_path / f"bad.{kind}"
+    if make is None:
+        np.savez(bad, x=np.ones(3))
+    else:
+        bad.write_bytes(make((tmp_path / "a" / "checkpoints" / "last.ckpt").read_bytes()))
+    line = guarded(evaluate, eval_cfg(bad, tmp_path / "eval"), capsys)
+    assert line.startswith(f"error: checkpoint {bad} cannot be read: it is {says}")
+    assert not (tmp_path / "eval").exists()
 
 
 # ---------------------------------------------------------------------------- 7: evaluation determinism
@@ -47,6 +234,18 @@ def test_test_numbers_do_not_depend_on_what_the_process_did_before(tmp_path):
         assert all(np.array_equal(pa[k], po[k]) for k in pa.files)
 
 
+@pytest.mark.parametrize("model", sorted(p.stem for p in (ROOT / "conf" / "model").glob("*.yaml")))
+def test_evaluate_reproduces_train_then_test_for_every_model(tmp_path, model):
+    """Every model's checkpoint loads with weights_only=True (nothing is allow-listed), and evaluate.py gives
+    the numbers train-then-test gave, for the models that sample in predict too."""
+    run, warmup = tmp_path / "run", ["model.warmup_epochs=1"] if model.startswith("mnp") else []
+    res = train(compose_train(run, [f"model={model}", *warmup, "dataset.num_views=2", "dataset.n_train=120",
+                                    "dataset.n_test=60", "eval.noise_levels=[1.0]", "trainer.max_epochs=2"]))
+    ev = evaluate(eval_cfg(run / "checkpoints" / "last.ckpt", tmp_path / "eval"))
+    keys = [k for k in res if k.startswith(("test/", "noise/"))]
+    assert "noise/acc@1" in keys and {k: ev[k] for k in keys} == {k: res[k] for k in keys}
+
+
 @pytest.mark.parametrize("model", ["mnp", "mcd", "mgp", "etp"])
 def test_sampling_models_test_from_their_own_generator(tmp_path, model):
     """Every model that samples in predict: the test results are the same whatever state the global RNG is
@@ -69,3 +268,14 @@ def test_sampling_models_test_from_their_own_generator(tmp_path, model):
     (r1, p1), (r2, p2), (_, p3) = tested(1), tested(2), tested(1, run_seed=1)
     assert r1 == r2 and np.array_equal(p1, p2)
     assert not np.array_equal(p1, p3)
+
+
+# ---------------------------------------------------------------------------- 8: file modes
+def test_outputs_respect_the_umask(tmp_path):
+    old = os.umask(0o022)
+    try:
+        train(compose_train(tmp_path, [*MLP_RUN, "trainer.max_epochs=1"]))
+    finally:
+        os.umask(old)
+    for f in ("metrics.json", "predictions.npz", "config.yaml", "checkpoints/last.ckpt"):
+        assert stat.S_IMODE((tmp_path / f).stat().st_mode) == 0o644, f

@@ -13,7 +13,8 @@ import torch
 from baselines.mlp import MLP
 from cfg_utils import ROOT, compose_train
 from datamodules.synthetic import TwoMoons
-from mnp.pipeline import LastCheckpoint, train
+from mnp.checkpointing import AtomicCheckpointIO, checkpoint_callbacks
+from mnp.pipeline import train
 
 THROTTLE = "+callbacks.extra.throttle={_target_:mnp.callbacks.Throttle,seconds:0.4}"
 
@@ -63,8 +64,8 @@ def test_nonfinite_loss_stops_with_step_and_keeps_checkpoint(tmp_path):
     dm = TwoMoons(n_train=200, n_test=50, batch_size=50)
     dm.setup()
     model = NaNAfterTwoEpochs(num_classes=2, view_dims=[2])
-    trainer = pl.Trainer(max_epochs=5, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                         callbacks=[LastCheckpoint(tmp_path)], enable_model_summary=False)
+    trainer = pl.Trainer(max_epochs=5, logger=False, enable_progress_bar=False, plugins=[AtomicCheckpointIO()],
+                         callbacks=checkpoint_callbacks(tmp_path), enable_model_summary=False)
     with pytest.raises(FloatingPointError, match=r"non-finite training loss \(nan\) at epoch 2, global step 8"):
         trainer.fit(model, dm)
     kept = torch.load(tmp_path / "last.ckpt", weights_only=False)

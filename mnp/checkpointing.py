@@ -1,0 +1,300 @@
+"""Checkpoints and run directories that survive crashes: atomic writes (the replaced ``last.ckpt`` stays as
+``prev.ckpt``), ``weights_only`` loads that fail in one clear line, one process per run directory, and a
+``csv/metrics.csv`` that keeps every epoch across resumes."""
+from __future__ import annotations
+
+import csv
+import fcntl
+import functools
+import json
+import logging
+import os
+import pickle
+import re
+import secrets
+import shutil
+import tempfile
+import warnings
+import zipfile
+from pathlib import Path
+
+import pytorch_lightning as pl
+import torch
+from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
+from pytorch_lightning.callbacks import ModelCheckpoint
+from pytorch_lightning.loggers import CSVLogger
+
+log = logging.getLogger(__name__)
+
+CFG_KEY = "mnp_cfg"  # resolved config stored inside every checkpoint (plain containers)
+LAST, PREVIOUS = "last.ckpt", "prev.ckpt"
+LOCK = ".lock"
+TEMP = re.compile(r"^\..+\.\d+\.[0-9a-f]{8}\.tmp$")  # the names _temp_name gives
+
+
+# ---------------------------------------------------------------------------- writing
+def _temp_name(path: Path) -> Path:
+    """A name beside ``path`` that no other process or call uses (PID and 32 random bits)."""
+    return path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: Path, write, previous: Path | None = None) -> None:
+    """``write(tmp)`` a new file beside ``path`` (mode 0666 less the umask), fsync, rename it to ``path``.
+    On any failure (a full disk) the temp file goes and ``path`` stays as it was. With ``previous``, the
+    file being replaced is kept there (a hard link) before the new one lands."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp, keep = _temp_name(path), None
+    try:
+        os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+        write(str(tmp))
+        _fsync(tmp)
+        if previous is not None and path.exists():
+            keep = _temp_name(previous)
+            try:
+                os.link(path, keep)
+            except OSError:  # no hard links on this file system
+                shutil.copyfile(path, keep)
+            os.replace(keep, previous)
+        os.replace(tmp, path)
+        _fsync(path.parent)
+    finally:
+        for leftover in (tmp, keep):
+            if leftover is not None and os.path.lexists(leftover):
+                os.remove(leftover)
+
+
+def check_writable(out_dir: Path) -> None:
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=out_dir).close()  # no fixed name: parallel runs never collide
+    except OSError as e:
+        raise PermissionError(f"output directory {out_dir} is not writable ({e.strerror}); "
+                              "set paths.log_dir or hydra.run.dir to a writable place") from None
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """Lightning's ``CheckpointIO`` with atomic saves and ``weights_only=True`` loads. A replaced ``last.ckpt``
+    of this run (written here, or ``resumed_from``; not a stale one of a fresh start) stays as ``prev.ckpt``."""
+
+    def __init__(self, resumed_from: str | None = None):
+        self.ours = {str(Path(resumed_from).resolve())} if resumed_from else set()
+
+    def save_checkpoint(self, checkpoint, path, storage_options=None) -> None:
+        if storage_options is not None:
+            raise TypeError(f"{type(self).__name__} takes no storage_options")
+        path = Path(path).resolve()
+        previous = path.with_name(PREVIOUS) if path.name == LAST and str(path) in self.ours else None
+        atomic_write(path, lambda tmp: torch.save(checkpoint, tmp), previous)
+        self.ours.add(str(path))
+
+    def load_checkpoint(self, path, map_location=None, weights_only=None) -> dict:
+        return safe_load(path, map_location)
+
+
+def checkpoint_callbacks(ckpt_dir: Path, monitor: str | None = None) -> list[ModelCheckpoint]:
+    """``last.ckpt`` after every training epoch (the top-1 of an unmonitored ModelCheckpoint: Lightning 2.6's
+    ``save_last=True`` writes it only beside a top-k file, never with ``save_top_k=0``), and ``best.ckpt`` by
+    ``monitor``. Both save after the module's ``on_train_epoch_end`` closed its epoch timer."""
+    common = dict(dirpath=ckpt_dir, save_top_k=1, save_on_train_epoch_end=True, enable_version_counter=False)
+    callbacks = [ModelCheckpoint(filename=Path(LAST).stem, monitor=None, **common)]
+    if monitor:
+        callbacks.append(ModelCheckpoint(filename="best", monitor=monitor, mode="min", **common))
+    return callbacks
+
+
+# ---------------------------------------------------------------------------- reading
+class CheckpointError(ValueError):
+    """A file that cannot be loaded as a checkpoint."""
+
+
+class UnsafeCheckpoint(CheckpointError):
+    """A file whose unpickling would create other objects than tensors and plain containers (run code)."""
+
+
+def describe_file(path: Path) -> str:
+    """What a file that failed to load as a checkpoint is, in words."""
+    data = path.read_bytes()  # an unreadable file raises its own OSError here (permissions, a disk error)
+    if not data:
+        return "an empty file"
+    if data.startswith(b"PK\x03\x04"):
+        try:
+            names = zipfile.ZipFile(path).namelist()
+        except zipfile.BadZipFile:
+            return (f"a truncated or damaged zip archive ({len(data)} bytes; a checkpoint whose write was cut "
+                    "short, e.g. by a kill or power loss)")
+        if any(n.endswith("data.pkl") for n in names):
+            return "a damaged PyTorch checkpoint"
+        npz = names and all(n.endswith(".npy") for n in names)
+        return f"a {'NumPy .npz' if npz else 'zip'} archive, not a checkpoint"
+    try:
+        json.loads(data)
+        return "a JSON file, not a checkpoint"
+    except ValueError:  # also not UTF-8
+        pass
+    return f"not a PyTorch checkpoint ({len(data)} bytes of unrecognised data)"
+
+
+def safe_load(path, map_location="cpu"):
+    """``torch.load(path, weights_only=True)``: tensors and plain containers only, so loading runs no
+    code. Anything else is :class:`CheckpointError` (:class:`UnsafeCheckpoint`) saying what the file is."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"checkpoint {path} does not exist")
+    try:
+        return torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as e:  # a file that is not a checkpoint fails in torch.load with nearly any error type
+        unsafe = isinstance(e, pickle.UnpicklingError) and re.search(r"Unsupported global: GLOBAL (\S+)", str(e))
+        if unsafe:
+            raise UnsafeCheckpoint(f"checkpoint {path} refused: loading it would create {unsafe.group(1)}, "
+                                   "so it could run code; only load checkpoints written by train.py") from None
+        raise CheckpointError(f"checkpoint {path} cannot be read: it is {describe_file(path)}") from None
+
+
+def load_checkpoint(path, map_location="cpu") -> dict:
+    """:func:`safe_load` of a checkpoint with model weights."""
+    ckpt = safe_load(path, map_location)
+    if not isinstance(ckpt, dict) or "state_dict" not in ckpt:
+        raise CheckpointError(f"checkpoint {path} holds no model weights (no state_dict): it was not written "
+                              "by train.py")
+    return ckpt
+
+
+def resume_checkpoint(ckpt_path: str | None, out_dir: Path) -> str | None:
+    """``None`` (fresh), the readable given path, or for ``"last"`` this run's ``last.ckpt`` if any; one
+    that cannot be read gives way to ``prev.ckpt`` with a warning (and :class:`AtomicCheckpointIO` will
+    not move it over ``prev.ckpt``: it is not a checkpoint of this run)."""
+    if ckpt_path in (None, "", "none", "null"):
+        return None
+    if ckpt_path != "last":
+        load_checkpoint(ckpt_path)
+        return str(ckpt_path)
+    last, prev = Path(out_dir) / "checkpoints" / LAST, Path(out_dir) / "checkpoints" / PREVIOUS
+    if not last.exists() and not prev.exists():
+        return None
+    try:
+        load_checkpoint(last)
+        return str(last)
+    except UnsafeCheckpoint:
+        raise
+    except (CheckpointError, FileNotFoundError) as e:
+        problem = str(e)
+    try:
+        epoch = int(load_checkpoint(prev)["epoch"])
+    except (CheckpointError, FileNotFoundError):
+        raise CheckpointError(f"{problem}; nor is there a readable {prev} to resume from; move {out_dir} away "
+                              "to start afresh, or set ckpt_path=null to overwrite it") from None
+    log.warning("%s; resuming from %s (epoch %d) instead", problem, prev, epoch)
+    return str(prev)
+
+
+def check_fits(ckpt_path: str, model: pl.LightningModule) -> None:
+    """One clear error when a checkpoint holds the weights of another model, dataset or size."""
+    ckpt = load_checkpoint(ckpt_path)
+    theirs, ours = ckpt["state_dict"], model.state_dict()
+    diff = [f"{k} is missing" for k in sorted(ours.keys() - theirs.keys())] + \
+        [f"{k} is not in this model" for k in sorted(theirs.keys() - ours.keys())] + \
+        [f"{k} has shape {list(theirs[k].shape)} there, {list(ours[k].shape)} here"
+         for k in sorted(ours.keys() & theirs.keys()) if theirs[k].shape != ours[k].shape]
+    if not diff:
+        return
+    run = ckpt.get(CFG_KEY) or {}
+    origin = f" (model {run['model'].get('name')} on dataset {run['dataset'].get('name')})" if run else ""
+    more = f" and {len(diff) - 1} more differences" if len(diff) > 1 else ""
+    raise ValueError(f"checkpoint {ckpt_path}{origin} does not fit this run's model: {diff[0]}{more}; resume "
+                     "from a checkpoint of the same model and dataset, or set ckpt_path=null")
+
+
+# ---------------------------------------------------------------------------- one process per run dir
+class RunDirBusy(BlockingIOError):
+    """Another process holds the run directory."""  # an OSError: the CLI's guard prints it as one line
+
+
+def holds_run_dir(fn):
+    """``fn(cfg)`` holding an exclusive lock on ``cfg.paths.output_dir``: a second process stops at once
+    naming the PID that holds it. Under the lock, temp files of a killed run are removed."""
+    @functools.wraps(fn)
+    def locked(cfg, *args, **kwargs):
+        out_dir = Path(cfg.paths.output_dir)
+        created = not out_dir.exists()
+        check_writable(out_dir)
+        fd = _lock(out_dir / LOCK)
+        try:
+            for stale in [*out_dir.glob(".*.tmp"), *out_dir.glob("checkpoints/.*.tmp")]:
+                if TEMP.match(stale.name):
+                    stale.unlink()
+            return fn(cfg, *args, **kwargs)
+        finally:
+            (out_dir / LOCK).unlink(missing_ok=True)  # while holding it: a waiting process retries
+            os.close(fd)
+            if created and not any(out_dir.iterdir()):
+                out_dir.rmdir()
+    return locked
+
+
+def _lock(path: Path) -> int:
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise RunDirBusy(f"{path.parent} is in use by process {holder} (another run of this job); wait for "
+                             "it to finish or stop it, then run again") from None
+        if path.exists() and os.stat(path).st_ino == os.fstat(fd).st_ino:  # else the holder removed it: retry
+            os.ftruncate(fd, 0)
+            os.write(fd, str(os.getpid()).encode())
+            return fd
+        os.close(fd)
+
+
+# ---------------------------------------------------------------------------- csv/metrics.csv across resumes
+def _csv_files(loggers):
+    """``(logger, metrics.csv, its header, its rows)`` of every CSVLogger whose metrics.csv exists."""
+    for lg in loggers:
+        path = Path(lg.log_dir) / "metrics.csv" if isinstance(lg, CSVLogger) else None
+        if path is not None and path.is_file():
+            with open(path, newline="") as f:
+                reader = csv.DictReader(f)
+                rows = list(reader)
+            yield lg, path, list(reader.fieldnames or []), rows
+
+
+def _write_csv(path: Path, keys: list[str], rows: list[dict]) -> None:
+    def write(tmp):
+        with open(tmp, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=keys)
+            writer.writeheader()
+            writer.writerows(rows)
+    atomic_write(path, write)
+
+
+def keep_csv_history(loggers) -> None:
+    """Open each CSVLogger's writer now, putting back the ``metrics.csv`` it deletes as it opens; the
+    writer then appends to it. :class:`CsvHistory` drops the rows of epochs the run trains again."""
+    for lg, path, keys, rows in list(_csv_files(loggers)):
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "Experiment logs directory")
+            writer = lg.experiment
+        writer.metrics_keys = list(keys)
+        _write_csv(path, keys, rows)
+
+
+class CsvHistory(pl.Callback):
+    """At the start of training, drop ``metrics.csv`` rows of the epochs about to be trained (all of them
+    on a fresh start; after a resume, those past the checkpoint's epoch), keeping every earlier epoch."""
+
+    def on_train_start(self, trainer, pl_module):
+        for _, path, keys, rows in _csv_files(trainer.loggers if trainer.is_global_zero else []):
+            kept = [r for r in rows if not r.get("epoch") or float(r["epoch"]) < trainer.current_epoch]
+            if len(kept) < len(rows):
+                _write_csv(path, keys, kept)
