@@ -1,4 +1,6 @@
 """Re-run the full evaluation of a checkpoint: ``python evaluate.py ckpt_path=<path/to/last.ckpt>``."""
+import sys
+
 import hydra
 from omegaconf import DictConfig
 
@@ -12,4 +14,8 @@ def main(cfg: DictConfig):
 
 
 if __name__ == "__main__":
+    from mnp.help import evaluate_help, wants_help
+    if wants_help(sys.argv[1:]):
+        print(evaluate_help(), end="")
+        sys.exit(0)
     main_guarded(main)

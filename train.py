@@ -1,4 +1,6 @@
 """Train and test one model on one dataset: ``python train.py model=mnp dataset=pie seed=0``."""
+import sys
+
 import hydra
 from omegaconf import DictConfig
 
@@ -12,4 +14,8 @@ def main(cfg: DictConfig):
 
 
 if __name__ == "__main__":
+    from mnp.help import train_help, wants_help
+    if wants_help(sys.argv[1:]):
+        print(train_help(), end="")
+        sys.exit(0)
     main_guarded(main)

@@ -1,4 +1,4 @@
-"""Deep Ensembles (Lakshminarayanan et al. 2017), early and late fusion (SPEC §3, paper appendix
+"""Deep Ensembles (Lakshminarayanan et al. 2017), early and late fusion (docs/method.md §3, paper appendix
 "Deep Ensemble").
 
 * ``fusion: early`` (DE(EF)): ``members`` MLPs on the concatenated views.

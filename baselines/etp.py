@@ -1,5 +1,5 @@
 """Evidential Turing Process (Kandemir et al., ICLR 2022) on the concatenated views
-(SPEC §3, paper appendix "ETP"), after the authors' ``etp.py`` with a linear projector as the
+(docs/method.md §3, paper appendix "ETP"), after the authors' ``etp.py`` with a linear projector as the
 architecture and a context memory of 200 rows.
 
 * projector: h = W x (K-dimensional, as the official architecture's output);

@@ -1,4 +1,4 @@
-"""MC Dropout (Gal & Ghahramani 2016) on the concatenated views (SPEC §3, paper appendix "MC Dropout")."""
+"""MC Dropout (Gal & Ghahramani 2016) on the concatenated views (docs/method.md §3, paper appendix "MC Dropout")."""
 from __future__ import annotations
 
 from typing import Sequence

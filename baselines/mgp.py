@@ -1,4 +1,4 @@
-"""Multimodal Gaussian Process, MGP (Jung et al. 2022) (SPEC §3, paper appendix "MGP"), on gpytorch.
+"""Multimodal Gaussian Process, MGP (Jung et al. 2022) (docs/method.md §3, paper appendix "MGP"), on gpytorch.
 
 * One sparse variational GP per view (``ViewGP``): K independent latent functions (one per class)
   sharing the view's inducing points and its ARD-RBF kernel, as in the official GPflow code

@@ -1,5 +1,5 @@
 """SNGP (Liu et al. 2020): the random-feature GP output layer alone, on the concatenated views
-(SPEC §3, paper appendix "SNGP": the shared feature extractor replaces SNGP's spectral-normalised
+(docs/method.md §3, paper appendix "SNGP": the shared feature extractor replaces SNGP's spectral-normalised
 network, so only the GP layer is used).
 
 Follows edward2's ``RandomFeatureGaussianProcess`` + ``LaplaceRandomFeatureCovariance``:

@@ -1,4 +1,4 @@
-"""Trusted Multi-view Classification (Han et al., ICLR 2021) (SPEC §3, paper appendix "TMC").
+"""Trusted Multi-view Classification (Han et al., ICLR 2021) (docs/method.md §3, paper appendix "TMC").
 
 Per view, evidence e = Softplus(Linear(x)) and a Dirichlet α = e + 1. The views' opinions are fused
 pairwise by Dempster's rule of combination (subjective logic). Loss, per opinion (every view and the

@@ -1,7 +1,7 @@
-"""CIFAR10-C (SPEC §4): three corruptions of one image as three views, with SVHN / CIFAR-100 OOD sets.
+"""CIFAR10-C (docs/method.md §4): three corruptions of one image as three views, with SVHN / CIFAR-100 OOD sets.
 
 Reads the Inception-v3 feature cache that ``python -m mnp.features`` writes (layout in mnp/features.py,
-the official code's). Views are standardised with training statistics (SPEC §2: standard scaling).
+the official code's). Views are standardised with training statistics (docs/method.md §2: standard scaling).
 Each OOD set holds ``ood_n_id`` ID test samples plus ``ood_n_ood`` OOD samples, both drawn *without*
 replacement (the official code draws with replacement), and every OOD feature is copied into all
 views; metrics.json then carries ``ood/<name>/auroc`` with OOD as the positive class.

@@ -1,4 +1,4 @@
-"""digits_c: an offline, real-image run of the whole CIFAR10-C pipeline (SPEC §4).
+"""digits_c: an offline, real-image run of the whole CIFAR10-C pipeline (docs/method.md §4).
 
 scikit-learn's 1797 real 8×8 digits, upscaled to 32×32, are corrupted into three views with the same
 corruption config as cifar10c; the OOD set ``photos`` holds patches of scikit-learn's two sample

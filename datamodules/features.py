@@ -1,4 +1,4 @@
-"""The six precomputed-feature datasets of SPEC §4 (handwritten, cub, pie, caltech101, scene15, hmdb).
+"""The six precomputed-feature datasets of docs/method.md §4 (handwritten, cub, pie, caltech101, scene15, hmdb).
 
 ``split="files"`` uses the file's own split (pre-split .mat) or the registered index files
 (Trust4Conflict's 80/20 split; not proven to be MNP's); without either, and with
@@ -57,7 +57,7 @@ def warn_duplicates(raw: RawData) -> int:
 
 
 def check_expected(raw: RawData, spec: DatasetSpec) -> None:
-    """Compare N, view dims and K with the registry (SPEC §4)."""
+    """Compare N, view dims and K with the registry (docs/method.md §4)."""
     src = raw.source
     if len(raw.y) != spec.n:
         raise DataError(f"{src}: {spec.key} should have {spec.n} samples, the file has {len(raw.y)}; wrong file?")
@@ -78,7 +78,7 @@ def check_expected(raw: RawData, spec: DatasetSpec) -> None:
 class FeatureDataModule(MultiViewDataModule):
     """One registered dataset read from ``<data_dir>/<dataset>/<file>`` (downloaded when public).
 
-    ``scaling`` defaults to the dataset's scaling in the official code (SPEC §2).
+    ``scaling`` defaults to the dataset's scaling in the official code (docs/method.md §2).
     """
 
     def __init__(self, dataset: str, data_dir: str, file: str | None = None, split: str = "files",

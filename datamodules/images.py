@@ -1,4 +1,4 @@
-"""Image sources for the CIFAR10-C experiment (SPEC §4) and its offline stand-in, plus corruptions.
+"""Image sources for the CIFAR10-C experiment (docs/method.md §4) and its offline stand-in, plus corruptions.
 
 Readers take torchvision's on-disk formats under a root directory:
 

@@ -55,7 +55,7 @@ def index_pair(stem: str, train_sha: str, test_sha: str) -> tuple[DataFile, Data
 
 @dataclass(frozen=True)
 class DatasetSpec:
-    """Expected contents (SPEC §4) and the files that hold them; ``files[0]`` is the default."""
+    """Expected contents (docs/method.md §4) and the files that hold them; ``files[0]`` is the default."""
 
     key: str
     n: int
@@ -63,7 +63,7 @@ class DatasetSpec:
     num_classes: int
     files: tuple[DataFile, ...]
     split_files: dict  # data file name -> (train DataFile, test DataFile)
-    scaling: str = "minmax"  # the official code's feature scaling (SPEC §2)
+    scaling: str = "minmax"  # the official code's feature scaling (docs/method.md §2)
     dims_verified: bool = True  # False: view dims from other code, not checked on a real file
 
     def file(self, name: str | None) -> DataFile:

@@ -1,4 +1,4 @@
-"""The multimodal two moons of the paper's Figure 2 (SPEC §4), generated in memory."""
+"""The multimodal two moons of the paper's Figure 2 (docs/method.md §4), generated in memory."""
 from __future__ import annotations
 
 import numpy as np

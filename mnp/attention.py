@@ -19,7 +19,7 @@ from torch import Tensor, nn
 
 SIMILARITIES = ("rbf", "dot")
 NORMALISERS = ("sparsemax", "softmax")
-POSITIVE_PARAMS = ("softplus", "exp")
+POSITIVE_PARAMS = ("softplus", "exp", "identity")  # identity: the official code's raw, unconstrained l and σ_f
 POSITIVE_FLOOR = 1e-6  # keeps l and σ_f > 0 in float32, where softplus/exp of a very negative value underflow to 0
 
 
@@ -31,12 +31,17 @@ def choice(name: str, value: str, options: Sequence[str]) -> str:
 
 
 def to_positive(raw: Tensor, param: str) -> Tensor:
-    """Map an unconstrained parameter to a positive value (softplus or exp, plus a tiny floor)."""
+    """Map an unconstrained parameter to a positive value (softplus or exp, plus a tiny floor);
+    ``identity`` uses it as it is, unconstrained (official code)."""
+    if param == "identity":
+        return raw
     return POSITIVE_FLOOR + (F.softplus(raw) if param == "softplus" else raw.exp())
 
 
 def from_positive(value: float, param: str) -> float:
     """Inverse of :func:`to_positive`, for initialisation."""
+    if param == "identity":
+        return value
     value -= POSITIVE_FLOOR
     return math.log(math.expm1(value)) if param == "softplus" else math.log(value)
 

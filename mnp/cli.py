@@ -3,7 +3,13 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
+import tempfile
+from pathlib import Path
+
+from mnp.console import quiet
+from mnp.summary import STATUS_ENV, sweep_summary
 
 log = logging.getLogger("mnp")
 
@@ -41,16 +47,50 @@ def main_guarded(main) -> None:
     config option, a malformed override) and a sweep's failed job end in one line
     ``error: <message>`` and exit status 1, like the errors :func:`run_guarded` handles."""
     from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
 
     from mnp.sweep import JobFailed
 
-    if full_error_requested():
-        return main()
-    os.environ["HYDRA_FULL_ERROR"] = os.environ[_GUARDED] = "1"  # Hydra re-raises; we print
+    quiet()
+    sys.argv[1:] = [quote_path_value(a) for a in sys.argv[1:]]
+    status = Path(tempfile.mkstemp(prefix="mnp-sweep-", suffix=".jsonl")[1])
+    os.environ[STATUS_ENV] = str(status)  # the jobs of a sweep append their outcomes (inherited by workers)
     try:
-        main()
-    except (HydraException, JobFailed) as e:
-        _fail(one_line(e))
+        if full_error_requested():
+            return main()
+        os.environ["HYDRA_FULL_ERROR"] = os.environ[_GUARDED] = "1"  # Hydra re-raises; we print
+        try:
+            main()
+        except (HydraException, JobFailed) as e:
+            _print_sweep(status)
+            _fail(one_line(e))
+        except OmegaConfBaseException as e:  # e.g. a ??? value that Hydra's own config (hydra.run.dir) needs
+            found = re.search(r"Missing mandatory value: ([\w.]+)", str(e))
+            _fail(f"{found.group(1)} is required: add {found.group(1)}=<value> to the command" if found else one_line(e))
+        _print_sweep(status)
+    finally:
+        status.unlink(missing_ok=True)
+
+
+PATH_KEYS = ("ckpt_path", "dataset.path", "data_dir", "output_dir", "dataset.data_dir", "paths.log_dir",
+             "paths.data_dir", "hydra.run.dir", "hydra.sweep.dir")
+
+
+def quote_path_value(arg: str) -> str:
+    """``ckpt_path=<dir with '=' or ','>/last.ckpt`` quoted for Hydra's override grammar: run directory
+    names carry their overrides (``..._s0_dataset.path=-tmp-a.npz``), which Hydra would otherwise misparse."""
+    key, sep, value = arg.partition("=")
+    if not sep or key.lstrip("+~") not in PATH_KEYS or not value or value[0] in "'\"":
+        return arg
+    if any(c in value for c in "=,[]{}()' "):
+        return f"{key}='{value}'" if "'" not in value else f'{key}="{value}"'
+    return arg
+
+
+def _print_sweep(status: Path) -> None:
+    text = sweep_summary(status)
+    if text:
+        print(text, flush=True)
 
 
 def run_guarded(fn, cfg):
@@ -60,6 +100,7 @@ def run_guarded(fn, cfg):
     Hydra records the failed job and the other jobs go on.
     """
     from mnp.sweep import in_multirun, run_job
+    quiet()  # also in a sweep's worker processes
     if in_multirun():  # failed.json / skipped.json, never SystemExit (it would abort the sweep)
         return run_job(fn, cfg)
     if full_error_requested():

@@ -2,7 +2,7 @@
 
 ``python -m mnp.diagnose <run dir or last.ckpt> [--sigmas ...] [--json PATH] [--plot PATH]``
 
-For every noise level σ and every noised subset of ⌊M/2⌋ views (SPEC §5) it measures, on the clean
+For every noise level σ and every noised subset of ⌊M/2⌋ views (docs/method.md §5) it measures, on the clean
 test split of the run's own data:
 
 * ``acc``: the multimodal accuracy (eq. 12);

@@ -1,4 +1,4 @@
-"""Inception-v3 features of (corrupted) images, cached as .npy in the official MNP layout (SPEC §4).
+"""Inception-v3 features of (corrupted) images, cached as .npy in the official MNP layout (docs/method.md §4).
 
 Layout under a feature directory::
 

@@ -1,4 +1,4 @@
-"""Classification and uncertainty metrics (SPEC §5).
+"""Classification and uncertainty metrics (docs/method.md §5).
 
 All functions take *probabilities* (never logits) and return Python floats or tensors on the
 input's device. Accuracy and ECE use torchmetrics; AUROC is computed here on the full set of

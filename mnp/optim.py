@@ -1,4 +1,4 @@
-"""Optimiser and learning-rate schedules shared by every model (SPEC §2)."""
+"""Optimiser and learning-rate schedules shared by every model (docs/method.md §2)."""
 from __future__ import annotations
 
 import math

@@ -9,6 +9,7 @@ from __future__ import annotations
 import inspect
 import json
 import logging
+import os
 import re
 import time
 from pathlib import Path
@@ -24,13 +25,37 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from mnp.checkpointing import (CFG_KEY, AtomicCheckpointIO, CsvHistory, atomic_write, check_fits, check_writable,
                                checkpoint_callbacks, holds_run_dir, keep_csv_history, load_checkpoint,
                                resume_checkpoint)
-from mnp.rundir import check_reuse, hydra_variant
+from mnp.progress import progress_callbacks
+from mnp.rundir import check_reuse, eval_dir, hydra_variant
+from mnp.summary import log_run_summary
+from mnp.validate import resolve_auto, validate
 
 log = logging.getLogger(__name__)
 
 # ---------------------------------------------------------------------------- file helpers
+def metric_order(key: str) -> tuple:
+    """Sort key: by name, then numerically by the σ after ``@`` (``acc@2.154`` before ``acc@10``)."""
+    name, _, level = str(key).partition("@")
+    try:
+        return name, 0, float(level), ""
+    except ValueError:
+        return name, 1, 0.0, level
+
+
+def _finite(v):
+    """NaN and ±inf become null: JSON has no such numbers."""
+    if isinstance(v, float) and not np.isfinite(v):
+        return None
+    if isinstance(v, dict):
+        return {k: _finite(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_finite(x) for x in v]
+    return v
+
+
 def write_json(path: Path, obj: dict) -> None:
-    atomic_write(path, lambda tmp: Path(tmp).write_text(json.dumps(obj, indent=2, sort_keys=True)))
+    ordered = {k: _finite(obj[k]) for k in sorted(obj, key=metric_order)}
+    atomic_write(path, lambda tmp: Path(tmp).write_text(json.dumps(ordered, indent=2, allow_nan=False)))
 
 
 def write_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
@@ -89,6 +114,7 @@ def build_datamodule(cfg: DictConfig) -> tuple[str, pl.LightningDataModule]:
 
 
 def build_model(cfg: DictConfig, dm) -> tuple[str, pl.LightningModule]:
+    resolve_auto(cfg)
     name, node = _split_name(cfg.model)
     model = build("model", node, num_classes=dm.num_classes, view_dims=dm.view_dims, _convert_="all")
     configure_evaluation(model, cfg)
@@ -128,6 +154,18 @@ def build_loggers(cfg: DictConfig) -> list:
         loggers.append(instantiate(node))
     keep_csv_history(loggers)
     return loggers
+
+
+DATA_PATH_KEYS = ("data_dir", "path", "feature_dir")
+
+
+def absolute_data_paths(cfg: DictConfig) -> None:
+    """Data locations as absolute paths, so the config stored in checkpoints works from any directory."""
+    with open_dict(cfg):
+        for node in (cfg.get("paths"), cfg.get("dataset")):
+            for key in DATA_PATH_KEYS:
+                if node is not None and isinstance(node.get(key), str) and node.get(key):
+                    node[key] = os.path.abspath(os.path.expanduser(node[key]))
 
 
 def set_threads(n: int | None) -> None:
@@ -177,6 +215,9 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     Returns the metrics dict (also when the job is skipped because it already finished).
     """
     t0 = time.perf_counter()
+    resolve_auto(cfg)
+    validate(cfg)  # the whole config, before anything is built or written
+    absolute_data_paths(cfg)
     out_dir = Path(cfg.paths.output_dir)
     metrics_path = out_dir / "metrics.json"
     resume_from = resume_checkpoint(cfg.get("ckpt_path"), out_dir)
@@ -200,7 +241,9 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     loggers = build_loggers(cfg)
     for lg in loggers:  # the whole resolved run config, not just the model's hyperparameters
         lg.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
-    trainer = build("trainer", cfg.trainer, logger=loggers or False, callbacks=build_callbacks(cfg, out_dir, has_val),
+    progress, bar = progress_callbacks(bool(cfg.trainer.get("enable_progress_bar", True)))
+    trainer = build("trainer", cfg.trainer, logger=loggers or False,
+                    callbacks=build_callbacks(cfg, out_dir, has_val) + progress, enable_progress_bar=bar,
                     default_root_dir=str(out_dir), plugins=[AtomicCheckpointIO(resume_from)],
                     limit_val_batches=None if has_val else 0)
     # written once everything is built: a bad config or bad data leaves no output behind
@@ -223,6 +266,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             trainer.test(model, datamodule=dm, verbose=False)
         results = {} if not trainer.is_global_zero else write_outputs(
             out_dir, model, identity, {"time/total_s": time.perf_counter() - t0})
+        if results:
+            log_run_summary(results, out_dir)
         for lg in loggers:
             if hasattr(lg, "experiment") and type(lg).__name__ == "WandbLogger":
                 from mnp.wandb_utils import log_summary
@@ -268,8 +313,9 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     """Rebuild model and datamodule from a checkpoint alone, re-run the full evaluation."""
     t0 = time.perf_counter()
     ckpt_path = Path(cfg.ckpt_path)
-    out_dir = Path(cfg.output_dir) if cfg.get("output_dir") else ckpt_path.parent.parent / "eval"
-    run_cfg, model_name, dataset_name, dm, model, ckpt = load_run(ckpt_path, cfg.get("data_dir"), cfg.get("eval"))
+    out_dir = Path(cfg.output_dir) if cfg.get("output_dir") else Path(eval_dir(str(ckpt_path)))
+    data_dir = os.path.abspath(os.path.expanduser(cfg.data_dir)) if cfg.get("data_dir") else None
+    run_cfg, model_name, dataset_name, dm, model, ckpt = load_run(ckpt_path, data_dir, cfg.get("eval"))
     check_writable(out_dir)
     trainer = pl.Trainer(accelerator=cfg.trainer.accelerator, devices=cfg.trainer.devices, logger=False,
                          enable_checkpointing=False, enable_model_summary=False)
@@ -278,4 +324,6 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     identity["epochs"] = int(ckpt.get("epoch", -1)) + 1
     identity["checkpoint"] = str(ckpt_path)
     atomic_write(out_dir / "config.yaml", lambda tmp: OmegaConf.save(run_cfg, tmp, resolve=True))
-    return write_outputs(out_dir, model, identity, {"time/total_s": time.perf_counter() - t0})
+    results = write_outputs(out_dir, model, identity, {"time/total_s": time.perf_counter() - t0})
+    log_run_summary(results, out_dir)
+    return results

@@ -1,4 +1,4 @@
-"""Evaluation protocols (SPEC §5): noisy views and OOD set assembly."""
+"""Evaluation protocols (docs/method.md §5): noisy views and OOD set assembly."""
 from __future__ import annotations
 
 from itertools import combinations

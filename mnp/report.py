@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m mnp.report", description=__doc__.splitlines()[0])
     ap.add_argument("dirs", nargs="+", help="sweep directories (e.g. logs/paper_main/multiruns)")
     ap.add_argument("--out", required=True, help="output directory for results.md/.tex/.csv and plots/")
-    ap.add_argument("--paper", action="store_true", help="add a comparison with the paper's numbers (SPEC §7)")
+    ap.add_argument("--paper", action="store_true", help="add a comparison with the paper's numbers (docs/method.md §7)")
     ap.add_argument("--no-plots", action="store_true", help="tables only")
     ap.add_argument("--models", nargs="+", help="only these models' runs")
     ap.add_argument("--seeds", nargs="+", type=int, help="only these seeds' runs")

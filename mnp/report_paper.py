@@ -1,4 +1,4 @@
-"""Comparison with the paper's numbers (SPEC §7) for ``python -m mnp.report --paper``.
+"""Comparison with the paper's numbers (docs/method.md §7) for ``python -m mnp.report --paper``.
 
 The paper's means are package data, ``mnp/paper_results.csv`` (table, model, dataset, metric,
 value as printed in the paper: accuracy in %; ``speed-up/<train|test>`` is MGP time / MNP time).
@@ -54,7 +54,7 @@ def paper_comparison(agg: dict) -> list[dict]:
 def paper_md(rows: list[dict], speed: dict[str, dict[str, dict[str, float]]]) -> str:
     """The comparison section: ``rows`` of :func:`paper_comparison`, and ``speed`` (experiment ->
     dataset -> our speed-ups) against the paper's."""
-    lines = ["## Comparison with the paper (SPEC §7)", "",
+    lines = ["## Comparison with the paper (docs/method.md §7)", "",
              "Ours (mean over seeds) / paper; Δ = ours − paper, in the table's units.", "",
              "| Experiment | Method | Dataset | Metric | Ours | Paper | Δ |", "|---|---|---|---|---|---|---|"]
     morder = {m: i for i, m in enumerate(MODEL_ORDER)}

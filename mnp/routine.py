@@ -6,7 +6,7 @@ Every model (MNP and all baselines) subclasses :class:`Routine` and provides onl
 * ``predict(views) -> (probs, uncertainty)``: per-sample class probabilities (S, B, K) and an
   uncertainty score (B,), higher meaning more uncertain.
 
-Test dataloader 0 is the clean test set; it is also run through the noise protocol (SPEC §5).
+Test dataloader 0 is the clean test set; it is also run through the noise protocol (docs/method.md §5).
 Further test dataloaders are OOD sets yielding ``(views, is_ood)``; their names come from the
 datamodule's ``ood_names``. Results land in ``self.test_results`` (scalars) and
 ``self.test_arrays`` (numpy arrays for predictions.npz).
@@ -86,7 +86,7 @@ class Routine(pl.LightningModule):
     # ------------------------------------------------------------------ configuration
     def configure_evaluation(self, noise_levels: Sequence[float] | None = None, noise_subset_size: int | None = None,
                              noise_seed: int = 0, noise: bool = True, n_bins: int = 15, sample_seed: int = 0) -> None:
-        """Set the noise protocol (SPEC §5); called by the pipeline from ``cfg.eval``. ``sample_seed`` (the
+        """Set the noise protocol (docs/method.md §5); called by the pipeline from ``cfg.eval``. ``sample_seed`` (the
         run's seed) seeds the test predictions' own sampling (:func:`sample_generator`)."""
         self.noise_levels = list(default_noise_levels() if noise_levels is None else noise_levels)
         self.noise_subsets = noise_subsets(len(self.view_dims), noise_subset_size) if noise else []

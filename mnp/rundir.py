@@ -20,6 +20,7 @@ from typing import Any, Iterable
 from omegaconf import OmegaConf
 
 RESOLVER = "mnp_run_suffix"
+EVAL_RESOLVER = "mnp_eval_dir"
 # keys that cannot change a run's numbers: these exactly (group choices, bookkeeping) ...
 NON_RESULT_KEYS = frozenset({
     "model", "dataset", "seed", "experiment", "experiment_name", "variant", "launcher", "logger", "callbacks",
@@ -57,9 +58,20 @@ def run_suffix(overrides: Iterable[str]) -> str:
 
 
 def register_resolver() -> None:
-    """``${mnp_run_suffix:${hydra.overrides.task}}`` in conf/hydra/default.yaml."""
+    """``${mnp_run_suffix:${hydra.overrides.task}}`` in conf/hydra/default.yaml and
+    ``${mnp_eval_dir:${ckpt_path}}`` in conf/evaluate.yaml."""
     if not OmegaConf.has_resolver(RESOLVER):
         OmegaConf.register_new_resolver(RESOLVER, lambda overrides: run_suffix(list(overrides or [])))
+    if not OmegaConf.has_resolver(EVAL_RESOLVER):
+        OmegaConf.register_new_resolver(EVAL_RESOLVER, eval_dir)
+
+
+def eval_dir(ckpt_path: str) -> str:
+    """``<run dir>/eval`` for ``<run dir>/checkpoints/<name>.ckpt`` (else ``eval`` beside the file),
+    absolute: an evaluation writes nothing outside the run it evaluates."""
+    ckpt = Path(str(ckpt_path)).expanduser().absolute()
+    run = ckpt.parent.parent if ckpt.parent.name == "checkpoints" else ckpt.parent
+    return str(run / "eval")
 
 
 def hydra_variant() -> str:

@@ -31,6 +31,7 @@ from omegaconf import DictConfig
 
 import datamodules
 from datamodules.errors import DataError
+from mnp.summary import record_job
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +105,8 @@ def _objective(cfg: DictConfig, results: dict) -> Any:
 def run_job(fn: Callable[[DictConfig], dict], cfg: DictConfig) -> Any:
     """Run ``fn(cfg)`` as one isolated job of a multirun (see the module docstring)."""
     out_dir = Path(cfg.paths.output_dir)
+    metrics = out_dir / "metrics.json"
+    done_before = metrics.exists()
     try:
         value = _objective(cfg, fn(cfg) or {})
     except Exception as e:  # noqa: BLE001 - every error is recorded, then handed to Hydra
@@ -112,13 +115,16 @@ def run_job(fn: Callable[[DictConfig], dict], cfg: DictConfig) -> Any:
             path = _record(out_dir, SKIPPED, cfg, status="skipped", reason=msg)
             (out_dir / FAILED).unlink(missing_ok=True)
             log.warning("skipped (data not available): %s [%s]", msg, path)
+            record_job("skipped", out_dir, msg)
             return math.nan if cfg.get("optimized_metric") else {"skipped": msg}
         path = _record(out_dir, FAILED, cfg, status="failed", error=type(e).__name__, message=msg,
                        traceback="".join(traceback.format_exception(e)))
         log.error("job failed: %s: %s [%s]", type(e).__name__, msg, path)
+        record_job("failed", out_dir, f"{type(e).__name__}: {msg}")
         raise JobFailed(f"{type(e).__name__}: {msg} (recorded in {path})") from e
     for name in (FAILED, SKIPPED):
         (out_dir / name).unlink(missing_ok=True)
+    record_job("done before" if done_before else "ok", out_dir)
     return value
 
 

@@ -1,4 +1,4 @@
-"""Feature datamodules on the real files (SPEC §4), scaling from the training split, held-out-class OOD,
+"""Feature datamodules on the real files (docs/method.md §4), scaling from the training split, held-out-class OOD,
 tiny generated caltech101/hmdb/custom files, and the MLP learning handwritten end to end."""
 import os
 
@@ -83,7 +83,7 @@ def test_minmax_statistics_come_from_the_training_split_only(real_file):
 
 
 def test_standard_scaling_from_train_is_scene15s_default(real_file):
-    dm = real_dm(real_file, "scene15")  # SPEC §2: standard scaling for scene15
+    dm = real_dm(real_file, "scene15")  # docs/method.md §2: standard scaling for scene15
     dm.setup()
     for tr, te in zip(dm.train_views, dm.test_views):
         np.testing.assert_allclose(tr.double().mean(0).numpy(), 0, atol=1e-5)
@@ -172,7 +172,7 @@ def test_dataset_configs_instantiate_with_spec_scaling(name, tmp_path):
     dm = instantiate(node)
     assert dm.seed == 7 and dm.batch_size == 200 and dm.val_fraction == 0 and dm.ood_classes == []
     want = {"handwritten": "minmax", "cub": "minmax", "pie": "minmax", "custom": "standard"}
-    assert dm.scaling == want.get(name, "standard")  # SPEC §2
+    assert dm.scaling == want.get(name, "standard")  # docs/method.md §2
     if name != "custom":
         assert dm.data_dir == str(tmp_path) and dm.split == "files"
 

@@ -48,6 +48,16 @@ def test_auroc_equals_pairwise_count(seed):
     assert metrics.auroc(torch.tensor(scores), torch.tensor(pos)) == pytest.approx(brute_force_auroc(scores, pos))
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_auroc_matches_scikit_learn(seed):
+    from sklearn.metrics import roc_auc_score
+
+    rng = np.random.default_rng(seed)
+    pos = rng.integers(0, 2, 500)
+    scores = rng.normal(size=500) * 40 + pos * 25  # unbounded scores, as entropies and variances are
+    assert metrics.auroc(torch.tensor(scores), torch.tensor(pos)) == pytest.approx(roc_auc_score(pos, scores), abs=1e-9)
+
+
 def test_auroc_large_scores_not_squashed():
     # scores far outside [0, 1]: a sigmoid would saturate them into ties (AUROC -> 0.5)
     scores = torch.tensor([100.0, 200.0, 300.0, 400.0])

@@ -12,6 +12,7 @@ from omegaconf import OmegaConf
 from cfg_utils import compose_train
 from datamodules import TensorDataModule
 from mnp.model import MNP
+from mnp.validate import resolve_auto
 
 DATASETS = ["synthetic", "handwritten", "cub", "pie", "caltech101", "scene15", "hmdb", "cifar10c", "digits_c"]
 
@@ -210,6 +211,7 @@ def test_every_switch_trains(tmp_path, switches, learns):
 @pytest.mark.parametrize("dataset", DATASETS)
 def test_configs_compose_and_build(tmp_path, model_name, dataset):
     cfg = compose_train(tmp_path, [f"model={model_name}", f"dataset={dataset}"])
+    resolve_auto(cfg)
     node = OmegaConf.to_container(cfg.model, resolve=True)
     assert node.pop("name") == model_name
     model = instantiate(node | {"d_e": 16}, num_classes=3, view_dims=[5, 7], memory_size=6, _convert_="all")

@@ -150,3 +150,32 @@ def test_mnp_keeps_the_paper_data_handling(tmp_path, dataset):
     cfg = OmegaConf.to_container(compose_train(tmp_path, ["model=mnp", f"dataset={dataset}"]), resolve=True)
     assert not cfg["dataset"]["full_batches"] and not cfg["dataset"]["scale_test_separately"]
     assert cfg["model"]["memory_write"] == "after_step" and cfg["model"]["optim"]["eps_placement"] == "torch"
+
+
+# ---------------------------------------------------------------------------- unconstrained l and σ_f
+def test_identity_lengthscale_param_moves_l_and_amplitude_by_the_raw_adam_step():
+    from mnp.attention import RBFSimilarity
+
+    steps = {}
+    for param in ("softplus", "identity"):
+        sim = RBFSimilarity([3], lengthscale_init=10.0, param=param, amplitude=True)
+        assert torch.allclose(sim.lengthscales()[0].detach(), torch.full((3,), 10.0), atol=1e-5)
+        opt = torch.optim.SGD(sim.parameters(), lr=0.1)
+        t, c = [torch.randn(4, 3)], [torch.randn(5, 3)]
+        sim(t, c).sum().backward()
+        grad_amp = next(p for n, p in sim.named_parameters() if "amplitude" in n).grad.clone()
+        before = to_amp(sim)
+        opt.step()
+        steps[param] = (to_amp(sim) - before, grad_amp)
+    moved, grad = steps["identity"]
+    assert torch.allclose(moved, -0.1 * grad)  # σ_f is the raw variable: it moves by the raw step
+    moved_sp, grad_sp = steps["softplus"]  # softplus: the raw step passes through softplus (slope 0.63 at σ_f = 1)
+    raw0 = torch.tensor(math.log(math.expm1(1.0 - 1e-6)))
+    expected = torch.nn.functional.softplus(raw0 - 0.1 * grad_sp) - torch.nn.functional.softplus(raw0)
+    assert torch.allclose(moved_sp, expected, atol=1e-5) and not torch.allclose(moved_sp, -0.1 * grad_sp, atol=1e-3)
+
+
+def to_amp(sim):
+    from mnp.attention import to_positive
+
+    return to_positive(sim.raw_amplitude, sim.param).detach().clone()

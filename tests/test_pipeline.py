@@ -78,11 +78,12 @@ def test_cli_train_then_evaluate(tmp_path):
     r = _run(["train.py", "model=mlp", "trainer.max_epochs=1", f"hydra.run.dir={out}", "logger=csv"], ROOT)
     assert r.returncode == 0, r.stderr[-2000:]
     assert json.loads((out / "metrics.json").read_text())["epochs"] == 1
-    # the README's command as it is (no hydra.run.dir): Hydra's record goes to <log_dir>/evaluate/<time>
-    r = _run(["evaluate.py", f"ckpt_path={out}/checkpoints/last.ckpt", f"paths.log_dir={tmp_path / 'logs'}"], ROOT)
+    # the README's command as it is (no hydra.run.dir): Hydra's record goes beside the metrics, in <run>/eval
+    r = _run(["evaluate.py", f"ckpt_path={out}/checkpoints/last.ckpt"], ROOT)
     assert r.returncode == 0, r.stderr[-2000:]
-    assert (out / "eval" / "metrics.json").exists()
-    assert len(list((tmp_path / "logs" / "evaluate").glob("*/.hydra/config.yaml"))) == 1
+    assert (out / "eval" / "metrics.json").exists() and (out / "eval" / ".hydra" / "config.yaml").exists()
+    assert json.loads((out / "eval" / "metrics.json").read_text())["test/acc"] == \
+        json.loads((out / "metrics.json").read_text())["test/acc"]
 
 
 def test_cli_missing_checkpoint_one_line(tmp_path):

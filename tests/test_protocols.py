@@ -1,4 +1,4 @@
-"""Noise protocol and OOD assembly (SPEC §5)."""
+"""Noise protocol and OOD assembly (docs/method.md §5)."""
 import numpy as np
 import pytest
 import torch

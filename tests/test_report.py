@@ -259,7 +259,7 @@ def test_paper_comparison_of_ood_and_speed_from_the_data_file(tmp_path):
     write_run(root, "paper_ood", "mgp", "cifar10c", 0, 0.73, 0.02, extra={"ood/svhn/auroc": 0.80})
     res = report([root], tmp_path / "out", paper=True, plots=False)
     md = (tmp_path / "out" / "results.md").read_text()
-    section = md.split("## Comparison with the paper (SPEC §7)", 1)[1]
+    section = md.split("## Comparison with the paper (docs/method.md §7)", 1)[1]
     assert "| paper_ood | MNP | CIFAR10-C | ood/svhn/auroc | 0.870 | 0.872 | -0.002 |" in section
     assert "| paper_ood | MNP | CIFAR10-C | test/acc | 75.00 | 74.92 | +0.08 |" in section
     assert "| paper_ood | MGP | CIFAR10-C | test/ece | 0.020 | 0.018 | +0.002 |" in section

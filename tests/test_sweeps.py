@@ -21,10 +21,10 @@ from mnp.sweep import FAILED, SKIPPED, JobFailed, ValidationMetrics, is_missing_
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
 PRESETS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
-SWEEPS = [p for p in PRESETS if not p.startswith("optuna")]
+SWEEPS = [p for p in PRESETS if not p.startswith("optuna") and p != "switches"]
 MODELS = {"mlp", "mnp", "mnp_official", "mcd", "de_ef", "de_lf", "sngp", "etp", "tmc", "mgp"}
 DATASETS = {"synthetic", "handwritten", "cub", "pie", "caltech101", "scene15", "hmdb", "cifar10c", "digits_c", "custom"}
-# K and the paper's N^m per dataset (SPEC §2)
+# K and the paper's N^m per dataset (docs/method.md §2)
 CLASSES = {"handwritten": 10, "cub": 10, "pie": 68, "caltech101": 101, "scene15": 15, "hmdb": 51, "cifar10c": 10}
 PAPER_NM = {"handwritten": 100, "cub": 200, "pie": 300, "caltech101": 700, "scene15": 300, "hmdb": 400, "cifar10c": 200}
 
@@ -51,6 +51,13 @@ def options(value) -> list[str]:
 
 
 # ---------------------------------------------------------------------------- presets
+def test_switches_preset_writes_its_own_sweep_dir_named_by_the_switch():
+    cfg = compose_hydra(["experiment=switches", "model=mnp", "dataset=pie", "model.modality_mask=true"])
+    assert cfg.experiment_name == "switches" and cfg.hydra.sweep.dir.endswith("/switches/multiruns")
+    assert not cfg.hydra.sweeper.params  # the command line names the models, datasets, seeds and the switch
+    assert cfg.model.modality_mask is True
+
+
 @pytest.mark.parametrize("name", SWEEPS)
 def test_preset_sweeps_models_datasets_five_seeds(name):
     cfg = compose_hydra([f"experiment={name}", "model=mlp", "dataset=synthetic"])

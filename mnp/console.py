@@ -1,0 +1,34 @@
+"""A quiet console: drop third-party noise that says nothing about the run, keep real warnings.
+
+Dropped: Lightning's GPU/TPU availability lines and its litlogger tip, its ``LeafSpec is deprecated``
+warning (raised inside Lightning itself), the ``torch.jit.script`` deprecation raised when gpytorch is
+imported (MGP), and wandb's ``The anonymous setting has no effect``.
+"""
+from __future__ import annotations
+
+import logging
+import warnings
+
+# (message start, category) of warnings raised inside libraries, not by anything the user did
+NOISY_WARNINGS = [
+    (r"`isinstance\(treespec, LeafSpec\)` is deprecated", None),
+    (r"`torch.jit.script` is deprecated", FutureWarning),
+    (r"The anonymous setting has no effect", None),
+]
+# Lightning's info lines that describe the machine or advertise a product
+NOISY_LINES = ("GPU available:", "TPU available:", "HPU available:", "💡 Tip:")
+
+
+class _DropLines(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.getMessage()).startswith(NOISY_LINES)
+
+
+def quiet() -> None:
+    """Install the filters (idempotent): warnings filters and a filter on Lightning's rank-zero logger."""
+    for message, category in NOISY_WARNINGS:
+        warnings.filterwarnings("ignore", message=message, category=category or Warning)
+    for name in ("pytorch_lightning.utilities.rank_zero", "lightning.pytorch.utilities.rank_zero", "wandb"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _DropLines) for f in logger.filters):
+            logger.addFilter(_DropLines())

@@ -1,0 +1,98 @@
+"""What a finished run or sweep got, and where: the lines printed (and logged to ``train.log``) at its end."""
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+
+log = logging.getLogger("mnp")
+
+# (metrics.json key, label, format); percentages are stored as fractions
+ROWS = [("test/acc", "accuracy", "pct"), ("test/ece", "ECE", "f4"), ("test/nll", "NLL", "f4"),
+        ("noise/acc_mean", "noisy accuracy", "pct")]
+
+
+def duration(seconds: float) -> str:
+    """``42s``, ``3m05s``, ``1h02m``."""
+    s = int(round(max(seconds, 0.0)))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
+def _fmt(value: float, kind: str) -> str:
+    return f"{100 * value:.2f} %" if kind == "pct" else f"{value:.4f}"
+
+
+def _size(path: Path) -> str:
+    n = path.stat().st_size
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return ""
+
+
+def run_summary(results: dict, out_dir: Path) -> str:
+    """A short table of the run's metrics and times, then its directory and the files in it."""
+    head = f"{results.get('model')} on {results.get('dataset')}, seed {results.get('seed')}"
+    if results.get("epochs") is not None:
+        head += f", {results['epochs']} epochs"
+    lines = [f"Finished: {head}"]
+    rows = [(label, _fmt(results[key], kind)) for key, label, kind in ROWS if key in results]
+    rows += [(f"OOD AUROC ({k.split('/')[1]})", f"{v:.4f}") for k, v in sorted(results.items())
+             if k.startswith("ood/") and k.endswith("/auroc")]
+    if "time/train_epoch_s" in results:
+        rows.append(("train time / epoch", f"{results['time/train_epoch_s']:.2f} s"))
+    if "time/test_s" in results:
+        rows.append(("test time", f"{results['time/test_s']:.2f} s"))
+    if "time/total_s" in results:
+        rows.append(("total time", duration(results["time/total_s"])))
+    width = max((len(r[0]) for r in rows), default=0)
+    lines += [f"  {label:<{width}}  {value}" for label, value in rows]
+    out_dir = Path(out_dir).resolve()
+    lines.append(f"Run directory: {out_dir}")
+    files = sorted(p for p in out_dir.rglob("*")
+                   if p.is_file() and not any(part.startswith(".") for part in p.relative_to(out_dir).parts))
+    lines += [f"  {p.relative_to(out_dir)}  ({_size(p)})" for p in files]
+    return "\n".join(lines)
+
+
+def log_run_summary(results: dict, out_dir: Path) -> None:
+    """Print the summary through the ``mnp`` logger: the console and the run's ``train.log``."""
+    log.info("\n%s", run_summary(results, out_dir))
+
+
+# ---------------------------------------------------------------------------- sweeps
+STATUS_ENV = "MNP_SWEEP_STATUS"  # a JSON-lines file every job of this sweep appends its outcome to
+
+
+def record_job(status: str, out_dir: Path, message: str = "") -> None:
+    """Append one job's outcome (ok, done earlier, skipped, failed) to the sweep's status file."""
+    path = os.environ.get(STATUS_ENV)
+    if not path:
+        return
+    line = json.dumps({"status": status, "dir": str(Path(out_dir).resolve()), "message": message})
+    with open(path, "a") as f:  # one short append per job: atomic on POSIX for lines this size
+        f.write(line + "\n")
+
+
+def sweep_summary(status_file: Path) -> str:
+    """One line per job of the sweep, and the report command that aggregates it."""
+    if not status_file.exists():
+        return ""
+    jobs = [json.loads(x) for x in status_file.read_text().splitlines() if x.strip()]
+    if not jobs:
+        return ""
+    counts: dict[str, int] = {}
+    lines = []
+    for j in jobs:
+        counts[j["status"]] = counts.get(j["status"], 0) + 1
+        lines.append(f"  {j['status']:<11} {Path(j['dir']).name}" + (f": {j['message']}" if j["message"] else ""))
+    sweep_dirs = sorted({str(Path(j["dir"]).parent) for j in jobs})
+    head = "Sweep finished: " + ", ".join(f"{n} {s}" for s, n in counts.items())
+    tail = [f"Aggregate with: python -m mnp.report {' '.join(sweep_dirs)} --out results/<name>"]
+    return "\n".join([head, *lines, *tail])

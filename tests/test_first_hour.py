@@ -1,0 +1,173 @@
+"""A new user's first hour, run as a user runs the programs: the CLI as a subprocess, stdout and stderr
+captured. Help, the end-of-run summary, progress lines in a log, config errors before training, a
+checkpoint evaluated from another directory, a quiet console and a sweep's closing lines."""
+import json
+import re
+
+import numpy as np
+import pytest
+
+from cfg_utils import ROOT, compose_train
+from cli_utils import hydra_only, run_cli
+from mnp.validate import ConfigError, resolve_auto, validate
+
+NOISE = ("litlogger", "LeafSpec", "GPU available", "TPU available", "torch.jit.script")
+
+
+@pytest.fixture(scope="module")
+def data_file(tmp_path_factory):
+    rng = np.random.default_rng(0)
+    y = np.repeat(np.arange(3), 40)
+    path = tmp_path_factory.mktemp("data") / "two_views.npz"
+    np.savez(path, x1=rng.normal(size=(120, 6)) + 2.0 * y[:, None], x2=rng.normal(size=(120, 4)) + y[:, None], y=y)
+    return path
+
+
+@pytest.fixture(scope="module")
+def mnp_run(data_file, tmp_path_factory):
+    """``train.py model=mnp dataset=custom`` with 4 epochs: 1 warm-up (a quarter) and 3 main epochs."""
+    run_dir = tmp_path_factory.mktemp("runs") / "mnp_run"
+    res = run_cli(["train.py", "model=mnp", "dataset=custom", f"dataset.path={data_file}", "trainer.max_epochs=4",
+                   "model.d_e=16", f"hydra.run.dir={run_dir}", "eval.noise_levels=[0.1,1.0,10.0]"])
+    assert res.returncode == 0, res.stderr[-2000:]
+    return res, run_dir
+
+
+# ---------------------------------------------------------------------------- help
+def test_help_describes_the_command_with_examples_and_lists_choices_without_internals():
+    res = run_cli(["train.py", "--help"])
+    assert res.returncode == 0
+    out = res.stdout
+    assert out.startswith("train.py: train one model") and out.count("python train.py") >= 6
+    assert re.search(r"^models:.*\bmgp\b.*\bmnp\b", out, re.M) and re.search(r"^datasets:.*\bcustom\b", out, re.M)
+    assert "paper_main" in out and "model_dataset" not in out and "mnp_official_pie" not in out
+    res = run_cli(["evaluate.py", "-h"])
+    assert res.returncode == 0 and res.stdout.startswith("evaluate.py: rebuild a finished run")
+
+
+def test_help_imports_neither_torch_nor_hydras_config_composition():
+    code = ("import runpy, sys; sys.argv = ['train.py', '--help']\n"
+            "try:\n    runpy.run_path('train.py', run_name='__main__')\nexcept SystemExit:\n    pass\n"
+            "print('torch' in sys.modules, 'pytorch_lightning' in sys.modules, file=sys.stderr)")
+    res = run_cli(["-c", code])
+    assert res.stderr.strip().splitlines()[-1] == "False False"
+
+
+# ---------------------------------------------------------------------------- the end of a run
+def test_a_run_ends_with_a_summary_naming_its_directory_and_files(mnp_run):
+    res, run_dir = mnp_run
+    out = res.stdout + res.stderr
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert "Finished: mnp on custom, seed 0, 4 epochs" in out
+    assert f"accuracy            {100 * metrics['test/acc']:.2f} %" in out
+    assert f"ECE                 {metrics['test/ece']:.4f}" in out and "noisy accuracy" in out and "total time" in out
+    assert f"Run directory: {run_dir.resolve()}" in out
+    assert re.search(r"^\s+metrics\.json  \(\d", out, re.M) and re.search(r"^\s+checkpoints/last\.ckpt  \(", out, re.M)
+    log = (run_dir / "train.log").read_text()
+    assert "Finished: mnp on custom" in log and f"Run directory: {run_dir.resolve()}" in log
+
+
+def test_progress_is_one_line_per_epoch_with_stage_and_whole_run_eta_when_not_a_tty(mnp_run):
+    res, run_dir = mnp_run
+    out = res.stdout + res.stderr
+    lines = re.findall(r"(warm-up|main) epoch (\d)/4  loss (\S+)  elapsed \S+  ETA (\S+)", out)
+    assert [(stage, int(e)) for stage, e, _, _ in lines] == [("warm-up", 1), ("main", 2), ("main", 3), ("main", 4)]
+    assert lines[-1][3] == "0s" and all(loss != "n/a" for _, _, loss, _ in lines)
+    assert "━" not in out and "it/s" not in out  # no progress bar in a log
+    assert len(re.findall(r"epoch \d/4", (run_dir / "train.log").read_text())) == 4
+
+
+def test_metrics_json_orders_noise_levels_numerically(mnp_run):
+    _, run_dir = mnp_run
+    keys = [k for k in json.loads((run_dir / "metrics.json").read_text()) if k.startswith("noise/acc@")]
+    assert keys == ["noise/acc@0.1", "noise/acc@1", "noise/acc@10"]
+
+
+def test_the_console_carries_no_library_noise(mnp_run):
+    res, _ = mnp_run
+    assert not [n for n in NOISE if n in res.stdout + res.stderr]
+    code = "from mnp.console import quiet; quiet(); import gpytorch"  # MGP's import warned torch.jit.script
+    assert "torch.jit.script" not in run_cli(["-W", "default", "-c", code]).stderr
+
+
+# ---------------------------------------------------------------------------- portable checkpoints
+def test_evaluate_works_from_another_directory_and_writes_only_inside_the_run(mnp_run, tmp_path):
+    _, run_dir = mnp_run
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    res = run_cli([str(ROOT / "evaluate.py"), f"ckpt_path={run_dir / 'checkpoints' / 'last.ckpt'}"], cwd=elsewhere)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert list(elsewhere.iterdir()) == []  # no logs/, no data directory
+    ev = json.loads((run_dir / "eval" / "metrics.json").read_text())
+    assert ev["test/acc"] == json.loads((run_dir / "metrics.json").read_text())["test/acc"]
+    assert (run_dir / "eval" / "config.yaml").read_text().count(str(ROOT)) == 0  # data paths are absolute anyway
+    assert f"Run directory: {(run_dir / 'eval').resolve()}" in res.stdout + res.stderr
+
+
+def test_evaluate_without_a_checkpoint_is_one_line():
+    res = run_cli(["evaluate.py"])
+    assert res.returncode == 1 and res.stderr.strip() == "error: ckpt_path is required: add ckpt_path=<value> to the command"
+
+
+# ---------------------------------------------------------------------------- errors before training
+@pytest.mark.parametrize("args, message", [
+    (["model=mnp", "model.tau=oops"], "error: model.tau must be a number, got 'oops'"),
+    ([], "error: dataset.path is required"),
+    (["trainer.max_epochs=-1"], "error: trainer.max_epochs must be an integer >= 1, got -1"),
+    (["model=mnp", "model.warmup_epochs=100"], "error: model.warmup_epochs=100 >= trainer.max_epochs=20"),
+])
+def test_config_errors_are_one_line_before_anything_is_written(tmp_path, data_file, args, message):
+    path = [] if "dataset.path" in message else [f"dataset.path={data_file}"]
+    run_dir = tmp_path / "run"
+    res = run_cli(["train.py", "dataset=custom", *path, f"hydra.run.dir={run_dir}", *args])
+    err = res.stderr.strip().splitlines()
+    assert res.returncode == 1 and len(err) == 1 and err[0].startswith(message), res.stderr[-1500:]
+    assert hydra_only(run_dir)  # no config.yaml, no csv/hparams.yaml, no checkpoint
+
+
+@pytest.mark.parametrize("override, key", [
+    ("trainer.max_epochs=0", "trainer.max_epochs"), ("seed=abc", "seed"), ("eval.noise_levels=[abc]", "eval.noise_levels"),
+    ("eval.noise_levels=[]", "eval.noise_levels"), ("eval.noise_levels=[-1]", "eval.noise_levels"),
+    ("eval.noise_levels=[inf]", "eval.noise_levels"), ("eval.n_bins=0", "eval.n_bins"),
+    ("dataset.batch_size=0", "dataset.batch_size"), ("dataset.batch_size=-1", "dataset.batch_size"),
+    ("dataset.val_fraction=1.0", "dataset.val_fraction"), ("dataset.val_fraction=-0.5", "dataset.val_fraction"),
+    ("model.num_samples=0", "model.num_samples"), ("model.optim.lr=-1", "model.optim.lr"),
+    ("model.modality_mask=maybe", "model.modality_mask"),
+])
+def test_every_out_of_range_or_mistyped_value_names_its_key(tmp_path, override, key):
+    cfg = compose_train(tmp_path, ["model=mnp", "dataset=handwritten", override])
+    resolve_auto(cfg)
+    with pytest.raises(ConfigError, match=rf"^{re.escape(key)}\b"):
+        validate(cfg)
+
+
+def test_the_shipped_configs_validate(tmp_path):
+    for model in ("mnp", "mnp_official", "mgp", "mlp", "tmc"):
+        for dataset in ("handwritten", "pie", "synthetic"):
+            cfg = compose_train(tmp_path, [f"model={model}", f"dataset={dataset}"])
+            resolve_auto(cfg)
+            validate(cfg)
+
+
+def test_warmup_is_a_quarter_of_the_run_for_a_dataset_without_its_own_config(tmp_path):
+    cfg = compose_train(tmp_path, ["model=mnp", "dataset=custom", "dataset.path=x.npz", "trainer.max_epochs=40"])
+    resolve_auto(cfg)
+    assert cfg.model.warmup_epochs == 10 and "warmup_fraction" not in cfg.model
+    cfg = compose_train(tmp_path, ["model=mnp", "dataset=pie"])
+    resolve_auto(cfg)
+    assert cfg.model.warmup_epochs == 100  # a dataset's own config keeps its value
+
+
+# ---------------------------------------------------------------------------- sweeps
+def test_a_sweep_ends_with_one_line_per_job_and_the_report_command(tmp_path, data_file):
+    res = run_cli(["train.py", "-m", "model=mlp", "dataset=custom", f"dataset.path={data_file}", "seed=0,1",
+                   "trainer.max_epochs=1", "eval.noise=false", f"paths.log_dir={tmp_path}", "experiment_name=t"])
+    assert res.returncode == 0, res.stderr[-2000:]
+    out = res.stdout
+    assert "Sweep finished: 2 ok" in out
+    assert len(re.findall(r"^  ok\s+mlp_custom_s[01]", out, re.M)) == 2
+    assert f"Aggregate with: python -m mnp.report {tmp_path / 't' / 'multiruns'}" in out
+    again = run_cli(["train.py", "-m", "model=mlp", "dataset=custom", f"dataset.path={data_file}", "seed=0,1",
+                     "trainer.max_epochs=1", "eval.noise=false", f"paths.log_dir={tmp_path}", "experiment_name=t"])
+    assert "Sweep finished: 2 done before" in again.stdout
+
