@@ -222,7 +222,11 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     metrics_path = out_dir / "metrics.json"
     resume_from = resume_checkpoint(cfg.get("ckpt_path"), out_dir)
     if metrics_path.exists() or resume_from:  # a finished or resumable run of another config is never reused
-        check_reuse(out_dir, OmegaConf.to_container(cfg, resolve=True), resuming=not metrics_path.exists())
+        stored = None  # no config.yaml beside the checkpoint: compare with the config stored inside it
+        if resume_from and not (out_dir / "config.yaml").is_file():
+            stored = load_checkpoint(resume_from).get(CFG_KEY)
+        check_reuse(out_dir, OmegaConf.to_container(cfg, resolve=True), resuming=not metrics_path.exists(),
+                    stored=stored)
     if cfg.get("skip_if_done", False) and metrics_path.exists():
         log.info("skipping: %s already exists", metrics_path)
         return json.loads(metrics_path.read_text())

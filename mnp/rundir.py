@@ -105,16 +105,19 @@ class RunDirConflict(ValueError):
     """The run directory holds a run of another config."""
 
 
-def check_reuse(out_dir, current: dict, resuming: bool = False) -> None:
+def check_reuse(out_dir, current: dict, resuming: bool = False, stored: dict | None = None) -> None:
     """Raise :class:`RunDirConflict` when ``out_dir/config.yaml`` is not ``current`` (see module doc).
 
     ``resuming`` (no metrics.json yet, a last.ckpt to continue from) allows a new
-    ``trainer.max_epochs``: training an unfinished run for longer is what a resume is for.
+    ``trainer.max_epochs``: training an unfinished run for longer is what a resume is for. ``stored``:
+    the config kept inside the checkpoint, compared when ``config.yaml`` is missing.
     """
     path = Path(out_dir) / "config.yaml"
-    if not path.is_file():
+    if path.is_file():
+        stored = OmegaConf.to_container(OmegaConf.load(path)) or {}
+    if stored is None:
         return
-    drift = config_drift(OmegaConf.to_container(OmegaConf.load(path)) or {}, current)
+    drift = config_drift(stored, current)
     if resuming:
         drift = [k for k in drift if k != "trainer.max_epochs"]
     if drift:

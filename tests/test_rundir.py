@@ -48,6 +48,16 @@ def test_finished_run_of_another_config_is_never_skipped_or_resumed(tmp_path):
     assert {f: (tmp_path / f).read_bytes() for f in kept} == kept  # nothing in the directory was touched
 
 
+def test_a_checkpoint_without_config_yaml_is_checked_against_the_config_inside_it(tmp_path):
+    base = ["model=mlp", "trainer.max_epochs=1", "eval.noise=false"]
+    train(compose_train(tmp_path, base))
+    (tmp_path / "metrics.json").unlink()
+    (tmp_path / "config.yaml").unlink()  # a directory half-restored, or written by another process
+    with pytest.raises(RunDirConflict, match="differs at model.optim.lr"):
+        train(compose_train(tmp_path, base + ["model.optim.lr=0.5", "trainer.max_epochs=2"]))
+    assert train(compose_train(tmp_path, base + ["trainer.max_epochs=2"]))["epochs"] == 2  # its own config resumes
+
+
 def test_sweep_over_a_hyperparameter_gets_one_directory_and_report_row_per_value(tmp_path):
     cmd = [sys.executable, "train.py", "-m", "model=mlp", "dataset=synthetic", "logger=none", "eval.noise=false",
            "trainer.enable_progress_bar=false", f"paths.log_dir={tmp_path}", "trainer.max_epochs=1,2"]
