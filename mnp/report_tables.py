@@ -125,22 +125,33 @@ def _cell_text(c: Cell, metric: Metric, pm: str) -> str:
     return f"{metric.fmt(c.mean)}{pm}{metric.fmt(c.std)}"
 
 
+# how a cell is written: missing, ±, best, second best, the number of seeds
+MD_STYLE = ("–", " ± ", "**{}**", "<u>{}</u>", "{} ({})")
+TEX_STYLE = ("--", r"$\pm$", r"\textbf{{{}}}", r"\underline{{{}}}", r"{}\,{{\scriptsize({})}}")
+
+
+def _row_cells(t: Table, i: int, ranks: dict, style: tuple) -> list[str]:
+    """Row ``i``'s cells: mean ± std, the best of a column marked, the second best too, and the seed count."""
+    missing, pm, best, second, count = style
+    cells = []
+    for j, (_, _, metric) in enumerate(t.columns):
+        c = t.cells.get((i, j))
+        if c is None:
+            cells.append(missing)
+            continue
+        s = _cell_text(c, metric, pm)
+        s = {1: best, 2: second}.get(ranks.get((i, j)), "{}").format(s)
+        cells.append(count.format(s, c.n))
+    return cells
+
+
 def table_md(t: Table, number: int) -> str:
     ranks = t.ranks()
     lines = [f"**Table {number}.** {t.title} (cf. paper Table {t.paper}; mean ± std over seeds; (n) = seeds)", "",
              "| Method | " + " | ".join(h for h, _, _ in t.columns) + " |",
              "|---|" + "---|" * len(t.columns)]
     for i, row in enumerate(t.rows):
-        cells = []
-        for j, (_, _, metric) in enumerate(t.columns):
-            c = t.cells.get((i, j))
-            if c is None:
-                cells.append("–")
-                continue
-            s = _cell_text(c, metric, " ± ")
-            s = {1: f"**{s}**", 2: f"<u>{s}</u>"}.get(ranks.get((i, j)), s)
-            cells.append(f"{s} ({c.n})")
-        lines.append(f"| {row_label(row)} | " + " | ".join(cells) + " |")
+        lines.append(f"| {row_label(row)} | " + " | ".join(_row_cells(t, i, ranks, MD_STYLE)) + " |")
     return "\n".join(lines)
 
 
@@ -161,16 +172,7 @@ def table_tex(t: Table, experiment: str) -> str:
              r"\resizebox{\textwidth}{!}{\begin{tabular}{l" + "c" * len(t.columns) + "}", r"\toprule",
              "Method & " + " & ".join(tex_escape(h) for h, _, _ in t.columns) + r" \\", r"\midrule"]
     for i, row in enumerate(t.rows):
-        cells = []
-        for j, (_, _, metric) in enumerate(t.columns):
-            c = t.cells.get((i, j))
-            if c is None:
-                cells.append("--")
-                continue
-            s = _cell_text(c, metric, r"$\pm$")
-            s = {1: rf"\textbf{{{s}}}", 2: rf"\underline{{{s}}}"}.get(ranks.get((i, j)), s)
-            cells.append(rf"{s}\,{{\scriptsize({c.n})}}")
-        lines.append(f"{tex_escape(row_label(row))} & " + " & ".join(cells) + r" \\")
+        lines.append(f"{tex_escape(row_label(row))} & " + " & ".join(_row_cells(t, i, ranks, TEX_STYLE)) + r" \\")
     lines += [r"\bottomrule", r"\end{tabular}}", r"\end{table}"]
     return "\n".join(lines)
 
