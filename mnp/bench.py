@@ -28,6 +28,8 @@ Every model is built from its per-dataset config (``conf/model_dataset/<model>_<
 * **Memory**: peak bytes of live tensor storages on the device during one steady-state training step
   (parameters, gradients, optimiser state, activations, temporaries) and one test batch, tracked op
   by op with a dispatch mode (:class:`LiveTensorBytes`), not the process's resident set.
+* **Step metrics** (``mnp.step_metrics``): ATen ops, host syncs (which ops) and ``torch._dynamo``
+  graph breaks of one steady-state training step: what stands between the step and one CUDA graph.
 * ``--scaling``: MNP's training step and test batch against N^m (100 … 3200) and N_T, with linear
   fits and plots (``--plot-dir``).
 * ``--profile``: where MNP's training step goes (regions and top operators, torch.profiler), and
@@ -445,6 +447,15 @@ def extrapolate_test(cold: float, warm: float | None, scale: float) -> float:
     return cold + (scale - 1) * (cold if warm is None else warm)
 
 
+def step_metrics_of(model: Routine, dm, device: torch.device, args) -> dict:
+    """ATen ops, host syncs and graph breaks of one training step (mnp.step_metrics); {} when switched off."""
+    if not args.step_metrics:
+        return {}
+    from mnp import step_metrics
+    return step_metrics.measure_case(model, dm, device, BATCH, explain=args.graph_breaks,
+                                     autocast=lambda: autocast(device, args.precision))
+
+
 # ---------------------------------------------------------------------------- one dataset
 def bench_case(case: Case, models: tuple[str, ...], args, device: torch.device) -> tuple[list[dict], dict, dict]:
     dm = case.dm
@@ -483,6 +494,7 @@ def bench_case(case: Case, models: tuple[str, ...], args, device: torch.device) 
         train_fl = training_flops(model, dm, device, sizes_timed, args.precision)
         test_fl = test_flops(model, test_views, device, args.precision, test_scale)
         train_mem, test_mem = memory_peaks(model, dm, test_views, device, args.precision)
+        steps = step_metrics_of(model, dm, device, args)
         train_s, test_s = statistics.median(rec[m]["train"]), statistics.median(rec[m]["test"])
         train_gf = train_fl * train_scale / train_s / 1e9
         test_gf = test_fl / test_s / 1e9
@@ -497,7 +509,7 @@ def bench_case(case: Case, models: tuple[str, ...], args, device: torch.device) 
                       "train_batches_timed": timed_batches, "train_batches_full": full_batches,
                       "test_rows_timed": n_test_rows, "test_rows_full": case.n_test_full,
                       "extrapolated": train_scale > 1 or test_scale > 1,
-                      "train_epoch_s_rounds": rec[m]["train"], "test_s_rounds": rec[m]["test"]})
+                      "train_epoch_s_rounds": rec[m]["train"], "test_s_rounds": rec[m]["test"], **steps})
     ratios = {}
     if "mnp" in models:
         def paired(a, b, kind):
@@ -815,6 +827,10 @@ def parse_args(argv=None):
     p.add_argument("--set", action="append", default=[], metavar="MODEL.KEY=VALUE",
                    help="override a model's config, e.g. mnp.d_e=256 (the MLP floor follows mnp's widths)")
     p.add_argument("--data-dir", default=None)
+    p.add_argument("--no-step-metrics", dest="step_metrics", action="store_false",
+                   help="skip the ops / host syncs / graph breaks of one training step (mnp.step_metrics)")
+    p.add_argument("--no-graph-breaks", dest="graph_breaks", action="store_false",
+                   help="step metrics without torch._dynamo.explain (its tracing takes seconds per model)")
     args = p.parse_args(argv)
     if args.quick:
         args.repeats, args.max_batches, args.max_test_rows = min(args.repeats, 2), 1, 200
@@ -875,6 +891,9 @@ def main(argv=None) -> dict:
     args = parse_args(argv)
     result = run(args)
     print(markdown(result))
+    from mnp.step_metrics import markdown as step_markdown
+    if table := step_markdown(result["cases"]):
+        print("\n" + table)
     for text in result.get("profiles", {}).values():
         print("\n" + text)
     if "scaling" in result:
