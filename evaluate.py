@@ -5,6 +5,9 @@ import hydra
 from omegaconf import DictConfig
 
 from mnp.cli import main_guarded, run_guarded
+from mnp.rundir import register_resolver
+
+register_resolver()  # run directory names in conf/hydra/default.yaml; here, so sweep workers get it too
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="evaluate")

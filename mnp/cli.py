@@ -9,12 +9,11 @@ import tempfile
 from pathlib import Path
 
 from mnp.console import quiet
+from mnp.errors import USER_ERRORS
 from mnp.summary import STATUS_ENV, sweep_summary
 
 log = logging.getLogger("mnp")
 
-# Errors whose message already says what is wrong and what to do.
-USER_ERRORS = (ValueError, KeyError, FileNotFoundError, PermissionError, OSError, FloatingPointError)
 # Set by :func:`main_guarded` when it (not the user) asked Hydra to re-raise its errors.
 _GUARDED = "MNP_CLI_GUARDED"
 

@@ -54,7 +54,7 @@ def ood_feature_path(root: str | Path, subdir: str) -> Path:
 
 def save_npy(path: Path, array: np.ndarray) -> None:
     """np.save through a temporary file and an atomic rename: never half-written."""
-    from mnp.pipeline import atomic_write
+    from mnp.checkpointing import atomic_write
 
     def write(tmp):
         with open(tmp, "wb") as f:
@@ -210,7 +210,7 @@ def extract_cached(job: Job, extractor: FeatureExtractor, chunk_size: int, root:
 
 def update_cache_meta(root: Path, settings: dict, provenance: dict[str, str]) -> None:
     """Record settings and per-array provenance in ``cache.json``; refuse to mix other settings in."""
-    from mnp.pipeline import write_json
+    from mnp.outputs import write_json
 
     path = Path(root) / "cache.json"
     meta = json.loads(path.read_text()) if path.exists() else {"settings": settings, "arrays": {}}
@@ -310,7 +310,9 @@ def main() -> None:
     import hydra
 
     from mnp.cli import run_guarded
+    from mnp.rundir import register_resolver
 
+    register_resolver()
     hydra.main(version_base="1.3", config_path="../conf", config_name="features/cifar10c")(
         lambda cfg: run_guarded(build_cifar10c, cfg))()
 

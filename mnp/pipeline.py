@@ -25,6 +25,8 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from mnp.checkpointing import (CFG_KEY, AtomicCheckpointIO, CsvHistory, atomic_write, check_fits, check_writable,
                                checkpoint_callbacks, holds_run_dir, keep_csv_history, load_checkpoint,
                                resume_checkpoint)
+from mnp.errors import USER_ERRORS
+from mnp.outputs import write_json, write_npz
 from mnp.progress import progress_callbacks
 from mnp.rundir import check_reuse, eval_dir, hydra_variant
 from mnp.summary import log_run_summary
@@ -33,38 +35,6 @@ from mnp.validate import resolve_auto, validate
 log = logging.getLogger(__name__)
 
 # ---------------------------------------------------------------------------- file helpers
-def metric_order(key: str) -> tuple:
-    """Sort key: by name, then numerically by the σ after ``@`` (``acc@2.154`` before ``acc@10``)."""
-    name, _, level = str(key).partition("@")
-    try:
-        return name, 0, float(level), ""
-    except ValueError:
-        return name, 1, 0.0, level
-
-
-def _finite(v):
-    """NaN and ±inf become null: JSON has no such numbers."""
-    if isinstance(v, float) and not np.isfinite(v):
-        return None
-    if isinstance(v, dict):
-        return {k: _finite(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [_finite(x) for x in v]
-    return v
-
-
-def write_json(path: Path, obj: dict) -> None:
-    ordered = {k: _finite(obj[k]) for k in sorted(obj, key=metric_order)}
-    atomic_write(path, lambda tmp: Path(tmp).write_text(json.dumps(ordered, indent=2, allow_nan=False)))
-
-
-def write_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
-    def w(tmp):
-        with open(tmp, "wb") as f:
-            np.savez_compressed(f, **arrays)
-    atomic_write(path, w)
-
-
 # ---------------------------------------------------------------------------- building blocks
 def init_keys(cls: type, exclude=()) -> list[str]:
     """The keyword arguments ``cls(...)`` accepts, following ``**kwargs`` up the base classes."""
@@ -84,8 +54,6 @@ def build(group: str, node: DictConfig, **kwargs):
     """``instantiate`` whose failures stay one clear line: Hydra wraps a constructor's error (an unknown
     switch value, bad data) in InstantiationException, so the constructor's own error is re-raised, and an
     unknown key (``+model.bogus=1``) is named together with the valid keys."""
-    from mnp.cli import USER_ERRORS
-
     try:
         return instantiate(node, **kwargs)
     except InstantiationException as e:

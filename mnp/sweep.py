@@ -31,6 +31,7 @@ from omegaconf import DictConfig
 
 import datamodules
 from datamodules.errors import DataError
+from mnp.outputs import write_json
 from mnp.summary import record_job
 
 log = logging.getLogger(__name__)
@@ -84,8 +85,6 @@ def job_identity(cfg: DictConfig) -> dict:
 
 
 def _record(out_dir: Path, name: str, cfg: DictConfig, **fields) -> Path:
-    from mnp.pipeline import write_json
-
     record = {**job_identity(cfg), **fields, "time": dt.datetime.now().isoformat(timespec="seconds")}
     path = out_dir / name
     write_json(path, record)

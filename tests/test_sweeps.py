@@ -16,6 +16,7 @@ from omegaconf import OmegaConf
 
 from datamodules.custom import CustomDataModule
 from datamodules.errors import DataError
+from mnp.rundir import register_resolver
 from mnp.sweep import FAILED, SKIPPED, JobFailed, ValidationMetrics, is_missing_data, run_job
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,6 +41,7 @@ def _reset_hydra():
 def compose_hydra(overrides):
     """Compose train.yaml with the hydra node and make it the current HydraConfig."""
     GlobalHydra.instance().clear()
+    register_resolver()  # train.py registers it when it runs
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose("train", overrides=list(overrides), return_hydra_config=True)
     HydraConfig.instance().set_config(cfg)
