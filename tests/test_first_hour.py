@@ -171,3 +171,33 @@ def test_a_sweep_ends_with_one_line_per_job_and_the_report_command(tmp_path, dat
                      "trainer.max_epochs=1", "eval.noise=false", f"paths.log_dir={tmp_path}", "experiment_name=t"])
     assert "Sweep finished: 2 done before" in again.stdout
 
+
+
+# ---------------------------------------------------------------------------- the terminal's bar
+def test_on_a_terminal_the_bar_names_the_stage_and_the_whole_run_eta(tmp_path):
+    import pytorch_lightning as pl
+
+    from datamodules import TensorDataModule
+    from mnp.model import MNP
+    from mnp.progress import EpochLines, RunProgressBar, progress_callbacks
+
+    assert isinstance(progress_callbacks(True, tty=True)[0][0], RunProgressBar)
+    assert isinstance(progress_callbacks(True, tty=False)[0][0], EpochLines)
+    assert progress_callbacks(False) == ([], False)
+
+    class Recorded(RunProgressBar):
+        seen: list = []
+
+        def on_train_epoch_start(self, trainer, pl_module):
+            super().on_train_epoch_start(trainer, pl_module)
+            self.seen.append(self.train_progress_bar.desc)
+
+    rng = np.random.default_rng(0)
+    y = np.repeat(np.arange(3), 20)
+    dm = TensorDataModule([rng.normal(size=(60, 4)) + y[:, None]], y, np.arange(60), np.arange(0), batch_size=30)
+    model = MNP(num_classes=3, view_dims=[4], d_e=8, memory_size=6, projection="linear", warmup_epochs=1)
+    bar = Recorded()
+    pl.Trainer(max_epochs=3, default_root_dir=tmp_path, logger=False, enable_checkpointing=False,
+               enable_model_summary=False, callbacks=[bar]).fit(model, dm)
+    assert bar.seen[0].startswith("warm-up 1/3") and bar.seen[1].startswith("main 2/3 · run ETA ")
+    assert bar.seen[2].startswith("main 3/3 · run ETA ")
