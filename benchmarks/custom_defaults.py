@@ -48,14 +48,18 @@ DATASETS = {
 
 def run(model: str, path: Path, out_dir: Path, overrides: tuple[str, ...] = ()) -> dict:
     """``python train.py model=<model> dataset=custom dataset.path=<path>`` in a subprocess; its metrics."""
+    import os
     import subprocess
 
     t0 = time.perf_counter()
     cmd = [sys.executable, str(ROOT / "train.py"), f"model={model}", "dataset=custom", f"dataset.path={path}",
            f"hydra.run.dir={out_dir}", "logger=none", "trainer.enable_progress_bar=false", *overrides]
-    subprocess.run(cmd, check=True, capture_output=True, cwd=ROOT)
+    env = {**os.environ, "MNP_TORCH_THREADS": os.environ.get("MNP_TORCH_THREADS", "1"), "WANDB_MODE": "disabled"}
+    done = subprocess.run(cmd, capture_output=True, cwd=ROOT, env=env, text=True)
+    if done.returncode:
+        raise RuntimeError(f"{' '.join(cmd[1:])} failed: {done.stderr.strip().splitlines()[-1:]}")
     m = json.loads((out_dir / "metrics.json").read_text())
-    return {"acc": m["test/acc"], "ece": m["test/ece"], "noisy_acc": m["noise/acc_mean"],
+    return {"acc": m["test/acc"], "ece": m["test/ece"], "noisy_acc": m.get("noise/acc_mean"),
             "wall_s": round(time.perf_counter() - t0, 1)}
 
 
