@@ -93,7 +93,11 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             raise TypeError(f"{type(self).__name__} takes no storage_options")
         path = Path(path).resolve()
         previous = path.with_name(PREVIOUS) if path.name == LAST and str(path) in self.ours else None
-        atomic_write(path, lambda tmp: torch.save(checkpoint, tmp), previous)
+        try:
+            atomic_write(path, lambda tmp: torch.save(checkpoint, tmp), previous)
+        except (OSError, RuntimeError) as e:  # torch reports a full disk as a RuntimeError of its zip writer
+            raise OSError(f"could not write the checkpoint {path} ({' '.join(str(e).split())[:200]}); "
+                          f"is the disk full? The last good checkpoint is kept in {path.parent}") from e
         self.ours.add(str(path))
 
     def load_checkpoint(self, path, map_location=None, weights_only=None) -> dict:

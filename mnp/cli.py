@@ -63,6 +63,10 @@ def main_guarded(main) -> None:
         except (HydraException, JobFailed) as e:
             _print_sweep(status)
             _fail(one_line(e))
+        except OSError as e:  # Hydra creates the run directory (and saves its config) before the job runs
+            where = f" {e.filename}" if e.filename else ""
+            _fail(f"cannot create the run directory{where}: {e.strerror or e}; set paths.log_dir or hydra.run.dir "
+                  "to a writable place")
         except OmegaConfBaseException as e:  # e.g. a ??? value that Hydra's own config (hydra.run.dir) needs
             found = re.search(r"Missing mandatory value: ([\w.]+)", str(e))
             _fail(f"{found.group(1)} is required: add {found.group(1)}=<value> to the command" if found else one_line(e))

@@ -198,6 +198,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     if cfg.get("skip_if_done", False) and metrics_path.exists():
         log.info("skipping: %s already exists", metrics_path)
         return json.loads(metrics_path.read_text())
+    if resume_from:
+        log.info("resuming from %s", resume_from)
     check_writable(out_dir)
     variant = hydra_variant()
     if cfg.get("variant") is None and variant:  # report rows tell ad-hoc override runs apart
