@@ -153,12 +153,17 @@ def render_custom_defaults(src: dict) -> str:
     """Default `mnp` against default `mlp` on your-own-data files (benchmarks/custom_defaults.json)."""
     runs = src["custom_defaults"].get("runs", [])
     by = {(r["dataset"], r["model"]): r for r in runs}
-    rows = ["| data file | `mnp` acc % (ECE) | `mlp` acc % (ECE) | `mnp` − `mlp` |", "|---|---|---|---|"]
+    rows = ["| data file | `mnp` acc % / ECE / noisy acc % | `mlp` acc % / ECE / noisy acc % | acc `mnp` − `mlp` |",
+            "|---|---|---|---|"]
+
+    def text(r: dict) -> str:
+        noisy = f"{100 * r['noisy_acc']:.2f}" if r.get("noisy_acc") is not None else "–"
+        return f"{100 * r['acc']:.2f} / {r['ece']:.3f} / {noisy}"
+
     for d in dict.fromkeys(r["dataset"] for r in runs):
         a, b = by.get((d, "mnp")), by.get((d, "mlp"))
         if a and b:
-            rows.append(f"| {d} | {100 * a['acc']:.2f} ({a['ece']:.3f}) | {100 * b['acc']:.2f} ({b['ece']:.3f}) | "
-                        f"{100 * (a['acc'] - b['acc']):+.2f} |")
+            rows.append(f"| {d} | {text(a)} | {text(b)} | {100 * (a['acc'] - b['acc']):+.2f} |")
     return "\n".join(rows)
 
 
