@@ -40,16 +40,21 @@ def unimodal_posteriors(r_star: Tensor, s_star: Tensor, u: Tensor, q: Tensor) ->
     return var * (r_star / s_star + u / q), var
 
 
-def random_modality_mask(batch: int, num_views: int, device: torch.device) -> Tensor:
+def subset_table(num_views: int) -> Tensor:
+    """(S, M) indicator rows of every subset of at least 2 modalities (all of them when M ≤ 2)."""
+    subsets = [c for r in range(2, num_views + 1) for c in combinations(range(num_views), r)] or [tuple(range(num_views))]
+    return torch.tensor([[float(m in c) for m in range(num_views)] for c in subsets])
+
+
+def random_modality_mask(batch: int, num_views: int, device: torch.device, table: Tensor | None = None) -> Tensor:
     """(B, M) masks, each a uniformly drawn subset of at least 2 modalities (all of them when M ≤ 2).
 
     The official code draws this subset once when the graph is traced; here it is redrawn every call.
+    ``table``: :func:`subset_table` already on the device (MNP keeps one, so a training step makes no
+    tensor from Python data).
     """
-    subsets = [c for r in range(2, num_views + 1) for c in combinations(range(num_views), r)] or [tuple(range(num_views))]
-    table = torch.zeros(len(subsets), num_views, device=device)
-    for i, c in enumerate(subsets):
-        table[i, list(c)] = 1.0
-    return table[torch.randint(len(subsets), (batch,), device=device)]
+    table = subset_table(num_views).to(device) if table is None else table
+    return table[torch.randint(table.shape[0], (batch,), device=device)]
 
 
 class MBA(nn.Module):

@@ -128,15 +128,45 @@ def build_similarity(name: str, dims: Sequence[int], **rbf_kwargs) -> nn.Module:
     return DotSimilarity(dims)
 
 
+class Sparsemax(torch.autograd.Function):
+    """entmax's sparsemax over the last axis with a full sort, bit for bit, without host syncs: its
+    backward zeroes the gradient outside the support with ``torch.where`` where entmax assigns through a
+    boolean mask (a ``nonzero`` and a host sync on a GPU); static methods, so dynamo traces it."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor) -> Tensor:
+        x = x - x.max(dim=-1, keepdim=True).values
+        srt = torch.sort(x, dim=-1, descending=True).values
+        cumsum = srt.cumsum(-1) - 1
+        rho = torch.arange(1, x.shape[-1] + 1, device=x.device, dtype=x.dtype)
+        support = (rho * srt > cumsum).sum(-1, keepdim=True)
+        tau = cumsum.gather(-1, support - 1)
+        tau /= support.to(x.dtype)
+        out = torch.clamp(x - tau, min=0)
+        ctx.save_for_backward(support, out)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> Tensor:
+        support, out = ctx.saved_tensors
+        inside = out != 0
+        grad = torch.where(inside, grad, 0.0)
+        v_hat = grad.sum(-1, keepdim=True) / support.to(out.dtype)
+        return torch.where(inside, grad - v_hat, grad)
+
+
 def normalise(scores: Tensor, kind: str, k: int | None = None) -> Tensor:
     """Attention weights over the last (context) axis: sparsemax (eq. 9) or softmax, in float32.
 
     ``k``: sparsemax partially sorts the k largest scores instead of sorting all N (entmax's exact
-    top-k path: rows whose support reaches k are redone with 2k; the result is the same).
+    top-k path: rows whose support reaches k are redone with 2k; the result is the same, but finding
+    those rows reads the device). Without ``k``: :class:`Sparsemax` (a full sort, no host sync).
     """
     with torch.autocast(scores.device.type, enabled=False):
         scores = scores.float()
-        return sparsemax(scores, dim=-1, k=k) if kind == "sparsemax" else scores.softmax(-1)
+        if kind != "sparsemax":
+            return scores.softmax(-1)
+        return Sparsemax.apply(scores) if k is None or k >= scores.shape[-1] else sparsemax(scores, dim=-1, k=k)
 
 
 def topk_hint(attn: Tensor) -> int | None:

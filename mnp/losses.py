@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 TY_LOSSES = ("nll_of_mean", "mean_ce")
@@ -50,7 +49,7 @@ def supervised_contrastive(similarity: Tensor, y: Tensor, tau: float, self_in_de
 def unimodal_error(probs: Tensor, y: Tensor, kind: str = "mse") -> Tensor:
     """Error of each unimodal prediction (M, B, K) -> (M, B): (1/K) Σ_k (y − p̂)² (eq. 3) or −log p̂_y."""
     if kind == "mse":
-        onehot = F.one_hot(y, probs.shape[-1]).to(probs.dtype)
+        onehot = (y[:, None] == torch.arange(probs.shape[-1], device=y.device)).to(probs.dtype)  # no range check: no sync
         return (onehot - probs).pow(2).mean(-1)
     if kind == "ce":
         return -probs.gather(-1, y.expand(probs.shape[0], -1).unsqueeze(-1)).squeeze(-1).clamp_min(1e-12).log()

@@ -84,6 +84,8 @@ class ContextMemory(nn.Module):
         self._seen_initialised = False  # host-side copy once true: no device sync per call of needs_data
         self.register_buffer("fifo_ptr", torch.zeros(self.num_classes, dtype=torch.long))
         self.register_buffer("labels", torch.arange(self.num_classes).repeat_interleave(self.per_class), persistent=False)
+        self.register_buffer("labels_onehot", torch.nn.functional.one_hot(self.labels, self.num_classes).float(),
+                             persistent=False)  # (N, K): the context's one-hot labels, made once
         self._source: tuple[list[Tensor], Tensor] | None = None
         if init == "uniform":
             with torch.no_grad():
@@ -153,14 +155,17 @@ class ContextMemory(nn.Module):
             self._replace_least_attended(views, y, attn_sum, err)
 
     def _replace_least_attended(self, views, y, attn_sum, err) -> None:
+        """Static shapes, no host sync: ``same_class`` writes a row of every class, the old value where the
+        class is absent from the batch."""
         k_all = torch.arange(self.num_classes, device=y.device)
         i_star = attn_sum.reshape(self.num_views, self.num_classes, self.per_class).argmin(-1)  # (M, K)
         if self.jstar == "same_class":
             in_class = y[None, :] == k_all[:, None]  # (K, B)
             j_star = err[:, None, :].masked_fill(~in_class, float("-inf")).argmax(-1)  # (M, K)
-            classes = in_class.any(1).nonzero().flatten()  # (C,) classes present in the batch
+            present = in_class.any(1)[:, None]  # (K, 1) classes present in the batch
             for m, v in enumerate(views):
-                self.rows(m)[classes, i_star[m, classes]] = v[j_star[m, classes]].to(self.rows(m).dtype)
+                rows = self.rows(m)
+                rows[k_all, i_star[m]] = torch.where(present, v[j_star[m]].to(rows.dtype), rows[k_all, i_star[m]])
         else:
             j_star = err.argmax(-1)  # (M,)
             k = y[j_star]  # (M,) class of each modality's chosen target
@@ -169,12 +174,19 @@ class ContextMemory(nn.Module):
                 self.rows(m)[km, i_star[m, km]] = v[j_star[m:m + 1]].to(self.rows(m).dtype)
 
     def _push_fifo(self, views, y) -> None:
+        """Static shapes, no host sync: every row learns which target (if any) lands in it, and keeps its
+        value where none does."""
         n = self.per_class
-        onehot = torch.nn.functional.one_hot(y, self.num_classes)
+        onehot = (y[:, None] == torch.arange(self.num_classes, device=y.device)).long()
         rank = (onehot.cumsum(0) - 1).gather(1, y[:, None]).squeeze(1)  # position of each target in its class
         count = onehot.sum(0)
-        keep = rank >= count[y] - n  # only the newest N_K per class survive
+        keep = rank >= count[y] - n  # only the newest N_K per class survive, each in its own slot
         slot = (self.fifo_ptr[y] + rank) % n
+        target = torch.arange(y.shape[0], device=y.device)
+        writer = torch.full((self.size,), -1, dtype=torch.long, device=y.device).scatter_reduce(
+            0, y * n + slot, torch.where(keep, target, -1), "amax")  # (N,) the target written into each row, or -1
+        written = (writer >= 0)[:, None]
         for m, v in enumerate(views):
-            self.rows(m)[y[keep], slot[keep]] = v[keep].to(self.rows(m).dtype)
+            rows = self.rows(m).view(self.size, -1)
+            rows.copy_(torch.where(written, v[writer.clamp_min(0)].to(rows.dtype), rows))
         self.fifo_ptr.copy_((self.fifo_ptr + count) % n)

@@ -19,7 +19,7 @@ from torch import Tensor, nn
 from torch.profiler import record_function
 
 from mnp import metrics
-from mnp.aggregation import build_aggregation, random_modality_mask
+from mnp.aggregation import build_aggregation, random_modality_mask, subset_table
 from mnp.attention import NORMALISERS, build_similarity, choice, normalise, topk_hint
 from mnp.decoder import Decoder, sample_logits
 from mnp.encoders import ModalityEncoder
@@ -152,6 +152,13 @@ class MNP(Routine):
         self._ctx_cache: tuple | None = None  # (key, context encodings) at inference, see _context
         self._sparsemax_k: int | None = None  # partial-sort size hint (exact either way), see topk_hint
         self._compiled = None  # torch.compile'd _decode_and_nll when compile=True
+        # True: the training step makes no host sync (no CPU partial sort in sparsemax, whose size is read from
+        # the last attention); what CUDA-graph capture needs, and what mnp.step_metrics measures. On a GPU the
+        # step makes none either way.
+        self.capturable = False
+        self.register_buffer("_loss_finite", torch.tensor(True), persistent=False)  # see train_step
+        if modality_mask:
+            self.register_buffer("_modality_subsets", subset_table(len(self.view_dims)), persistent=False)
 
     # ------------------------------------------------------------------ memory
     def init_memory(self, train_views: Sequence[Tensor], train_y: Tensor) -> None:
@@ -194,8 +201,10 @@ class MNP(Routine):
             else:
                 targets, (contexts, r_all, s_all, u, q) = [enc.project(x) for enc, x in zip(self.encoders, views)], cached
         with record_function("mnp.attention"):
-            attn = normalise(self.similarity(targets, contexts), self.attention_norm, self._sparsemax_k)  # eq. 9
-            if self.hparams.fast and self.attention_norm == "sparsemax" and attn.device.type == "cpu":
+            k = None if self.capturable else self._sparsemax_k
+            attn = normalise(self.similarity(targets, contexts), self.attention_norm, k)  # eq. 9
+            if self.hparams.fast and self.attention_norm == "sparsemax" and attn.device.type == "cpu" and \
+                    not self.capturable:
                 self._sparsemax_k = topk_hint(attn)  # CPU: partial sorts beat a full sort for large N^m
             r_star = attn.to(r_all.dtype) @ r_all  # eq. 5
             with torch.autocast(attn.device.type, enabled=False):
@@ -208,8 +217,8 @@ class MNP(Routine):
         Returns the projected targets and (projected contexts, r (M, N, d_e), s (M, N, d_e) float32,
         u (M, 1, d_e), q (M, 1, d_e) float32).
         """
-        ctx_x, ctx_y = self.memory.context()
-        y_onehot = F.one_hot(ctx_y, self.num_classes).to(views[0].dtype)
+        ctx_x, _ = self.memory.context()
+        y_onehot = self.memory.labels_onehot.to(views[0].dtype)  # the context's labels, (N, K)
         targets, contexts, rs, ss, us, qs = [], [], [], [], [], []
         for enc, x, c in zip(self.encoders, views, ctx_x):
             h = enc.project(torch.cat([x, c.to(x.dtype)]))
@@ -288,7 +297,8 @@ class MNP(Routine):
             rbf = self._rbf_loss([enc.project(v) for enc, v in zip(self.encoders, views)], y)
             return rbf, {"rbf": rbf.detach()}
         targets, attn, r_star, s_star, u, q = self._attend(views)
-        weights = random_modality_mask(y.shape[0], len(views), y.device) if hp.modality_mask else None
+        weights = random_modality_mask(y.shape[0], len(views), y.device, self._modality_subsets) \
+            if hp.modality_mask else None
         mu, var = self.aggregation(r_star, s_star, u, q, weights)
         mu_m, var_m = self.aggregation.unimodal(r_star, s_star, u, q)
         mu_all = torch.cat([mu[None], mu_m])  # (1 + M, B, d): multimodal first, then each modality
@@ -391,6 +401,8 @@ class MNP(Routine):
                             self.hparams.fast)
 
     def training_step(self, batch, batch_idx):
+        """Lightning's step: the warm-up's learning rate, :meth:`train_step`, the finite-loss check and logging."""
+        views, y = batch
         warm = self._in_warmup()
         opts = self.optimizers()
         opts = opts if isinstance(opts, list) else [opts]
@@ -400,15 +412,50 @@ class MNP(Routine):
             frac = (self.current_epoch + (batch_idx / n if 0 < n < float("inf") else 0.0)) / self.hparams.warmup_epochs
             for g in opt.param_groups:
                 g["lr"] = g["lr_scale"] * self.hparams.warmup_lr * (1.0 - (1.0 - self.hparams.warmup_end_factor) * frac)
-        loss = super().training_step(batch, batch_idx)
+        step = self.global_step
+        loss, logs = self.train_step(views, y, opt)
+        if self.check_finite_every and step % self.check_finite_every == 0:
+            self._raise_if_nonfinite(loss, step)
+        bs = y.shape[0]
+        self.log("train/loss", loss, prog_bar=True, on_step=False, on_epoch=True, batch_size=bs)
+        for k, v in logs.items():
+            self.log(f"train/{k}", v, on_step=False, on_epoch=True, batch_size=bs)
+        return loss
+
+    def train_step(self, views: Sequence[Tensor], y: Tensor, opt) -> tuple[Tensor, dict[str, Tensor]]:
+        """One optimisation step: forward, L = L_TY + β L_RBF (+ L2), backward, per-tensor clipping (not in
+        the warm-up), the DCM write of memory_write=before_step, and ``opt.step()``.
+
+        No host sync and no tensor made from Python data (with ``capturable``, or on a GPU): the step can
+        be captured as one CUDA graph (mnp.step_metrics counts both). A non-finite loss only clears a device
+        flag, read by :meth:`training_step` every ``check_finite_every`` steps. The DCM write of
+        memory_write=after_step (paper) follows in ``on_train_batch_end``, as Lightning calls it.
+        """
+        warm = self._in_warmup()
+        loss, logs = self.training_loss(views, y)
+        self._loss_finite.logical_and_(torch.isfinite(loss.detach()))
         self.zero_grad(set_to_none=True)
-        self.manual_backward(loss)
+        if self._trainer is not None:
+            self.manual_backward(loss)
+        else:
+            loss.backward()
         if not warm:
             self.configure_gradient_clipping(opt, self.hparams.clip_norm)
         if self.hparams.memory_write == "before_step":
             self._update_memory()  # official: the new rows are written before apply_gradients
         opt.step()
-        return loss
+        return loss, logs
+
+    def _raise_if_nonfinite(self, loss: Tensor | None, step: int) -> None:
+        """Read the device flag of :meth:`train_step` (one host sync) and stop on a non-finite loss; with
+        check_finite_every = N > 1 the flag covers the N steps since the last read."""
+        if bool(self._loss_finite):
+            return
+        every = self.check_finite_every
+        when = f"global step {step}" if every == 1 else f"one of global steps {max(step - every + 1, 0)}..{step}"
+        value = "" if loss is None else f" ({loss.item()})"
+        raise FloatingPointError(f"non-finite training loss{value} at epoch {self.current_epoch}, {when}; "
+                                 "the last good checkpoint is kept")
 
     def _schedulers(self) -> list:
         sched = self.lr_schedulers()
@@ -429,6 +476,8 @@ class MNP(Routine):
                 s.step()
 
     def on_train_epoch_end(self) -> None:
+        if self.check_finite_every > 1:  # the steps since the last periodic read, before the epoch's checkpoint
+            self._raise_if_nonfinite(None, self.global_step - 1)
         super().on_train_epoch_end()
         if not self._in_warmup():
             for s in self._schedulers():

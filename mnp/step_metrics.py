@@ -208,12 +208,19 @@ def measure_case(model, dm, device: torch.device, batch: int, explain: bool = Tr
     from mnp.bench import first_optimizer
     model.to(device)
     saved = {k: v.clone() for k, v in model.state_dict().items()}
+    trainer, model._trainer = model._trainer, None  # the step on its own, as a CUDA graph would run it
+    capturable = getattr(model, "capturable", None)
+    if capturable is not None:
+        model.capturable = True
     opt = first_optimizer(model)
     views, y = [v[:batch].to(device) for v in dm.train_views], dm.train_y[:batch].to(device)
     try:
-        return measure_step(model, opt, views, y, explain, autocast)
+        return {**measure_step(model, opt, views, y, explain, autocast), **({} if capturable is None else {"capturable": True})}
     finally:
         model.load_state_dict(saved)
+        model._trainer = trainer
+        if capturable is not None:
+            model.capturable = capturable
         if hasattr(model, "clear_context_cache"):
             model.clear_context_cache()
 
