@@ -1,5 +1,6 @@
 """Re-run the full evaluation of a checkpoint: ``python evaluate.py ckpt_path=<path/to/last.ckpt>``."""
 import sys
+from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig
@@ -10,15 +11,20 @@ from mnp.rundir import register_resolver
 register_resolver()  # run directory names in conf/hydra/default.yaml; here, so sweep workers get it too
 
 
-@hydra.main(version_base="1.3", config_path="conf", config_name="evaluate")
+@hydra.main(version_base="1.3", config_path=str(Path(__file__).resolve().parent / "conf"), config_name="evaluate")
 def main(cfg: DictConfig):
     from mnp.pipeline import evaluate
     return run_guarded(evaluate, cfg)
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """The command (``python evaluate.py`` or ``mnp-eval``): help, or the guarded Hydra run."""
     from mnp.help import evaluate_help, wants_help
     if wants_help(sys.argv[1:]):
         print(evaluate_help(), end="")
         sys.exit(0)
     main_guarded(main)
+
+
+if __name__ == "__main__":
+    cli()

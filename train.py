@@ -1,5 +1,6 @@
 """Train and test one model on one dataset: ``python train.py model=mnp dataset=pie seed=0``."""
 import sys
+from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig
@@ -10,15 +11,20 @@ from mnp.rundir import register_resolver
 register_resolver()  # run directory names in conf/hydra/default.yaml; here, so sweep workers get it too
 
 
-@hydra.main(version_base="1.3", config_path="conf", config_name="train")
+@hydra.main(version_base="1.3", config_path=str(Path(__file__).resolve().parent / "conf"), config_name="train")
 def main(cfg: DictConfig):
     from mnp.pipeline import train
     return run_guarded(train, cfg)
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """The command (``python train.py`` or ``mnp-train``): help, or the guarded Hydra run."""
     from mnp.help import train_help, wants_help
     if wants_help(sys.argv[1:]):
         print(train_help(), end="")
         sys.exit(0)
     main_guarded(main)
+
+
+if __name__ == "__main__":
+    cli()

@@ -1,6 +1,6 @@
 """CIFAR10-C (docs/method.md §4): three corruptions of one image as three views, with SVHN / CIFAR-100 OOD sets.
 
-Reads the Inception-v3 feature cache that ``python -m mnp.features`` writes (layout in mnp/features.py,
+Reads the Inception-v3 feature cache that ``python -m mnp.features`` writes (layout in datamodules/feature_cache.py,
 the official code's). Views are standardised with training statistics (docs/method.md §2: standard scaling).
 Each OOD set holds ``ood_n_id`` ID test samples plus ``ood_n_ood`` OOD samples, both drawn *without*
 replacement (the official code draws with replacement), and every OOD feature is copied into all
@@ -19,8 +19,7 @@ from torch import Tensor
 
 from datamodules.base import MultiViewDataModule, RawData, Scaler
 from datamodules.errors import DataError
-from mnp.features import feature_path, inception_description, labels_path, ood_feature_path
-from mnp.protocols import ood_mix
+from datamodules.feature_cache import feature_path, inception_description, labels_path, ood_feature_path
 
 log = logging.getLogger(__name__)
 
@@ -131,3 +130,22 @@ class CIFAR10C(MultiViewDataModule):
                                          dtype=torch.float32) for v in ood_views]
         g = torch.Generator().manual_seed(self.seed)
         return ood_mix(self.test_views, ood_views, self.ood_n_id, self.ood_n_ood, g)
+
+
+def ood_mix(id_views: Sequence[Tensor], ood_views: Sequence[Tensor], n_id: int | None, n_ood: int | None,
+            generator: torch.Generator) -> tuple[list[Tensor], Tensor]:
+    """Concatenate ID and OOD samples, each subsampled *without* replacement to the given size.
+
+    Returns views and ``is_ood`` (1 for OOD, the positive class of the AUROC).
+    """
+    def take(views: Sequence[Tensor], n: int | None) -> list[Tensor]:
+        total = views[0].shape[0]
+        if n is None or n >= total:
+            return list(views)
+        idx = torch.randperm(total, generator=generator)[:n]
+        return [v[idx] for v in views]
+
+    a, b = take(id_views, n_id), take(ood_views, n_ood)
+    views = [torch.cat([x, y]) for x, y in zip(a, b)]
+    is_ood = torch.cat([torch.zeros(a[0].shape[0], dtype=torch.long), torch.ones(b[0].shape[0], dtype=torch.long)])
+    return views, is_ood

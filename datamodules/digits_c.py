@@ -3,7 +3,7 @@
 scikit-learn's 1797 real 8×8 digits, upscaled to 32×32, are corrupted into three views with the same
 corruption config as cifar10c; the OOD set ``photos`` holds patches of scikit-learn's two sample
 photographs (china.jpg, flower.jpg), a disjoint real image source, with each patch's features copied
-into all views. Features come from the same extractor code (mnp.features) and land in the same cache
+into all views. Features come from the same extractor code (datamodules.feature_cache) and land in the same cache
 layout, built on the first ``setup()`` (resumable) and reused after. No ImageNet weights exist offline,
 so the default extractor is a random-init Inception-v3 at its smallest input size (75 px).
 Held-out digit classes are a second OOD option: ``dataset.ood_classes=[9]`` adds ``ood/heldout/auroc``.
@@ -18,7 +18,7 @@ from datamodules.base import RawData, stratified_split
 from datamodules.cifar10c import PAPER_CORRUPTIONS, PAPER_SEVERITIES, CIFAR10C
 from datamodules.errors import DataError
 from datamodules import images as im
-from mnp.features import (Job, feature_path, inception_extractor, ood_feature_path, run_jobs, update_cache_meta,
+from datamodules.feature_cache import (Job, feature_path, inception_extractor, ood_feature_path, run_jobs, update_cache_meta,
                           write_labels)
 
 OOD_NAME = "photos"

@@ -31,6 +31,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from datamodules.errors import DataError
+from datamodules.files import atomic_write
 
 log = logging.getLogger(__name__)
 
@@ -54,8 +55,6 @@ def ood_feature_path(root: str | Path, subdir: str) -> Path:
 
 def save_npy(path: Path, array: np.ndarray) -> None:
     """np.save through a temporary file and an atomic rename: never half-written."""
-    from mnp.checkpointing import atomic_write
-
     def write(tmp):
         with open(tmp, "wb") as f:
             np.save(f, array)
@@ -210,15 +209,13 @@ def extract_cached(job: Job, extractor: FeatureExtractor, chunk_size: int, root:
 
 def update_cache_meta(root: Path, settings: dict, provenance: dict[str, str]) -> None:
     """Record settings and per-array provenance in ``cache.json``; refuse to mix other settings in."""
-    from mnp.outputs import write_json
-
     path = Path(root) / "cache.json"
     meta = json.loads(path.read_text()) if path.exists() else {"settings": settings, "arrays": {}}
     if meta["settings"] != settings:
         raise DataError(f"{root} holds features built with {meta['settings']}, not {settings}; "
                         "delete that directory or choose another feature_dir")
     meta["arrays"].update(provenance)
-    write_json(path, meta)
+    atomic_write(path, lambda tmp: Path(tmp).write_text(json.dumps(meta, indent=2, sort_keys=True)))
 
 
 def write_labels(root: Path, split: str, labels: np.ndarray) -> None:
@@ -304,18 +301,3 @@ def build_cifar10c(cfg) -> Path:
     n = run_jobs(root, jobs, extractor, cfg.chunk_size, settings)
     log.info("%d feature arrays computed, %d already cached, under %s", n, len(jobs) - n, root)
     return root
-
-
-def main() -> None:
-    import hydra
-
-    from mnp.cli import run_guarded
-    from mnp.rundir import register_resolver
-
-    register_resolver()
-    hydra.main(version_base="1.3", config_path="../conf", config_name="features/cifar10c")(
-        lambda cfg: run_guarded(build_cifar10c, cfg))()
-
-
-if __name__ == "__main__":
-    main()

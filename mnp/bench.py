@@ -905,5 +905,11 @@ def main(argv=None) -> dict:
     return result
 
 
+def cli() -> int:
+    """``mnp-bench``: the command, exit status 0 (``main`` returns the results for callers in Python)."""
+    main()
+    return 0
+
+
 if __name__ == "__main__":
     main()

@@ -62,7 +62,7 @@ def render_paper_main(src: dict) -> str:
         for m in ("mnp", "mnp_official"):
             rows.append(f"| {dataset_label(d)} | `{m}` | " + " | ".join(cell(res, m, d, k, s, g) for k, _, s, g in MAIN)
                         + f" | {seeds(res, m, d)} |")
-        rows.append(f"| | paper | " + " | ".join(f"{paper[('mnp', d, k)] * s:.{g}f}" for k, _, s, g in MAIN) + " | 5 |")
+        rows.append("| | paper | " + " | ".join(f"{paper[('mnp', d, k)] * s:.{g}f}" for k, _, s, g in MAIN) + " | 5 |")
     return "\n".join(rows)
 
 
@@ -176,9 +176,19 @@ def render_figure2(src: dict) -> str:
     return "\n".join(rows)
 
 
+def render_depgraph(src: dict) -> str:
+    """The package import graph (``python -m mnp.depgraph --mermaid``): edge labels count module imports."""
+    from mnp import depgraph
+
+    pkg = depgraph.package_edges(depgraph.edges(depgraph.modules()))
+    return "\n".join(["```mermaid", "graph LR", *(f"  {a} -->|{len(w)}| {b}" for (a, b), w in sorted(pkg.items())),
+                      "```"])
+
+
 RENDERERS = {"paper_main": render_paper_main, "goals": render_goals, "beats": render_beats,
              "baselines": render_baselines, "glance": render_glance, "switches": render_switches,
-             "custom_defaults": render_custom_defaults, "figure2": render_figure2}
+             "custom_defaults": render_custom_defaults, "figure2": render_figure2,
+             "depgraph": render_depgraph}
 
 
 # ---------------------------------------------------------------------------- files

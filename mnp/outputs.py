@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mnp.checkpointing import atomic_write
+from datamodules.files import atomic_write
 
 
 def metric_order(key: str) -> tuple:

@@ -15,7 +15,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytorch_lightning as pl
 import torch
 from hydra.errors import InstantiationException
@@ -191,7 +190,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     resume_from = resume_checkpoint(cfg.get("ckpt_path"), out_dir)
     if metrics_path.exists() or resume_from:  # a finished or resumable run of another config is never reused
         stored = None  # no config.yaml beside the checkpoint: compare with the config stored inside it
-        if resume_from and not (out_dir / "config.yaml").is_file():
+        if resume_from and cfg.get("ckpt_path") == "last" and not (out_dir / "config.yaml").is_file():
             stored = load_checkpoint(resume_from).get(CFG_KEY)
         check_reuse(out_dir, OmegaConf.to_container(cfg, resolve=True), resuming=not metrics_path.exists(),
                     stored=stored)

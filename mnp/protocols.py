@@ -43,22 +43,3 @@ def noise_generator(device: torch.device, seed: int, batch_idx: int) -> torch.Ge
     g = torch.Generator(device=device)
     g.manual_seed(int(seed) * 1_000_003 + int(batch_idx))
     return g
-
-
-def ood_mix(id_views: Sequence[Tensor], ood_views: Sequence[Tensor], n_id: int | None, n_ood: int | None,
-            generator: torch.Generator) -> tuple[list[Tensor], Tensor]:
-    """Concatenate ID and OOD samples, each subsampled *without* replacement to the given size.
-
-    Returns views and ``is_ood`` (1 for OOD, the positive class of the AUROC).
-    """
-    def take(views: Sequence[Tensor], n: int | None) -> list[Tensor]:
-        total = views[0].shape[0]
-        if n is None or n >= total:
-            return list(views)
-        idx = torch.randperm(total, generator=generator)[:n]
-        return [v[idx] for v in views]
-
-    a, b = take(id_views, n_id), take(ood_views, n_ood)
-    views = [torch.cat([x, y]) for x, y in zip(a, b)]
-    is_ood = torch.cat([torch.zeros(a[0].shape[0], dtype=torch.long), torch.ones(b[0].shape[0], dtype=torch.long)])
-    return views, is_ood

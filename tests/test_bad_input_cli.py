@@ -69,7 +69,7 @@ def with_value(view, row, col, value):
 def make_case(case, d):
     """Writes the bad input of ``case`` into ``d``; returns (overrides, expected message fragment)."""
     views, y = tiny()
-    custom = lambda p, *more: [f"dataset=custom", f"dataset.path={p}", *more]  # noqa: E731
+    custom = lambda p, *more: ["dataset=custom", f"dataset.path={p}", *more]  # noqa: E731
     if case == "truncated npz":
         p = truncated(npz(d / "data.npz", views, y))
         return custom(p), f"{p}: file is corrupt or truncated"

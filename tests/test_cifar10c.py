@@ -10,7 +10,7 @@ import torch
 
 from datamodules.cifar10c import CIFAR10C
 from datamodules.errors import DataError
-from mnp import features as F
+from datamodules import feature_cache as F
 from mnp.metrics import auroc
 from mnp.routine import Routine
 

@@ -9,7 +9,7 @@ from torch import nn
 
 import datamodules.digits_c as dc
 from datamodules.errors import DataError
-from mnp import features as F
+from datamodules import feature_cache as F
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 

@@ -10,7 +10,7 @@ import pytest
 from torch import nn
 
 from datamodules.errors import DataError
-from mnp import features as F
+from datamodules import feature_cache as F
 from test_images import write_cifar10, write_cifar10c, write_cifar100, write_svhn
 
 CONF = Path(__file__).resolve().parents[1] / "conf"

@@ -201,3 +201,21 @@ def test_on_a_terminal_the_bar_names_the_stage_and_the_whole_run_eta(tmp_path):
                enable_model_summary=False, callbacks=[bar]).fit(model, dm)
     assert bar.seen[0].startswith("warm-up 1/3") and bar.seen[1].startswith("main 2/3 · run ETA ")
     assert bar.seen[2].startswith("main 3/3 · run ETA ")
+
+
+def test_console_entry_points_run_from_any_directory(tmp_path):
+    import shutil
+    import subprocess
+
+    for script, first in (("mnp-train", "train.py: train one model"), ("mnp-eval", "evaluate.py: rebuild")):
+        exe = shutil.which(script)
+        assert exe, f"{script} is not installed: pip install -e ."
+        res = subprocess.run([exe, "--help"], cwd=tmp_path, capture_output=True, text=True)
+        assert res.returncode == 0 and res.stdout.startswith(first)
+    res = subprocess.run([shutil.which("mnp-train"), "model=mlp", "trainer.max_epochs=1", "eval.noise=false",
+                          f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path, capture_output=True, text=True,
+                         env={**__import__("os").environ, "MNP_TORCH_THREADS": "1"})
+    assert res.returncode == 0, res.stderr[-1500:]
+    assert (tmp_path / "run" / "metrics.json").exists() and (tmp_path / "run" / "train.log").exists()
+    for script in ("mnp-report", "mnp-bench", "mnp-docgen"):
+        assert subprocess.run([shutil.which(script), "--help"], capture_output=True).returncode == 0

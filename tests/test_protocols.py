@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 import torch
 
+from datamodules.cifar10c import ood_mix
 from mnp import protocols
 
 
@@ -34,7 +35,7 @@ def test_add_noise_only_touches_subset_and_is_reproducible():
 def test_ood_mix_without_replacement():
     id_views = [torch.arange(20.0)[:, None]]
     ood_views = [100 + torch.arange(30.0)[:, None]]
-    views, is_ood = protocols.ood_mix(id_views, ood_views, 10, 25, torch.Generator().manual_seed(0))
+    views, is_ood = ood_mix(id_views, ood_views, 10, 25, torch.Generator().manual_seed(0))
     ids, oods = views[0][is_ood == 0, 0], views[0][is_ood == 1, 0]
     assert len(ids) == 10 and len(oods) == 25
     assert len(set(ids.tolist())) == 10 and len(set(oods.tolist())) == 25  # no duplicates
