@@ -90,6 +90,17 @@ def render_goals(src: dict) -> str:
     return "\n".join(rows)
 
 
+def render_goals_summary(src: dict) -> str:
+    """README: per dataset, which goals of the fidelity issue `mnp` meets and by how much it misses the others."""
+    rows = [r for r in render_goals(src).splitlines()[2:]]
+    by: dict[str, list[str]] = {}
+    for r in rows:
+        dataset, metric, goal, ours, n, status = [c.strip() for c in r.strip("|").split("|")]
+        by.setdefault(f"{dataset} ({n} seeds)", []).append(f"{metric} {ours} ({status})" if status != "not run"
+                                                           else f"{metric} not run")
+    return "\n".join(f"- {d}: " + "; ".join(v) for d, v in by.items())
+
+
 def render_beats(src: dict) -> str:
     """Per dataset: does `mnp` beat every baseline here on noisy accuracy and on ECE (the paper's claim)?"""
     res = src["paper_main"]
@@ -188,7 +199,7 @@ def render_depgraph(src: dict) -> str:
 RENDERERS = {"paper_main": render_paper_main, "goals": render_goals, "beats": render_beats,
              "baselines": render_baselines, "glance": render_glance, "switches": render_switches,
              "custom_defaults": render_custom_defaults, "figure2": render_figure2,
-             "depgraph": render_depgraph}
+             "depgraph": render_depgraph, "goals_summary": render_goals_summary}
 
 
 # ---------------------------------------------------------------------------- files
