@@ -57,7 +57,15 @@ def random_modality_mask(batch: int, num_views: int, device: torch.device, table
     return table[torch.randint(table.shape[0], (batch,), device=device)]
 
 
-class MBA(nn.Module):
+class Aggregation(nn.Module):
+    """The aggregators' shared interface: ``forward`` (multimodal), ``unimodal`` and ``posteriors`` (both)."""
+
+    def posteriors(self, r_star, s_star, u, q, weights=None):
+        """The multimodal and the unimodal posteriors, ((mu, var), (mu_m, var_m))."""
+        return self(r_star, s_star, u, q, weights), self.unimodal(r_star, s_star, u, q)
+
+
+class MBA(Aggregation):
     """Multimodal Bayesian aggregation (eq. 8); unimodal posteriors use a single term each."""
 
     def forward(self, r_star, s_star, u, q, weights=None):
@@ -66,8 +74,21 @@ class MBA(nn.Module):
     def unimodal(self, r_star, s_star, u, q):
         return unimodal_posteriors(r_star, s_star, u, q)
 
+    def posteriors(self, r_star, s_star, u, q, weights=None):
+        """Both, with each modality's terms 1/s*_m + 1/q_m and r*_m/s*_m + u_m/q_m computed once (the
+        same values as :func:`mba_posterior` and :func:`unimodal_posteriors`)."""
+        precision = 1.0 / s_star + 1.0 / q
+        weighted = r_star / s_star + u / q
+        var_m = 1.0 / precision
+        unimodal = var_m * weighted, var_m
+        if weights is not None:
+            w = weights.t().unsqueeze(-1).to(precision.dtype)  # (M, B, 1)
+            precision, weighted = precision * w, weighted * w
+        var = 1.0 / precision.sum(0)
+        return (var * weighted.sum(0), var), unimodal
 
-class MeanAggregation(nn.Module):
+
+class MeanAggregation(Aggregation):
     """Ablation ``mean``: z = (1/M) Σ_m r*_m, deterministic; the unimodal z is r*_m."""
 
     def forward(self, r_star, s_star, u, q, weights=None):
@@ -80,7 +101,7 @@ class MeanAggregation(nn.Module):
         return r_star, None
 
 
-class ConcatAggregation(nn.Module):
+class ConcatAggregation(Aggregation):
     """Ablation ``concat``: z = MLP(cat_m r*_m), deterministic; the unimodal z is r*_m."""
 
     def __init__(self, num_views: int, d_e: int):

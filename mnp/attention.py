@@ -52,12 +52,15 @@ def sq_dist(a: Tensor, b: Tensor) -> Tensor:
     return d2.clamp_min(0)
 
 
-def _float32(xs: Sequence[Tensor]) -> list[Tensor]:
-    return [x.float() for x in xs]
+def _float32(xs: Sequence[Tensor] | Tensor) -> list[Tensor] | Tensor:
+    return xs.float() if isinstance(xs, Tensor) else [x.float() for x in xs]
 
 
-def _batched(fn, a: Sequence[Tensor], b: Sequence[Tensor]) -> Tensor:
-    """Apply a pairwise function to every modality: one batched call when the shapes agree."""
+def _batched(fn, a: Sequence[Tensor] | Tensor, b: Sequence[Tensor] | Tensor) -> Tensor:
+    """Apply a pairwise function to every modality: one batched call when the shapes agree (always for
+    inputs already stacked as (M, rows, d) tensors)."""
+    if isinstance(a, Tensor) and isinstance(b, Tensor):
+        return fn(a, b)
     if len({x.shape[-1] for x in a}) == 1 and len({x.shape for x in b}) == 1 and len({x.shape for x in a}) == 1:
         return fn(torch.stack(list(a)), torch.stack(list(b)))
     return torch.stack([fn(x, y) for x, y in zip(a, b)])
@@ -81,28 +84,70 @@ class RBFSimilarity(nn.Module):
         raw = from_positive(float(lengthscale_init), param)
         self.raw_lengthscale = nn.ParameterList([nn.Parameter(torch.full((int(d),), raw)) for d in dims])
         self.raw_amplitude = nn.Parameter(torch.full((len(dims),), from_positive(1.0, param))) if amplitude else None
+        self.stack = False  # True (MNP's fast path): equal-size lengthscales as one (M, d) tensor, mnp.stacked
+        self._stacks = None
+        self._held: Tensor | None = None  # see hold()
+
+    def stacked_lengthscales(self) -> Tensor | None:
+        """All lengthscales as one (M, d) tensor when ``stack`` is on and they have one size, else None."""
+        from mnp.stacked import Stacks, distributed, stackable
+        if self._held is not None:
+            return self._held
+        if not self.stack or distributed() or not stackable(list(self.raw_lengthscale)):
+            return None
+        if self._stacks is None:
+            self._stacks = Stacks(lambda: {"raw": list(self.raw_lengthscale)})
+        return to_positive(self._stacks["raw"], self.param)
+
+    def hold(self) -> None:
+        """Compute the stacked lengthscales once for the calls until :meth:`release` (one training loss: the
+        attention, the contrastive loss and the penalty read the same l)."""
+        self._held = None
+        self._held = self.stacked_lengthscales()
+
+    def release(self) -> None:
+        self._held = None
 
     def lengthscales(self) -> list[Tensor]:
+        stacked = self.stacked_lengthscales()
+        if stacked is not None:
+            return list(stacked.unbind(0))
         return [to_positive(r, self.param) for r in self.raw_lengthscale]
 
-    def forward(self, targets: Sequence[Tensor], contexts: Sequence[Tensor]) -> Tensor:
-        """Scores (M, B, N) of targets (B, d_m) against contexts (N, d_m), per modality m."""
+    def forward(self, targets: Sequence[Tensor] | Tensor, contexts: Sequence[Tensor] | Tensor) -> Tensor:
+        """Scores (M, B, N) of targets (B, d_m) against contexts (N, d_m), per modality m (lists, or tensors
+        (M, B, d) and (M, N, d) when the modalities share d)."""
         with torch.autocast(targets[0].device.type, enabled=False):
             power = 2 if self.form == "l2" else 1
-            scale = [l.pow(power) for l in self.lengthscales()]
-            t = [x / s for x, s in zip(_float32(targets), scale)]
-            c = [x / s for x, s in zip(_float32(contexts), scale)]
-            g = torch.exp(-0.5 * _batched(sq_dist, t, c))
+            stacked = self.stacked_lengthscales()
+            if stacked is not None and all(isinstance(x, Tensor) or len({t.shape for t in x}) == 1
+                                           for x in (targets, contexts)):
+                scale = stacked.pow(power).unsqueeze(1)  # (M, 1, d): every modality divided at once
+                t = (targets if isinstance(targets, Tensor) else torch.stack(targets)).float() / scale
+                c = t if contexts is targets else \
+                    (contexts if isinstance(contexts, Tensor) else torch.stack(contexts)).float() / scale
+                g = torch.exp(-0.5 * sq_dist(t, c))
+            else:
+                scale = [l.pow(power) for l in self.lengthscales()]
+                t = [x / s for x, s in zip(_float32(targets), scale)]
+                c = [x / s for x, s in zip(_float32(contexts), scale)]
+                g = torch.exp(-0.5 * _batched(sq_dist, t, c))
             if self.raw_amplitude is not None:
                 g = g * to_positive(self.raw_amplitude, self.param)[:, None, None]
             return g
 
     def penalty(self, kind: str) -> Tensor:
         """Per-modality lengthscale penalty (M,): ``norm`` ‖l‖ (paper) or ``half_sq`` ‖l‖²/2 (official)."""
+        stacked = self.stacked_lengthscales()
+        if stacked is not None:
+            return stacked.norm(dim=-1) if kind == "norm" else 0.5 * stacked.pow(2).sum(-1)
         ls = self.lengthscales()
         if kind == "norm":
             return torch.stack([l.norm() for l in ls])
         return torch.stack([0.5 * l.pow(2).sum() for l in ls])
+
+    def __getstate__(self):
+        return {**super().__getstate__(), "_stacks": None, "_held": None}
 
 
 class DotSimilarity(nn.Module):

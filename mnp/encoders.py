@@ -1,6 +1,8 @@
 """Input projection and the context encoders: r/s (eq. 4) and the priors u/q (eq. 6)."""
 from __future__ import annotations
 
+from typing import Sequence
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -121,3 +123,61 @@ class ModalityEncoder(nn.Module):
         if self.prior == "shared":
             return r, s, r.mean(0), s.mean(0)
         return r, s, self.enc_u(c, y_onehot).mean(0), self.enc_q(c, y_onehot).mean(0)
+
+
+def stacked_roles(encoders: Sequence[ModalityEncoder]) -> list[list[Encoder]] | None:
+    """Every modality's context encoders, the plain ones first (r, u) and then the positive ones (s, q),
+    when all of them can run as one batched computation (:func:`encode_stacked`): input sizes equal,
+    ``merge=concat`` and ``norm=layer``; otherwise None."""
+    roles = [[e.enc_r, e.enc_u, e.enc_s, e.enc_q] if e.prior == "separate" else [e.enc_r, e.enc_s] for e in encoders]
+    flat = [enc for r in roles for enc in r]
+    if len({e.d_x for e in encoders}) != 1 or any(e.merge != "concat" or e.norm.kind != "layer" for e in flat):
+        return None
+    return roles
+
+
+def stacked_groups(roles: list[list[Encoder]]) -> dict[str, list[nn.Parameter]]:
+    """The parameters of :func:`stacked_roles`' encoders by kind, modality-major (what ParamStacks stack)."""
+    flat = [enc for r in roles for enc in r]
+    return {"fc1.weight": [e.fc1.weight for e in flat], "fc1.bias": [e.fc1.bias for e in flat],
+            "fc2.weight": [e.fc2.weight for e in flat], "fc2.bias": [e.fc2.bias for e in flat],
+            "norm.weight": [e.norm.norm.weight for e in flat], "norm.bias": [e.norm.norm.bias for e in flat]}
+
+
+def encode_stacked(stacks, c: Tensor, y_onehot: Tensor, num_roles: int, eps: float):
+    """Eqs. 4 and 6 for all M modalities and their R encoders at once: the first layers of a modality's
+    encoders as one matmul over their shared input [c; y], the second layers and the norms as one
+    batched matmul and one norm over all M·R encoders.
+
+    ``stacks``: the (M·R, ...) leaves of :func:`stacked_groups`; c: projected contexts (M, N, d_x);
+    y_onehot (N, K). Returns r, s (M, N, d_e) and u, q (M, 1, d_e) as :meth:`ModalityEncoder.represent`
+    gives them per modality (``num_roles`` 2: the shared prior, u and q the means of r and s).
+    """
+    m, n, _ = c.shape
+    w1 = stacks["fc1.weight"]
+    d_e = w1.shape[1]
+    x = torch.cat([c, y_onehot.expand(m, n, -1)], -1)  # (M, N, d_x + K), shared by R encoders
+    h = torch.baddbmm(stacks["fc1.bias"].view(m, 1, num_roles * d_e), x,
+                      w1.view(m, num_roles * d_e, -1).transpose(1, 2))  # (M, N, R·d_e)
+    h = F.leaky_relu(h, LEAKY_SLOPE).view(m, n, num_roles, d_e).transpose(1, 2).reshape(m * num_roles, n, d_e)
+    h = torch.baddbmm(stacks["fc2.bias"].unsqueeze(1), h, stacks["fc2.weight"].transpose(1, 2))  # (M·R, N, d_e)
+    h = torch.addcmul(stacks["norm.bias"].unsqueeze(1), F.layer_norm(h, (d_e,), eps=eps), stacks["norm.weight"].unsqueeze(1))
+    h = h.view(m, num_roles, n, d_e)
+    half = num_roles // 2
+    plain, positive = h[:, :half], positive_scale(h[:, half:])  # (r, u) and (s, q)
+    r, s = plain[:, 0], positive[:, 0]
+    if num_roles == 2:
+        return r, s, r.mean(1, keepdim=True), s.mean(1, keepdim=True)
+    return r, s, plain[:, 1].mean(1, keepdim=True), positive[:, 1].mean(1, keepdim=True)
+
+
+def project_stacked(weights: Sequence[Tensor], bias: Tensor, xs: Sequence[Tensor]) -> Tensor:
+    """Every modality's linear projection (Linear d^m -> d_e, LeakyReLU) as one batched matmul: inputs
+    xs[m] (rows, d^m) and weights[m] (d_e, d^m) zero-padded to the widest modality (the padding adds exact
+    zeros), ``bias`` (M, d_e). Returns (M, rows, d_e)."""
+    width = max(x.shape[-1] for x in xs)
+
+    def pad(t: Tensor) -> Tensor:
+        return t if t.shape[-1] == width else F.pad(t, (0, width - t.shape[-1]))
+    x, w = torch.stack([pad(x) for x in xs]), torch.stack([pad(w) for w in weights])
+    return F.leaky_relu(torch.baddbmm(bias.unsqueeze(1), x, w.transpose(1, 2)), LEAKY_SLOPE)

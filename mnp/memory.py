@@ -45,17 +45,30 @@ def sample_per_class(y: Tensor, num_classes: int, n: int) -> tuple[Tensor, list[
     by (class, random key), then read n consecutive positions per class.
     """
     y = y.long()
-    counts = torch.bincount(y, minlength=num_classes)[:num_classes]
+    counts = class_counts(y, num_classes)
+    idx = draw_per_class(y, counts, n)
+    return idx, (counts < n).nonzero().flatten().tolist()
+
+
+def class_counts(y: Tensor, num_classes: int) -> Tensor:
+    """Samples per class (K,); fails when a class has none (reads the device)."""
+    counts = torch.bincount(y.long(), minlength=num_classes)[:num_classes]
     empty = (counts == 0).nonzero().flatten().tolist()
     if empty:
         raise ValueError(f"the context memory needs training samples of every class; classes {empty} have none")
+    return counts
+
+
+def draw_per_class(y: Tensor, counts: Tensor, n: int) -> Tensor:
+    """The draw of :func:`sample_per_class` given the class counts: static shapes, no host sync."""
+    num_classes = counts.shape[0]
     order = torch.argsort(y.double() + torch.rand(y.shape, dtype=torch.float64, device=y.device))
     starts = counts.cumsum(0) - counts
     short = counts < n
     offsets = torch.arange(n, device=y.device).expand(num_classes, n)
     drawn = (torch.rand((num_classes, n), device=y.device) * counts[:, None]).long().clamp_max(counts[:, None] - 1)
     offsets = torch.where(short[:, None], drawn, offsets)
-    return order[starts[:, None] + offsets], short.nonzero().flatten().tolist()
+    return order[starts[:, None] + offsets]
 
 
 class ContextMemory(nn.Module):
@@ -87,6 +100,7 @@ class ContextMemory(nn.Module):
         self.register_buffer("labels_onehot", torch.nn.functional.one_hot(self.labels, self.num_classes).float(),
                              persistent=False)  # (N, K): the context's one-hot labels, made once
         self._source: tuple[list[Tensor], Tensor] | None = None
+        self._source_counts: Tensor | None = None  # samples per class of _source, counted once
         if init == "uniform":
             with torch.no_grad():
                 for m in range(self.num_views):
@@ -117,8 +131,9 @@ class ContextMemory(nn.Module):
         """Context features per modality (N, d^m) and their labels (N,), rows ordered by class."""
         if self.update_rule == "random" and self._source is not None:
             views, y = self._source
-            idx, _ = sample_per_class(y, self.num_classes, self.per_class)
-            idx = idx.flatten()
+            if self._source_counts is None:
+                self._source_counts = class_counts(y, self.num_classes)
+            idx = draw_per_class(y, self._source_counts, self.per_class).flatten()
             return [v[idx].to(self.labels.device) for v in views], self.labels
         return [self.rows(m).reshape(self.size, -1) for m in range(self.num_views)], self.labels
 
@@ -126,6 +141,7 @@ class ContextMemory(nn.Module):
     def attach(self, views: Sequence[Tensor], y: Tensor) -> None:
         """Keep a reference to the training set (for ``update=random``); not saved in checkpoints."""
         self._source = ([torch.as_tensor(v, dtype=torch.float32) for v in views], torch.as_tensor(y).long())
+        self._source_counts = None
 
     @torch.no_grad()
     def init_from_data(self, views: Sequence[Tensor], y: Tensor) -> None:
@@ -157,9 +173,9 @@ class ContextMemory(nn.Module):
     def _replace_least_attended(self, views, y, attn_sum, err) -> None:
         """Static shapes, no host sync: ``same_class`` writes a row of every class, the old value where the
         class is absent from the batch."""
-        k_all = torch.arange(self.num_classes, device=y.device)
         i_star = attn_sum.reshape(self.num_views, self.num_classes, self.per_class).argmin(-1)  # (M, K)
         if self.jstar == "same_class":
+            k_all = torch.arange(self.num_classes, device=y.device)
             in_class = y[None, :] == k_all[:, None]  # (K, B)
             j_star = err[:, None, :].masked_fill(~in_class, float("-inf")).argmax(-1)  # (M, K)
             present = in_class.any(1)[:, None]  # (K, 1) classes present in the batch
@@ -169,9 +185,10 @@ class ContextMemory(nn.Module):
         else:
             j_star = err.argmax(-1)  # (M,)
             k = y[j_star]  # (M,) class of each modality's chosen target
-            for m, v in enumerate(views):
-                km = k[m:m + 1]
-                self.rows(m)[km, i_star[m, km]] = v[j_star[m:m + 1]].to(self.rows(m).dtype)
+            row = k * self.per_class + i_star.gather(1, k[:, None]).squeeze(1)  # (M,) the row each modality replaces
+            for m, (v, r, j) in enumerate(zip(views, row.view(-1, 1).unbind(0), j_star.view(-1, 1).unbind(0))):
+                rows = self.rows(m).view(self.size, -1)
+                rows.index_copy_(0, r, v.index_select(0, j).to(rows.dtype))
 
     def _push_fifo(self, views, y) -> None:
         """Static shapes, no host sync: every row learns which target (if any) lands in it, and keeps its

@@ -22,11 +22,12 @@ from mnp import metrics
 from mnp.aggregation import build_aggregation, random_modality_mask, subset_table
 from mnp.attention import NORMALISERS, build_similarity, choice, normalise, topk_hint
 from mnp.decoder import Decoder, sample_logits
-from mnp.encoders import ModalityEncoder
+from mnp.encoders import ModalityEncoder, encode_stacked, project_stacked, stacked_groups, stacked_roles
 from mnp.losses import predictive_nll, supervised_contrastive, unimodal_error
 from mnp.memory import ContextMemory
 from mnp.optim import keras_eps_, make_optimizer
 from mnp.routine import Routine
+from mnp.stacked import Stacks, distributed, stackable
 
 
 def clip_per_tensor(params: Iterable[Tensor], max_norm: float, fast: bool = True) -> None:
@@ -149,6 +150,14 @@ class MNP(Routine):
         if warmup_epochs > 0 and not self._warmup_parameters():
             raise ValueError("warmup_epochs > 0 needs something for L_RBF to train: an rbf similarity or a projection")
         self._dcm_batch: tuple | None = None
+        # fast: the linear projections and the context encoders of all modalities batched (mnp.stacked), where
+        # their shapes allow it and the aggregation uses every encoder (an unused one must keep no gradient,
+        # not a zero one)
+        self._stack_projection = fast and projection == "linear" and len(self.view_dims) > 1
+        self._stack_encoders = fast and aggregation == "mba" and stacked_roles(self.encoders) is not None
+        self._param_stacks: Stacks | None = None
+        if fast and hasattr(self.similarity, "stack"):
+            self.similarity.stack = True
         self._ctx_cache: tuple | None = None  # (key, context encodings) at inference, see _context
         self._sparsemax_k: int | None = None  # partial-sort size hint (exact either way), see topk_hint
         self._compiled = None  # torch.compile'd _decode_and_nll when compile=True
@@ -156,7 +165,7 @@ class MNP(Routine):
         # the last attention); what CUDA-graph capture needs, and what mnp.step_metrics measures. On a GPU the
         # step makes none either way.
         self.capturable = False
-        self.register_buffer("_loss_finite", torch.tensor(True), persistent=False)  # see train_step
+        self.register_buffer("_loss_bad", torch.tensor(0.0), persistent=False)  # 1 after a non-finite loss, see train_step
         if modality_mask:
             self.register_buffer("_modality_subsets", subset_table(len(self.view_dims)), persistent=False)
 
@@ -199,7 +208,7 @@ class MNP(Routine):
             if cached is None:
                 targets, (contexts, r_all, s_all, u, q) = self._encode(views)
             else:
-                targets, (contexts, r_all, s_all, u, q) = [enc.project(x) for enc, x in zip(self.encoders, views)], cached
+                targets, (contexts, r_all, s_all, u, q) = self._project(views), cached
         with record_function("mnp.attention"):
             k = None if self.capturable else self._sparsemax_k
             attn = normalise(self.similarity(targets, contexts), self.attention_norm, k)  # eq. 9
@@ -219,16 +228,50 @@ class MNP(Routine):
         """
         ctx_x, _ = self.memory.context()
         y_onehot = self.memory.labels_onehot.to(views[0].dtype)  # the context's labels, (N, K)
-        targets, contexts, rs, ss, us, qs = [], [], [], [], [], []
-        for enc, x, c in zip(self.encoders, views, ctx_x):
-            h = enc.project(torch.cat([x, c.to(x.dtype)]))
-            t, c = h[: x.shape[0]], h[x.shape[0]:]
-            r, s, u, q = enc.represent(c, y_onehot)  # eqs. 4 and 6
-            targets.append(t), contexts.append(c), rs.append(r), ss.append(s.float()), us.append(u), qs.append(q.float())
-        context = (contexts, torch.stack(rs), torch.stack(ss), torch.stack(us)[:, None], torch.stack(qs)[:, None])
+        b = views[0].shape[0]
+        h = self._project([torch.cat([x, c.to(x.dtype)]) for x, c in zip(views, ctx_x)])
+        targets, contexts = h[:, :b] if isinstance(h, Tensor) else [x[:b] for x in h], \
+            h[:, b:] if isinstance(h, Tensor) else [x[b:] for x in h]
+        if (stacks := self._stacks()) is not None and self._stack_encoders:  # eqs. 4 and 6, all modalities at once
+            c = contexts if isinstance(contexts, Tensor) else torch.stack(contexts)
+            roles = 4 if self.hparams.prior == "separate" else 2
+            r, s, u, q = encode_stacked(stacks, c, y_onehot, roles, self.hparams.norm_eps)
+            context = (contexts, r, s.float(), u, q.float())
+        else:
+            rs, ss, us, qs = [], [], [], []
+            for enc, c in zip(self.encoders, contexts):
+                r, s, u, q = enc.represent(c, y_onehot)  # eqs. 4 and 6
+                rs.append(r), ss.append(s.float()), us.append(u), qs.append(q.float())
+            context = (contexts, torch.stack(rs), torch.stack(ss), torch.stack(us)[:, None], torch.stack(qs)[:, None])
         if self._context_cacheable():
-            self._ctx_cache = (self._context_key(views[0]), [c.detach() for c in contexts], *context[1:])
+            detached = contexts.detach() if isinstance(contexts, Tensor) else [c.detach() for c in contexts]
+            self._ctx_cache = (self._context_key(views[0]), detached, *context[1:])
         return targets, context
+
+    def _project(self, xs: Sequence[Tensor]) -> Tensor | list[Tensor]:
+        """Every modality's input projection: one batched matmul (M, rows, d_e) on the fast path with linear
+        projections, else a list of (rows, d_x)."""
+        if (stacks := self._stacks()) is not None and self._stack_projection:
+            return project_stacked([enc.projection[0].weight for enc in self.encoders], stacks["projection.bias"], xs)
+        return [enc.project(x) for enc, x in zip(self.encoders, xs)]
+
+    def _stacks(self) -> Stacks | None:
+        """The parameters the fast path runs batched, as ParamStacks (mnp.stacked): the linear projections'
+        biases and the context encoders (one input size, merge=concat, norm=layer); None when there are
+        none, when the parameters differ in dtype, device or requires_grad, or under torch.distributed."""
+        if not (self._stack_projection or self._stack_encoders) or distributed():
+            return None
+        if self._param_stacks is None:
+            if not all(stackable(g) for g in self._stack_groups().values()):
+                return None
+            self._param_stacks = Stacks(self._stack_groups)
+        return self._param_stacks
+
+    def _stack_groups(self) -> dict[str, list[nn.Parameter]]:
+        groups = stacked_groups(stacked_roles(self.encoders)) if self._stack_encoders else {}
+        if self._stack_projection:
+            groups["projection.bias"] = [enc.projection[0].bias for enc in self.encoders]
+        return groups
 
     # ------------------------------------------------------------------ inference cache of the context encodings
     def _context_cacheable(self) -> bool:
@@ -277,6 +320,11 @@ class MNP(Routine):
         if not self.hparams.l2:
             return 0.0
         kernels = [m.weight for m in self.modules() if isinstance(m, nn.Linear) and m.weight.requires_grad]
+        if (stacks := self._stacks()) is not None and self._stack_encoders:  # the encoders' kernels: two stacks
+            groups = self._stack_groups()
+            stacked = {id(w) for w in groups["fc1.weight"] + groups["fc2.weight"]}
+            kernels = [w for w in kernels if id(w) not in stacked] + \
+                [stacks[k] for k in ("fc1.weight", "fc2.weight") if stacks[k].requires_grad]
         if self.hparams.fast:
             return self.hparams.l2 * SumOfSquares.apply(*kernels)
         return self.hparams.l2 * sum(w.pow(2).sum() for w in kernels)
@@ -292,15 +340,24 @@ class MNP(Routine):
         return probs, metrics.expected_entropy(probs)
 
     def training_loss(self, views, y):
+        hold = getattr(self.similarity, "hold", None)
+        if hold is None:
+            return self._training_loss(views, y)
+        hold()  # the lengthscales once for the attention, L_RBF, the penalty and the log
+        try:
+            return self._training_loss(views, y)
+        finally:
+            self.similarity.release()
+
+    def _training_loss(self, views, y):
         hp = self.hparams
         if self._in_warmup():
-            rbf = self._rbf_loss([enc.project(v) for enc, v in zip(self.encoders, views)], y)
+            rbf = self._rbf_loss(self._project(views), y)
             return rbf, {"rbf": rbf.detach()}
         targets, attn, r_star, s_star, u, q = self._attend(views)
         weights = random_modality_mask(y.shape[0], len(views), y.device, self._modality_subsets) \
             if hp.modality_mask else None
-        mu, var = self.aggregation(r_star, s_star, u, q, weights)
-        mu_m, var_m = self.aggregation.unimodal(r_star, s_star, u, q)
+        (mu, var), (mu_m, var_m) = self.aggregation.posteriors(r_star, s_star, u, q, weights)
         mu_all = torch.cat([mu[None], mu_m])  # (1 + M, B, d): multimodal first, then each modality
         var_all = None if var is None else torch.cat([var[None], var_m])
         with record_function("mnp.decode"):
@@ -314,10 +371,12 @@ class MNP(Routine):
         probs = logits.detach().float().softmax(-1).mean(0)  # p̂ and p̂^m, (1 + M, B, K)
         if hp.memory_update in ("mse", "ce", "fifo"):
             err = unimodal_error(probs[1:], y, hp.memory_update) if hp.memory_update != "fifo" else None
-            self._dcm_batch = ([v.detach() for v in views], y, attn.detach().sum(1), err)
+            self._dcm_batch = ([v.detach() if v.requires_grad else v for v in views], y, attn.detach().sum(1), err)
         logs = {"ty": ty.detach(), "rbf": rbf.detach(), "acc": (probs[0].argmax(-1) == y).float().mean()}
         if hp.similarity == "rbf":
-            logs["lengthscale"] = torch.cat([l.detach() for l in self.similarity.lengthscales()]).mean()
+            stacked = self.similarity.stacked_lengthscales()
+            logs["lengthscale"] = torch.cat([l.detach() for l in self.similarity.lengthscales()]).mean() \
+                if stacked is None else stacked.detach().mean()
         return loss, logs
 
     def _decode_and_nll(self, mu_all: Tensor, var_all: Tensor | None, y: Tensor) -> tuple[Tensor, Tensor]:
@@ -328,7 +387,7 @@ class MNP(Routine):
 
     def __getstate__(self):
         state = super().__getstate__()
-        return {**state, "_compiled": None, "_ctx_cache": None}
+        return {**state, "_compiled": None, "_ctx_cache": None, "_param_stacks": None}
 
     # ------------------------------------------------------------------ DCM update (eqs. 2–3)
     def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
@@ -427,13 +486,15 @@ class MNP(Routine):
         the warm-up), the DCM write of memory_write=before_step, and ``opt.step()``.
 
         No host sync and no tensor made from Python data (with ``capturable``, or on a GPU): the step can
-        be captured as one CUDA graph (mnp.step_metrics counts both). A non-finite loss only clears a device
-        flag, read by :meth:`training_step` every ``check_finite_every`` steps. The DCM write of
-        memory_write=after_step (paper) follows in ``on_train_batch_end``, as Lightning calls it.
+        be captured as one CUDA graph (mnp.step_metrics counts both). A non-finite loss sets a device flag,
+        read by :meth:`training_step` every ``check_finite_every`` steps; while it is set, a fused Adam (the
+        fast path) skips its updates, so the parameters stay finite until the read stops the run. The DCM
+        write of memory_write=after_step (paper) follows in ``on_train_batch_end``, as Lightning calls it.
         """
         warm = self._in_warmup()
         loss, logs = self.training_loss(views, y)
-        self._loss_finite.logical_and_(torch.isfinite(loss.detach()))
+        with torch.no_grad():
+            self._loss_bad.logical_or_(loss - loss != 0)  # true for nan and ±inf
         self.zero_grad(set_to_none=True)
         if self._trainer is not None:
             self.manual_backward(loss)
@@ -443,13 +504,16 @@ class MNP(Routine):
             self.configure_gradient_clipping(opt, self.hparams.clip_norm)
         if self.hparams.memory_write == "before_step":
             self._update_memory()  # official: the new rows are written before apply_gradients
+        inner = getattr(opt, "optimizer", opt)  # Lightning wraps the torch optimiser
+        if inner.defaults.get("fused"):
+            inner.found_inf = self._loss_bad  # fused Adam skips its update while the flag is set, without a sync
         opt.step()
         return loss, logs
 
     def _raise_if_nonfinite(self, loss: Tensor | None, step: int) -> None:
         """Read the device flag of :meth:`train_step` (one host sync) and stop on a non-finite loss; with
         check_finite_every = N > 1 the flag covers the N steps since the last read."""
-        if bool(self._loss_finite):
+        if not bool(self._loss_bad):
             return
         every = self.check_finite_every
         when = f"global step {step}" if every == 1 else f"one of global steps {max(step - every + 1, 0)}..{step}"

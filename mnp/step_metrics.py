@@ -3,8 +3,9 @@
 One steady-state training step (after a warm-up step that creates the optimiser state) is run under a
 :class:`StepOps` dispatch mode, which counts
 
-* ``ops_per_train_step``: every ATen op dispatched (forward, losses, backward, clipping, L2, the
-  optimiser step and the DCM memory update), by name;
+* ``ops_per_train_step``: every ATen (``aten::``) op dispatched (forward, losses, backward, clipping, L2,
+  the optimiser step and the DCM memory update), by name; ops of other namespaces (the profiler's
+  ``record_function`` markers, no device work) are counted apart, ``non_aten_ops_per_train_step``;
 * ``host_syncs_per_train_step``: ops that make the host wait for the device: ``_local_scalar_dense``
   (``.item()``, ``bool(t)``, ``int(t)``, Python ``if`` on a tensor), device-to-host copies, and the ops
   whose output shape depends on the data (``nonzero``, ``masked_select``, ``unique``, boolean-mask
@@ -12,14 +13,14 @@ One steady-state training step (after a warm-up step that creates the optimiser 
 * ``tensors_from_python_per_train_step``: tensors made from Python data (``torch.tensor(...)``,
   ``x[mask] = 0``'s scalar), which a captured graph would freeze at their capture-time value.
 
-Then ``torch._dynamo.explain`` runs the step function and gives ``graph_breaks`` (its
-``graph_break_count``) and the first break reasons, for the step without the optimiser's ``step()``
-(forward, losses, backward, clipping, L2 and the DCM update: what ``torch.compile`` would turn into one
-graph), and ``graph_breaks_with_optimizer`` for the whole step. torch.optim breaks the graph around
-``step()`` on purpose and never traces fused Adam (torch/optim/optimizer.py, ``_use_grad``), so the
-optimiser is compiled or captured on its own (``torch.compile(opt.step)``, or a capturable fused Adam
-inside the CUDA graph). ``torch._dynamo.config.trace_autograd_ops`` is set, so that ``loss.backward()``
-is traced instead of always breaking the graph.
+Then ``torch._dynamo.explain`` gives ``graph_breaks`` (its ``graph_break_count``) and the first break
+reasons of the function ``torch.compile`` turns into one graph: the forward with both losses and L2
+(``training_loss``) and the DCM update; AOTAutograd derives the backward graph from it, and the autograd
+engine runs it. ``graph_breaks_whole_step`` is the same for the whole step, where ``loss.backward()``
+always breaks the graph (unless dynamo traces autograd, an experimental mode whose gradients were wrong
+here) and torch.optim breaks it around ``step()`` on purpose and never traces fused Adam
+(torch/optim/optimizer.py, ``_use_grad``): the optimiser is compiled or captured on its own
+(``torch.compile(opt.step)``, or a capturable fused Adam inside the CUDA graph).
 
 The step is the model's own :meth:`~mnp.model.MNP.train_step` followed by the DCM update (what Lightning's
 ``on_train_batch_end`` runs); other models get the generic forward, backward, clip, step of
@@ -36,7 +37,6 @@ from typing import Callable, Sequence
 import torch
 from torch import Tensor
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
 
 # Output shape depends on the values: a GPU must copy a count back to the host before it can go on.
 DATA_DEPENDENT = {"aten::nonzero", "aten::masked_select", "aten::unique", "aten::_unique", "aten::_unique2",
@@ -74,12 +74,15 @@ class StepOps(TorchDispatchMode):
 
     def __init__(self):
         super().__init__()
-        self.ops, self.syncs, self.from_python, self.backward = Counter(), Counter(), 0, 0
+        self.ops, self.other, self.syncs, self.from_python, self.backward = Counter(), Counter(), Counter(), 0, 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
         name = func._schema.name
+        if not name.startswith("aten::"):
+            self.other[name] += 1
+            return out
         self.ops[name] += 1
         if torch._C._current_autograd_node() is not None:
             self.backward += 1
@@ -92,6 +95,7 @@ class StepOps(TorchDispatchMode):
 
     def summary(self, top: int = 15) -> dict:
         return {"ops_per_train_step": sum(self.ops.values()), "backward_ops_per_train_step": self.backward,
+                "non_aten_ops_per_train_step": sum(self.other.values()),
                 "host_syncs_per_train_step": sum(self.syncs.values()), "host_sync_ops": dict(self.syncs.most_common()),
                 "tensors_from_python_per_train_step": self.from_python,
                 "top_ops": dict(self.ops.most_common(top))}
@@ -136,25 +140,12 @@ def _graph_break_log():
         torch._logging.set_logs()
 
 
-class WithoutStep:
-    """An optimiser whose ``step()`` does nothing (zero_grad and param_groups are the real ones)."""
-
-    def __init__(self, opt):
-        self.opt = opt
-
-    def __getattr__(self, name):
-        return getattr(self.opt, name)
-
-    def step(self, closure=None):
-        return None
-
-
 def graph_breaks(step: Callable[[], object]) -> dict:
     """``torch._dynamo.explain`` of ``step`` (run once): graphs, breaks and the first break reasons."""
     import torch._dynamo
     torch._dynamo.reset()
     try:
-        with torch._dynamo.config.patch(trace_autograd_ops=True), _graph_break_log() as log:
+        with _graph_break_log() as log:
             ex = torch._dynamo.explain(step)()
     except Exception as e:  # a model dynamo cannot trace at all: say so instead of failing the benchmark
         return {"graph_breaks": None, "graph_break_error": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"}
@@ -162,7 +153,7 @@ def graph_breaks(step: Callable[[], object]) -> dict:
         torch._dynamo.reset()
     return {"graph_breaks": ex.graph_break_count, "graph_count": ex.graph_count,
             "graph_break_reasons": {k: v for k, v in log.reasons.most_common(BREAK_REASONS_KEPT)},
-            "graph_break_reasons_total": sum(log.reasons.values()), "dynamo_config": {"trace_autograd_ops": True}}
+            "graph_break_reasons_total": sum(log.reasons.values())}
 
 
 def step_function(model, opt, views: Sequence[Tensor], y: Tensor,
@@ -183,10 +174,21 @@ def step_function(model, opt, views: Sequence[Tensor], y: Tensor,
     return generic
 
 
-def measure_step(model, opt, views: Sequence[Tensor], y: Tensor, explain: bool = True,
+def loss_function(model, views: Sequence[Tensor], y: Tensor,
+                  autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext) -> Callable[[], None]:
+    """The part of the step ``torch.compile`` compiles: the forward and the losses, then (MNP) the DCM update."""
+    def fn():
+        with autocast():
+            model.training_loss(views, y)
+        if hasattr(model, "_update_memory"):
+            model._update_memory()
+    return fn
+
+
+def measure_step(model, opt, views: Sequence[Tensor], y: Tensor, explain: bool = True, whole_step: bool = True,
                  autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext) -> dict:
     """Ops, host syncs and (``explain``) graph breaks of one steady-state training step; the model takes
-    four steps (warm-up, counted, explained without and with the optimiser's step)."""
+    three steps (warm-up, counted, the whole step explained) and one more forward (explained)."""
     model.train()
     step = step_function(model, opt, views, y, autocast)
     step()  # warm-up: optimiser state, cached flags
@@ -195,9 +197,9 @@ def measure_step(model, opt, views: Sequence[Tensor], y: Tensor, explain: bool =
         step()
     out = mode.summary()
     if explain:
-        out.update(graph_breaks(step_function(model, WithoutStep(opt), views, y, autocast)))
-        full = graph_breaks(step)
-        out.update({f"{k}_with_optimizer": v for k, v in full.items() if k != "dynamo_config"})
+        out.update(graph_breaks(loss_function(model, views, y, autocast)))
+        if whole_step:
+            out.update({f"{k}_whole_step": v for k, v in graph_breaks(step).items()})
     return out
 
 
@@ -215,7 +217,8 @@ def measure_case(model, dm, device: torch.device, batch: int, explain: bool = Tr
     opt = first_optimizer(model)
     views, y = [v[:batch].to(device) for v in dm.train_views], dm.train_y[:batch].to(device)
     try:
-        return {**measure_step(model, opt, views, y, explain, autocast), **({} if capturable is None else {"capturable": True})}
+        return {**measure_step(model, opt, views, y, explain, autocast=autocast),
+                **({} if capturable is None else {"capturable": True})}
     finally:
         model.load_state_dict(saved)
         model._trainer = trainer
@@ -231,11 +234,11 @@ def markdown(cases: list[dict]) -> str:
     if not rows:
         return ""
     out = ["### one training step: ATen ops, host syncs, graph breaks (what a CUDA graph capture needs)", "",
-           "| dataset | model | ops (backward) | host syncs | which | graph breaks (with optimizer) |",
+           "| dataset | model | ops (backward) | host syncs | which | graph breaks (whole step) |",
            "|---|---|---|---|---|---|"]
     for c in rows:
         which = ", ".join(f"{k} ×{v}" for k, v in c["host_sync_ops"].items()) or "–"
         out.append(f"| {c['dataset']} | {c['model']} | {c['ops_per_train_step']} ({c['backward_ops_per_train_step']}) | "
                    f"{c['host_syncs_per_train_step']} | {which} | {c.get('graph_breaks', '–')} "
-                   f"({c.get('graph_breaks_with_optimizer', '–')}) |")
+                   f"({c.get('graph_breaks_whole_step', '–')}) |")
     return "\n".join(out)

@@ -1,10 +1,13 @@
 """Golden training runs of MNP's step (tests/data/step_golden.pt), written by the eager step of commit
-d07fc52 (before the step was made sync-free and fused): ``python tests/step_golden.py`` rewrites the file.
+5aef3e4 (before the step was made sync-free and batched): with that commit's ``mnp`` package first on the
+path (``git archive 5aef3e4 mnp datamodules conf | tar -x -C /tmp/old``), ``PYTHONPATH=/tmp/old python
+tests/step_golden.py`` rewrites the file.
 
 Each case: a model built from ``CASES[name]``, its memory filled from ``data()``, the main optimiser of
 ``configure_optimizers`` and ``STEPS`` steps of forward, backward, per-tensor clipping, optimiser step
 and DCM update, each after ``torch.manual_seed(step)`` (the Monte Carlo draws). The file keeps the
-losses and the final state_dict (parameters, memory, buffers), flattened into one tensor."""
+losses, the gradients of the first step (after clipping) and the final state_dict (parameters, memory,
+buffers), each flattened into one tensor."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -62,20 +65,25 @@ def eager_step(model, opt, views, y) -> torch.Tensor:
 def run(name: str, step_fn=eager_step, fast: bool = True) -> dict:
     model, opt = build(name, fast)
     model.train()
-    losses = []
+    losses, grads = [], {}
     for step in range(STEPS):
         views, y = data(20, seed=10 + step)
         torch.manual_seed(step)
         losses.append(step_fn(model, opt, views, y))
+        if step == 0:
+            grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
     state = model.state_dict()
     return {"losses": torch.stack(losses), "keys": list(state), "shapes": [tuple(v.shape) for v in state.values()],
-            "state": torch.cat([v.detach().float().flatten() for v in state.values()])}
+            "state": torch.cat([v.detach().float().flatten() for v in state.values()]),
+            "grad_keys": list(grads), "grad_shapes": [tuple(g.shape) for g in grads.values()],
+            "grads": torch.cat([g.flatten() for g in grads.values()])}
 
 
-def unflatten(result: dict) -> dict:
-    """The state_dict of a :func:`run` result, as float32 tensors."""
-    sizes = [int(torch.Size(s).numel()) for s in result["shapes"]]
-    return {k: t.reshape(s) for k, t, s in zip(result["keys"], result["state"].split(sizes), result["shapes"])}
+def unflatten(result: dict, what: str = "state") -> dict:
+    """The state_dict (``state``) or the first step's gradients (``grads``) of a :func:`run` result."""
+    keys, shapes = (result["keys"], result["shapes"]) if what == "state" else (result["grad_keys"], result["grad_shapes"])
+    sizes = [int(torch.Size(s).numel()) for s in shapes]
+    return {k: t.reshape(s) for k, t, s in zip(keys, result[what].split(sizes), shapes)}
 
 
 if __name__ == "__main__":
