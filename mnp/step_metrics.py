@@ -24,7 +24,7 @@ here) and torch.optim breaks it around ``step()`` on purpose and never traces fu
 
 The step is the model's own :meth:`~mnp.model.MNP.train_step` followed by the DCM update (what Lightning's
 ``on_train_batch_end`` runs); other models get the generic forward, backward, clip, step of
-:func:`mnp.bench.manual_step`. ``python -m mnp.bench`` records these fields for every case and model.
+:func:`step_function`. ``python -m mnp.bench`` records these fields for every case and model.
 """
 from __future__ import annotations
 
@@ -165,13 +165,25 @@ def step_function(model, opt, views: Sequence[Tensor], y: Tensor,
                 model.train_step(views, y, opt)
             model._update_memory()
         return step
-    from mnp.bench import manual_step
-    dev = views[0].device
 
-    def generic():
+    def generic():  # forward, backward, clipping, optimiser step (and an older MNP's DCM update)
         with autocast():
-            manual_step(model, opt, views, y, "32-true", dev)
+            loss, _ = model.training_loss(views, y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if clip := model.hparams.get("clip_norm"):
+            model.configure_gradient_clipping(opt, clip)
+        opt.step()
+        if hasattr(model, "_update_memory"):
+            model._update_memory()
     return generic
+
+
+def main_optimizer(model):
+    """The model's first optimiser (MNP: the main one), from its ``configure_optimizers``."""
+    opt = model.configure_optimizers()
+    opt = opt[0] if isinstance(opt, (list, tuple)) else opt
+    return opt["optimizer"] if isinstance(opt, dict) else opt
 
 
 def loss_function(model, views: Sequence[Tensor], y: Tensor,
@@ -207,14 +219,13 @@ def measure_case(model, dm, device: torch.device, batch: int, explain: bool = Tr
                  autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext) -> dict:
     """:func:`measure_step` on the first ``batch`` training rows of a datamodule, with the model's main
     optimiser; the model's parameters are restored afterwards (the optimiser's state is not reused)."""
-    from mnp.bench import first_optimizer
     model.to(device)
     saved = {k: v.clone() for k, v in model.state_dict().items()}
     trainer, model._trainer = model._trainer, None  # the step on its own, as a CUDA graph would run it
     capturable = getattr(model, "capturable", None)
     if capturable is not None:
         model.capturable = True
-    opt = first_optimizer(model)
+    opt = main_optimizer(model)
     views, y = [v[:batch].to(device) for v in dm.train_views], dm.train_y[:batch].to(device)
     try:
         return {**measure_step(model, opt, views, y, explain, autocast=autocast),
