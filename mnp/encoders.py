@@ -128,10 +128,14 @@ class ModalityEncoder(nn.Module):
 def stacked_roles(encoders: Sequence[ModalityEncoder]) -> list[list[Encoder]] | None:
     """Every modality's context encoders, the plain ones first (r, u) and then the positive ones (s, q),
     when all of them can run as one batched computation (:func:`encode_stacked`): input sizes equal,
-    ``merge=concat`` and ``norm=layer``; otherwise None."""
+    ``merge=concat``, one norm (a batch norm with running statistics and a momentum); otherwise None."""
     roles = [[e.enc_r, e.enc_u, e.enc_s, e.enc_q] if e.prior == "separate" else [e.enc_r, e.enc_s] for e in encoders]
     flat = [enc for r in roles for enc in r]
-    if len({e.d_x for e in encoders}) != 1 or any(e.merge != "concat" or e.norm.kind != "layer" for e in flat):
+    if len({e.d_x for e in encoders}) != 1 or len({e.norm.kind for e in flat}) != 1 or \
+            any(e.merge != "concat" for e in flat):
+        return None
+    if flat[0].norm.kind == "batch" and any(e.norm.norm.momentum is None or not e.norm.norm.track_running_stats
+                                            for e in flat):
         return None
     return roles
 
@@ -139,19 +143,26 @@ def stacked_roles(encoders: Sequence[ModalityEncoder]) -> list[list[Encoder]] | 
 def stacked_groups(roles: list[list[Encoder]]) -> dict[str, list[nn.Parameter]]:
     """The parameters of :func:`stacked_roles`' encoders by kind, modality-major (what ParamStacks stack)."""
     flat = [enc for r in roles for enc in r]
-    return {"fc1.weight": [e.fc1.weight for e in flat], "fc1.bias": [e.fc1.bias for e in flat],
-            "fc2.weight": [e.fc2.weight for e in flat], "fc2.bias": [e.fc2.bias for e in flat],
-            "norm.weight": [e.norm.norm.weight for e in flat], "norm.bias": [e.norm.norm.bias for e in flat]}
+    groups = {"fc1.weight": [e.fc1.weight for e in flat], "fc1.bias": [e.fc1.bias for e in flat],
+              "fc2.weight": [e.fc2.weight for e in flat], "fc2.bias": [e.fc2.bias for e in flat],
+              "norm.weight": [e.norm.norm.weight for e in flat], "norm.bias": [e.norm.norm.bias for e in flat]}
+    if flat[0].norm.kind == "batch":  # the running statistics too: the batched norm updates them in place
+        for name in ("running_mean", "running_var", "num_batches_tracked"):
+            groups[f"norm.{name}"] = [getattr(e.norm.norm, name) for e in flat]
+    return groups
 
 
-def encode_stacked(stacks, c: Tensor, y_onehot: Tensor, num_roles: int, eps: float):
+def encode_stacked(stacks, c: Tensor, y_onehot: Tensor, num_roles: int, eps: float, norm: str = "layer",
+                   training: bool = True, momentum: float = 0.1):
     """Eqs. 4 and 6 for all M modalities and their R encoders at once: the first layers of a modality's
     encoders as one matmul over their shared input [c; y], the second layers and the norms as one
     batched matmul and one norm over all M·R encoders.
 
     ``stacks``: the (M·R, ...) leaves of :func:`stacked_groups`; c: projected contexts (M, N, d_x);
     y_onehot (N, K). Returns r, s (M, N, d_e) and u, q (M, 1, d_e) as :meth:`ModalityEncoder.represent`
-    gives them per modality (``num_roles`` 2: the shared prior, u and q the means of r and s).
+    gives them per modality (``num_roles`` 2: the shared prior, u and q the means of r and s). ``norm``
+    ``batch``: one batch norm over the M·R·d_e features (each encoder's own statistics, updated in place
+    in training as BatchNorm1d does).
     """
     m, n, _ = c.shape
     w1 = stacks["fc1.weight"]
@@ -161,8 +172,17 @@ def encode_stacked(stacks, c: Tensor, y_onehot: Tensor, num_roles: int, eps: flo
                       w1.view(m, num_roles * d_e, -1).transpose(1, 2))  # (M, N, R·d_e)
     h = F.leaky_relu(h, LEAKY_SLOPE).view(m, n, num_roles, d_e).transpose(1, 2).reshape(m * num_roles, n, d_e)
     h = torch.baddbmm(stacks["fc2.bias"].unsqueeze(1), h, stacks["fc2.weight"].transpose(1, 2))  # (M·R, N, d_e)
-    h = torch.addcmul(stacks["norm.bias"].unsqueeze(1), F.layer_norm(h, (d_e,), eps=eps), stacks["norm.weight"].unsqueeze(1))
-    h = h.view(m, num_roles, n, d_e)
+    if norm == "layer":
+        h = torch.addcmul(stacks["norm.bias"].unsqueeze(1), F.layer_norm(h, (d_e,), eps=eps),
+                          stacks["norm.weight"].unsqueeze(1))
+    else:
+        g = m * num_roles
+        h = F.batch_norm(h.transpose(0, 1).reshape(n, g * d_e), stacks["norm.running_mean"].view(-1),
+                         stacks["norm.running_var"].view(-1), stacks["norm.weight"].view(-1),
+                         stacks["norm.bias"].view(-1), training, momentum, eps).view(n, g, d_e).transpose(0, 1)
+        if training:
+            stacks["norm.num_batches_tracked"].add_(1)
+    h = h.reshape(m, num_roles, n, d_e)
     half = num_roles // 2
     plain, positive = h[:, :half], positive_scale(h[:, half:])  # (r, u) and (s, q)
     r, s = plain[:, 0], positive[:, 0]

@@ -235,7 +235,8 @@ class MNP(Routine):
         if (stacks := self._stacks()) is not None and self._stack_encoders:  # eqs. 4 and 6, all modalities at once
             c = contexts if isinstance(contexts, Tensor) else torch.stack(contexts)
             roles = 4 if self.hparams.prior == "separate" else 2
-            r, s, u, q = encode_stacked(stacks, c, y_onehot, roles, self.hparams.norm_eps)
+            r, s, u, q = encode_stacked(stacks, c, y_onehot, roles, self.hparams.norm_eps, self.hparams.norm,
+                                        self.encoders[0].enc_r.norm.training, self.hparams.bn_momentum)
             context = (contexts, r, s.float(), u, q.float())
         else:
             rs, ss, us, qs = [], [], [], []
@@ -257,7 +258,7 @@ class MNP(Routine):
 
     def _stacks(self) -> Stacks | None:
         """The parameters the fast path runs batched, as ParamStacks (mnp.stacked): the linear projections'
-        biases and the context encoders (one input size, merge=concat, norm=layer); None when there are
+        biases and the context encoders (one input size, merge=concat, one norm); None when there are
         none, when the parameters differ in dtype, device or requires_grad, or under torch.distributed."""
         if not (self._stack_projection or self._stack_encoders) or distributed():
             return None

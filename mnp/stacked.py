@@ -1,4 +1,4 @@
-"""Same-shaped parameters of many modules computed as one batched op, the modules left as they are.
+"""Same-shaped parameters (and buffers) of many modules computed as one batched op, the modules left as they are.
 
 A :class:`ParamStack` moves G parameters of equal shape into one (G, *shape) tensor, ``leaf``, and points
 every parameter's data at its slice: the modules, their names, the state_dict, the optimisers, per-tensor
@@ -37,9 +37,13 @@ class ParamStack:
         if self.leaf.requires_grad:
             self.leaf.register_post_accumulate_grad_hook(self._hand_out)
 
-    def valid(self) -> bool:
-        """Whether every parameter still lives in ``leaf`` (first and last checked: they move together)."""
+    def valid(self, current: Sequence[Tensor] | None = None) -> bool:
+        """Whether every parameter still lives in ``leaf`` (first and last checked: they move together), and
+        (``current``: the tensors the modules hold now) is still the one the modules hold: moving a module
+        replaces its buffers by new tensors, where it gives its parameters new data."""
         first, last = self.params[0], self.params[-1]
+        if current is not None and (current[0] is not first or current[-1] is not last):
+            return False
         size = first.numel() * first.element_size()
         return first.device == self.leaf.device and first.dtype == self.leaf.dtype and \
             first.requires_grad == self.leaf.requires_grad and first.data_ptr() == self.leaf.data_ptr() and \
@@ -74,7 +78,7 @@ class Stacks:
     def __getitem__(self, name: str) -> Tensor:
         """The (G, *shape) leaf of group ``name``, (re)built if needed (not checked while dynamo traces)."""
         stack = self.stacks.get(name)
-        if stack is None or (not torch.compiler.is_compiling() and not stack.valid()):
+        if stack is None or (not torch.compiler.is_compiling() and not stack.valid(self.groups()[name])):
             stack = self.stacks[name] = ParamStack(self.groups()[name])
         return stack.leaf
 

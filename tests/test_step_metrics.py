@@ -156,9 +156,9 @@ def test_a_non_finite_loss_stops_training_at_the_periodic_read(tmp_path):
 
 
 # ---------------------------------------------------------------------------- batched parameters
-def stacked_pair():
+def stacked_pair(norm="layer"):
     """A fast MNP whose encoders and projection biases run batched, and its straightforward twin."""
-    kw = dict(num_classes=3, view_dims=[6, 4, 5], d_e=8, memory_size=6, projection="linear", l2=1e-3)
+    kw = dict(num_classes=3, view_dims=[6, 4, 5], d_e=8, memory_size=6, projection="linear", l2=1e-3, norm=norm)
     torch.manual_seed(0)
     fast = MNP(**kw)
     ref = MNP(**kw, fast=False)
@@ -186,10 +186,13 @@ def assert_same_training(a, b, views, y):
     assert ga.keys() == gb.keys()
     for k in ga:
         torch.testing.assert_close(ga[k], gb[k], rtol=1e-4, atol=1e-7, msg=k)
+    for (k, x), z in zip(a.state_dict().items(), b.state_dict().values()):  # batch norms' running statistics
+        torch.testing.assert_close(x, z, rtol=1e-5, atol=1e-6, msg=k)
 
 
-def test_stacked_parameters_alias_the_modules_and_get_their_own_gradients():
-    fast, ref, views, y = stacked_pair()
+@pytest.mark.parametrize("norm", ["layer", "batch"])
+def test_stacked_parameters_alias_the_modules_and_get_their_own_gradients(norm):
+    fast, ref, views, y = stacked_pair(norm)
     assert fast._stacks() is not None and fast.similarity.stacked_lengthscales() is not None
     leaf = fast._stacks()["fc1.weight"]
     w = fast.encoders[1].enc_s.fc1.weight
@@ -212,13 +215,21 @@ def test_gradients_accumulate_over_two_backward_passes_as_autograd_does():
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-7, msg=name)
 
 
-def test_stacks_rebuild_after_moving_copying_pickling_and_loading():
-    fast, ref, views, y = stacked_pair()
-    loss_and_grads(fast, views, y)  # stacks built
+@pytest.mark.parametrize("norm", ["layer", "batch"])
+def test_stacks_rebuild_after_moving_copying_pickling_and_loading(norm):
+    fast, ref, views, y = stacked_pair(norm)
+    assert_same_training(fast, ref, views, y)  # stacks built, one batch in the running statistics
     for clone in (copy.deepcopy(fast), pickle.loads(pickle.dumps(fast))):
-        assert_same_training(clone, ref, views, y)
-    fast.double().float()  # new storage for every parameter: the stacks are stale and rebuilt
+        assert_same_training(clone, copy.deepcopy(ref), views, y)
+    fast.double().float()  # new data for every parameter, new buffers: the stacks are stale and rebuilt
     assert_same_training(fast, ref, views, y)
+    fast.eval(), ref.eval()
+    with torch.no_grad():
+        torch.manual_seed(0)
+        a = fast.predict(views)[0]
+        torch.manual_seed(0)
+        torch.testing.assert_close(a, ref.predict(views)[0], rtol=1e-5, atol=1e-6)
+    fast.train(), ref.train()
     fresh = MNP(**{k: v for k, v in fast.hparams.items()})
     fresh.load_state_dict(fast.state_dict())
     fresh.memory.attach(views, y)
