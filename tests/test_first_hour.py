@@ -3,6 +3,8 @@ captured. Help, the end-of-run summary, progress lines in a log, config errors b
 checkpoint evaluated from another directory, a quiet console and a sweep's closing lines."""
 import json
 import re
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -114,7 +116,7 @@ def test_evaluate_without_a_checkpoint_is_one_line():
     (["model=mnp", "model.tau=oops"], "error: model.tau must be a number, got 'oops'"),
     ([], "error: dataset.path is required"),
     (["trainer.max_epochs=-1"], "error: trainer.max_epochs must be an integer >= 1, got -1"),
-    (["model=mnp", "model.warmup_epochs=100"], "error: model.warmup_epochs=100 >= trainer.max_epochs=20"),
+    (["model=mnp", "model.warmup_epochs=100"], "error: model.warmup_epochs=100 >= trainer.max_epochs=60"),
 ])
 def test_config_errors_are_one_line_before_anything_is_written(tmp_path, data_file, args, message):
     path = [] if "dataset.path" in message else [f"dataset.path={data_file}"]
@@ -207,15 +209,19 @@ def test_console_entry_points_run_from_any_directory(tmp_path):
     import shutil
     import subprocess
 
+    def which(script: str) -> str | None:  # beside this interpreter (a venv not on PATH), else on PATH
+        here = Path(sys.executable).parent / script
+        return str(here) if here.exists() else shutil.which(script)
+
     for script, first in (("mnp-train", "train.py: train one model"), ("mnp-eval", "evaluate.py: rebuild")):
-        exe = shutil.which(script)
+        exe = which(script)
         assert exe, f"{script} is not installed: pip install -e ."
         res = subprocess.run([exe, "--help"], cwd=tmp_path, capture_output=True, text=True)
         assert res.returncode == 0 and res.stdout.startswith(first)
-    res = subprocess.run([shutil.which("mnp-train"), "model=mlp", "trainer.max_epochs=1", "eval.noise=false",
+    res = subprocess.run([which("mnp-train"), "model=mlp", "trainer.max_epochs=1", "eval.noise=false",
                           f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path, capture_output=True, text=True,
                          env={**__import__("os").environ, "MNP_TORCH_THREADS": "1"})
     assert res.returncode == 0, res.stderr[-1500:]
     assert (tmp_path / "run" / "metrics.json").exists() and (tmp_path / "run" / "train.log").exists()
     for script in ("mnp-report", "mnp-bench", "mnp-docgen"):
-        assert subprocess.run([shutil.which(script), "--help"], capture_output=True).returncode == 0
+        assert subprocess.run([which(script), "--help"], capture_output=True).returncode == 0
