@@ -166,23 +166,23 @@ def encode_stacked(stacks, c: Tensor, y_onehot: Tensor, num_roles: int, eps: flo
     """
     m, n, _ = c.shape
     w1 = stacks["fc1.weight"]
-    d_e = w1.shape[1]
+    g, d_e = w1.shape[:2]
+    # Transposed activations (features, rows), W·xᵀ: the weights' gradients come out in their own layout
     x = torch.cat([c, y_onehot.expand(m, n, -1)], -1)  # (M, N, d_x + K), shared by R encoders
-    h = torch.baddbmm(stacks["fc1.bias"].view(m, 1, num_roles * d_e), x,
-                      w1.view(m, num_roles * d_e, -1).transpose(1, 2))  # (M, N, R·d_e)
-    h = F.leaky_relu(h, LEAKY_SLOPE).view(m, n, num_roles, d_e).transpose(1, 2).reshape(m * num_roles, n, d_e)
-    h = torch.baddbmm(stacks["fc2.bias"].unsqueeze(1), h, stacks["fc2.weight"].transpose(1, 2))  # (M·R, N, d_e)
+    h = torch.baddbmm(stacks["fc1.bias"].view(m, num_roles * d_e, 1), w1.view(m, num_roles * d_e, -1),
+                      x.transpose(1, 2))  # (M, R·d_e, N)
+    h = F.leaky_relu(h, LEAKY_SLOPE).view(g, d_e, n)
+    h = torch.baddbmm(stacks["fc2.bias"].unsqueeze(-1), stacks["fc2.weight"], h)  # (M·R, d_e, N)
     if norm == "layer":
-        h = torch.addcmul(stacks["norm.bias"].unsqueeze(1), F.layer_norm(h, (d_e,), eps=eps),
+        h = torch.addcmul(stacks["norm.bias"].unsqueeze(1), F.layer_norm(h.transpose(1, 2), (d_e,), eps=eps),
                           stacks["norm.weight"].unsqueeze(1))
-    else:
-        g = m * num_roles
-        h = F.batch_norm(h.transpose(0, 1).reshape(n, g * d_e), stacks["norm.running_mean"].view(-1),
+    else:  # every encoder's features as the channels of one (1, M·R·d_e, N) batch: statistics over the N rows
+        h = F.batch_norm(h.view(1, g * d_e, n), stacks["norm.running_mean"].view(-1),
                          stacks["norm.running_var"].view(-1), stacks["norm.weight"].view(-1),
-                         stacks["norm.bias"].view(-1), training, momentum, eps).view(n, g, d_e).transpose(0, 1)
+                         stacks["norm.bias"].view(-1), training, momentum, eps).view(g, d_e, n).transpose(1, 2)
         if training:
             stacks["norm.num_batches_tracked"].add_(1)
-    h = h.reshape(m, num_roles, n, d_e)
+    h = h.view(m, num_roles, n, d_e)
     half = num_roles // 2
     plain, positive = h[:, :half], positive_scale(h[:, half:])  # (r, u) and (s, q)
     r, s = plain[:, 0], positive[:, 0]
