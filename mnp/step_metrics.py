@@ -253,3 +253,29 @@ def markdown(cases: list[dict]) -> str:
                    f"{c['host_syncs_per_train_step']} | {which} | {c.get('graph_breaks', '–')} "
                    f"({c.get('graph_breaks_whole_step', '–')}) |")
     return "\n".join(out)
+
+
+def comparison_table(before: dict, after: dict) -> str:
+    """Markdown table of the step metrics of two benchmark results (``python -m mnp.bench --json``), by dataset."""
+    was = {(c["dataset"], c["model"]): c for c in before["cases"] if "ops_per_train_step" in c}
+    out = ["| dataset | model | ATen ops before → after (backward) | host syncs before → after | "
+           "graph breaks before → after (whole step) |", "|---|---|---|---|---|"]
+    for c in after["cases"]:
+        b = was.get((c["dataset"], c["model"]))
+        if b is None or "ops_per_train_step" not in c:
+            continue
+        out.append(f"| {c['dataset']} | {c['model']} | {b['ops_per_train_step']} ({b['backward_ops_per_train_step']}) → "
+                   f"{c['ops_per_train_step']} ({c['backward_ops_per_train_step']}) | "
+                   f"{b['host_syncs_per_train_step']} → {c['host_syncs_per_train_step']} | "
+                   f"{b.get('graph_breaks', '–')} ({b.get('graph_breaks_whole_step', '–')}) → "
+                   f"{c.get('graph_breaks', '–')} ({c.get('graph_breaks_whole_step', '–')}) |")
+    return "\n".join(out)
+
+
+if __name__ == "__main__":  # python -m mnp.step_metrics [BEFORE.json AFTER.json]: the table of docs/gpu.md
+    import json
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1] / "benchmarks"
+    paths = sys.argv[1:3] or [root / "step_metrics_before.json", root / "step_metrics.json"]
+    print(comparison_table(*(json.loads(Path(p).read_text()) for p in paths)))

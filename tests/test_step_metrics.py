@@ -269,3 +269,14 @@ def test_bench_quick_json_has_the_step_metrics(tmp_path, monkeypatch):
     assert case["graph_breaks"] == 0 and case["graph_breaks_whole_step"] >= 1
     assert isinstance(case["graph_break_reasons_whole_step"], dict)
     assert math.isfinite(case["train_epoch_s"])
+
+
+def test_docs_show_the_committed_before_and_after():
+    before, after = (json.loads((ROOT / "benchmarks" / f).read_text()) for f in ("step_metrics_before.json",
+                                                                                  "step_metrics.json"))
+    table = step_metrics.comparison_table(before, after)
+    assert table in (ROOT / "docs/gpu.md").read_text(), "docs/gpu.md is out of date: python -m mnp.step_metrics"
+    hw = next(c for c in after["cases"] if c["dataset"] == "handwritten")
+    was = next(c for c in before["cases"] if c["dataset"] == "handwritten")
+    assert hw["host_syncs_per_train_step"] == 0 and hw["graph_breaks"] == 0
+    assert hw["ops_per_train_step"] <= was["ops_per_train_step"] // 3
