@@ -96,7 +96,7 @@ class RBFSimilarity(nn.Module):
         if not self.stack or distributed() or not stackable(list(self.raw_lengthscale)):
             return None
         if self._stacks is None:
-            self._stacks = Stacks(lambda: {"raw": list(self.raw_lengthscale)})
+            self._stacks = Stacks({"raw": [(self.raw_lengthscale, str(i)) for i in range(len(self.raw_lengthscale))]})
         return to_positive(self._stacks["raw"], self.param)
 
     def hold(self) -> None:

@@ -140,15 +140,15 @@ def stacked_roles(encoders: Sequence[ModalityEncoder]) -> list[list[Encoder]] | 
     return roles
 
 
-def stacked_groups(roles: list[list[Encoder]]) -> dict[str, list[nn.Parameter]]:
-    """The parameters of :func:`stacked_roles`' encoders by kind, modality-major (what ParamStacks stack)."""
+def stacked_groups(roles: list[list[Encoder]]) -> dict[str, list[tuple[nn.Module, str]]]:
+    """Where :func:`stacked_roles`' encoders keep their parameters, by kind, modality-major: (module,
+    attribute) slots, what mnp.stacked.Stacks stacks."""
     flat = [enc for r in roles for enc in r]
-    groups = {"fc1.weight": [e.fc1.weight for e in flat], "fc1.bias": [e.fc1.bias for e in flat],
-              "fc2.weight": [e.fc2.weight for e in flat], "fc2.bias": [e.fc2.bias for e in flat],
-              "norm.weight": [e.norm.norm.weight for e in flat], "norm.bias": [e.norm.norm.bias for e in flat]}
-    if flat[0].norm.kind == "batch":  # the running statistics too: the batched norm updates them in place
-        for name in ("running_mean", "running_var", "num_batches_tracked"):
-            groups[f"norm.{name}"] = [getattr(e.norm.norm, name) for e in flat]
+    groups = {f"{layer}.{kind}": [(getattr(e, layer), kind) for e in flat]
+              for layer in ("fc1", "fc2") for kind in ("weight", "bias")}
+    kinds = ("weight", "bias") + (("running_mean", "running_var", "num_batches_tracked")  # updated in place
+                                  if flat[0].norm.kind == "batch" else ())
+    groups.update({f"norm.{kind}": [(e.norm.norm, kind) for e in flat] for kind in kinds})
     return groups
 
 

@@ -263,15 +263,16 @@ class MNP(Routine):
         if not (self._stack_projection or self._stack_encoders) or distributed():
             return None
         if self._param_stacks is None:
-            if not all(stackable(g) for g in self._stack_groups().values()):
+            stacks = Stacks(self._stack_groups())
+            if not all(stackable(stacks.tensors(name)) for name in stacks.slots):
                 return None
-            self._param_stacks = Stacks(self._stack_groups)
+            self._param_stacks = stacks
         return self._param_stacks
 
-    def _stack_groups(self) -> dict[str, list[nn.Parameter]]:
+    def _stack_groups(self) -> dict[str, list[tuple[nn.Module, str]]]:
         groups = stacked_groups(stacked_roles(self.encoders)) if self._stack_encoders else {}
         if self._stack_projection:
-            groups["projection.bias"] = [enc.projection[0].bias for enc in self.encoders]
+            groups["projection.bias"] = [(enc.projection[0], "bias") for enc in self.encoders]
         return groups
 
     # ------------------------------------------------------------------ inference cache of the context encodings
@@ -322,8 +323,7 @@ class MNP(Routine):
             return 0.0
         kernels = [m.weight for m in self.modules() if isinstance(m, nn.Linear) and m.weight.requires_grad]
         if (stacks := self._stacks()) is not None and self._stack_encoders:  # the encoders' kernels: two stacks
-            groups = self._stack_groups()
-            stacked = {id(w) for w in groups["fc1.weight"] + groups["fc2.weight"]}
+            stacked = {id(w) for w in stacks.members("fc1.weight") + stacks.members("fc2.weight")}
             kernels = [w for w in kernels if id(w) not in stacked] + \
                 [stacks[k] for k in ("fc1.weight", "fc2.weight") if stacks[k].requires_grad]
         if self.hparams.fast:

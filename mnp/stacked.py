@@ -15,7 +15,7 @@ stacks under ``torch.distributed``.
 """
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Sequence
 
 import torch
 from torch import Tensor, nn
@@ -66,21 +66,37 @@ def distributed() -> bool:
     return torch.distributed.is_available() and torch.distributed.is_initialized()
 
 
-class Stacks:
-    """Named :class:`ParamStack` s over groups of parameters that ``groups()`` names (read again whenever a
-    stack is rebuilt), each built on first use and again when stale. Copies and pickles start empty:
-    a copied tensor loses its hooks, so the copy builds its own stacks."""
+Slot = tuple[nn.Module, str]  # where a module keeps a parameter or buffer: (module, attribute name)
 
-    def __init__(self, groups: Callable[[], dict[str, Sequence[nn.Parameter]]]):
-        self.groups = groups
+
+class Stacks:
+    """Named :class:`ParamStack` s over groups of slots, each built on first use and again when stale (the
+    slots' tensors read again then). Copies and pickles start empty: a copied tensor loses its hooks, so
+    the copy builds its own stacks."""
+
+    def __init__(self, slots: dict[str, Sequence[Slot]]):
+        self.slots = {k: list(v) for k, v in slots.items()}
         self.stacks: dict[str, ParamStack] = {}
+
+    def tensors(self, name: str) -> list[Tensor]:
+        """The tensors the modules hold in the slots of group ``name`` now."""
+        return [getattr(module, attr) for module, attr in self.slots[name]]
 
     def __getitem__(self, name: str) -> Tensor:
         """The (G, *shape) leaf of group ``name``, (re)built if needed (not checked while dynamo traces)."""
         stack = self.stacks.get(name)
-        if stack is None or (not torch.compiler.is_compiling() and not stack.valid(self.groups()[name])):
-            stack = self.stacks[name] = ParamStack(self.groups()[name])
+        if stack is None or (not torch.compiler.is_compiling() and not stack.valid(self._ends(name))):
+            stack = self.stacks[name] = ParamStack(self.tensors(name))
         return stack.leaf
+
+    def members(self, name: str) -> list[Tensor]:
+        """The parameters of group ``name`` (the stack built if needed)."""
+        self[name]
+        return self.stacks[name].params
+
+    def _ends(self, name: str) -> list[Tensor]:
+        (first, a), (last, b) = self.slots[name][0], self.slots[name][-1]
+        return [getattr(first, a), getattr(last, b)]
 
     def __deepcopy__(self, memo):
         return None
