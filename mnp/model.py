@@ -97,11 +97,13 @@ class MNP(Routine):
     ``lengthscale_lr_scale`` multiplies the learning rate of l and σ_f in both optimisers (1: the paper
     and the official code; Adam moves a parameter by about lr per step, so l travels ≤ lr·steps from
     its initial 10).
-    Implementation (same math either way): ``fast`` (fused Adam, foreach clipping and L2, context
+    Implementation (same math either way): ``fast`` (fused Adam, foreach clipping and L2, the
+    modalities' projections, context encoders and lengthscales batched (mnp.stacked), context
     encodings computed once per parameter state at inference, partial sorts in sparsemax on CPU) or
     the straightforward reference (``fast=False``, kept for the regression tests and the benchmark's
     before/after); ``compile``: torch.compile the decoder sampling and the NLL (measured 2× slower
-    on this project's 2-core CPU, for GPUs).
+    on this project's 2-core CPU, for GPUs). :meth:`train_step` is the training step without host
+    syncs (``capturable`` turns off the CPU-only partial sort), docs/gpu.md.
     """
 
     def __init__(self, num_classes: int, view_dims: Sequence[int], d_e: int = 512, projection: str = "none",
