@@ -28,12 +28,11 @@ def _fmt(value: float, kind: str) -> str:
 
 
 def _size(path: Path) -> str:
-    n = path.stat().st_size
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1024 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return ""
+    """``512 B``, ``3.4 KB``, ``50.1 MB``, ``1.2 GB``."""
+    n, unit = float(path.stat().st_size), 0
+    while n >= 1024 and unit < 3:
+        n, unit = n / 1024, unit + 1
+    return f"{n:.0f} B" if unit == 0 else f"{n:.1f} {('KB', 'MB', 'GB')[unit - 1]}"
 
 
 def run_summary(results: dict, out_dir: Path) -> str:
