@@ -63,11 +63,15 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         return safe_load(path, map_location)
 
 
-def checkpoint_callbacks(ckpt_dir: Path, monitor: str | None = None) -> list[ModelCheckpoint]:
-    """``last.ckpt`` after every training epoch (the top-1 of an unmonitored ModelCheckpoint: Lightning 2.6's
-    ``save_last=True`` writes it only beside a top-k file, never with ``save_top_k=0``), and ``best.ckpt`` by
-    ``monitor``. Both save after the module's ``on_train_epoch_end`` closed its epoch timer."""
-    common = dict(dirpath=ckpt_dir, save_top_k=1, save_on_train_epoch_end=True, enable_version_counter=False)
+def checkpoint_callbacks(ckpt_dir: Path, monitor: str | None = None, every_n_epochs: int = 1) -> list[ModelCheckpoint]:
+    """``last.ckpt`` after every ``every_n_epochs``-th training epoch (the top-1 of an unmonitored
+    ModelCheckpoint: Lightning 2.6's ``save_last=True`` writes it only beside a top-k file, never with
+    ``save_top_k=0``), and ``best.ckpt`` by ``monitor``. Both save after the module's ``on_train_epoch_end``
+    closed its epoch timer. ``every_n_epochs`` 0: no checkpoints (a sweep that keeps only its metrics)."""
+    if every_n_epochs == 0:
+        return []
+    common = dict(dirpath=ckpt_dir, save_top_k=1, save_on_train_epoch_end=True, enable_version_counter=False,
+                  every_n_epochs=every_n_epochs)
     callbacks = [ModelCheckpoint(filename=Path(LAST).stem, monitor=None, **common)]
     if monitor:
         callbacks.append(ModelCheckpoint(filename="best", monitor=monitor, mode="min", **common))

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytorch_lightning as pl
+from pytorch_lightning.callbacks import ModelCheckpoint
 import torch
 from hydra.errors import InstantiationException
 from hydra.utils import get_class, instantiate
@@ -106,8 +107,10 @@ class StoreConfig(pl.Callback):
 
 def build_callbacks(cfg: DictConfig, out_dir: Path, has_val: bool) -> list[pl.Callback]:
     cb_cfg = cfg.get("callbacks") or {}
-    monitor = cb_cfg.get("checkpoint", {}).get("monitor", "val/nll") if has_val else None
-    callbacks = [StoreConfig(cfg), CsvHistory(), *checkpoint_callbacks(out_dir / "checkpoints", monitor)]
+    ckpt_cfg = cb_cfg.get("checkpoint", {})
+    monitor = ckpt_cfg.get("monitor", "val/nll") if has_val else None
+    every = ckpt_cfg.get("every_n_epochs", 1)
+    callbacks = [StoreConfig(cfg), CsvHistory(), *checkpoint_callbacks(out_dir / "checkpoints", monitor, every)]
     for extra in (cb_cfg.get("extra") or {}).values():
         callbacks.append(instantiate(extra))
     return callbacks
@@ -215,8 +218,9 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     for lg in loggers:  # the whole resolved run config, not just the model's hyperparameters
         lg.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
     progress, bar = progress_callbacks(bool(cfg.trainer.get("enable_progress_bar", True)))
-    trainer = build("trainer", cfg.trainer, logger=loggers or False,
-                    callbacks=build_callbacks(cfg, out_dir, has_val) + progress, enable_progress_bar=bar,
+    callbacks = build_callbacks(cfg, out_dir, has_val)
+    trainer = build("trainer", cfg.trainer, logger=loggers or False, callbacks=callbacks + progress,
+                    enable_checkpointing=any(isinstance(c, ModelCheckpoint) for c in callbacks), enable_progress_bar=bar,
                     default_root_dir=str(out_dir), plugins=[AtomicCheckpointIO(resume_from)],
                     limit_val_batches=None if has_val else 0)
     # written once everything is built: a bad config or bad data leaves no output behind

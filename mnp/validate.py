@@ -171,6 +171,9 @@ def check_ranges(c: dict) -> None:
         _check_int("eval.n_bins", ev["n_bins"], 1)
     if ev.get("noise_subset_size") is not None:
         _check_int("eval.noise_subset_size", ev["noise_subset_size"], 1)
+    ckpt = (c.get("callbacks") or {}).get("checkpoint") or {}
+    if "every_n_epochs" in ckpt:
+        _check_int("callbacks.checkpoint.every_n_epochs", ckpt["every_n_epochs"], 0)
 
 
 # ---------------------------------------------------------------------------- entry point
