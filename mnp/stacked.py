@@ -29,7 +29,9 @@ class ParamStack:
         shapes = {(p.shape, p.dtype, p.device, p.requires_grad) for p in self.params}
         if len(shapes) != 1:
             raise ValueError(f"a ParamStack needs parameters of one shape, dtype, device and requires_grad, got {shapes}")
-        with torch.no_grad():
+        # a normal tensor even when first built under inference_mode (a test pass before any training, as
+        # after .to(device)): an inference tensor as the parameters' storage would fail every later backward
+        with torch.inference_mode(False), torch.no_grad():
             data = torch.stack([p.detach() for p in self.params])
         self.leaf = data.requires_grad_(self.params[0].requires_grad)
         for p, view in zip(self.params, self.leaf.detach().unbind(0)):

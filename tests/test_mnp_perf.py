@@ -265,3 +265,28 @@ def test_compiled_decoder_and_nll_equal_eager(monkeypatch):
     torch.testing.assert_close(results[0][0], results[1][0], rtol=1e-5, atol=1e-6)
     for name, g in results[0][1].items():
         torch.testing.assert_close(g, results[1][1][name], rtol=1e-4, atol=1e-6)
+
+
+def test_stacks_first_built_in_inference_mode_still_train():
+    """A test pass under inference_mode before any training step (the benchmark on a GPU: .to(device)
+    invalidates the stacks, then a test pass rebuilds them) must leave normal tensors behind: the next
+    training step backpropagates and every parameter gets its gradient, as in the straightforward model."""
+    fast, ref = pair()
+    views, y = data(seed=1)
+    for model in (fast, ref):
+        model.eval()
+        with torch.inference_mode():
+            model.predict(views)
+        model.train()
+    assert fast._param_stacks is not None and fast._param_stacks.stacks, "the test pass built no stacks"
+    assert not any(s.leaf.is_inference() for s in fast._param_stacks.stacks.values())
+    outs = []
+    for model in (fast, ref):
+        torch.manual_seed(0)
+        loss, _ = model.training_loss(views, y)
+        model.zero_grad()
+        loss.backward()
+        outs.append(grads(model))
+    assert outs[0].keys() == outs[1].keys()
+    for name in outs[0]:
+        torch.testing.assert_close(outs[0][name], outs[1][name], rtol=1e-4, atol=1e-7, msg=name)
