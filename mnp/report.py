@@ -49,12 +49,13 @@ def write_csv(path: Path, agg: dict) -> None:
 
 
 def report(dirs: list[str | Path], out: str | Path, paper: bool = False, plots: bool = True,
-           models: list[str] | None = None, seeds: list[int] | None = None) -> dict:
+           models: list[str] | None = None, seeds: list[int] | None = None, relabel: bool = False) -> dict:
     """Write results.md/.tex/.csv (and plots) for the runs under ``dirs``; returns what was found.
-    ``models`` / ``seeds`` keep only those runs (a switch against the defaults on the same seeds)."""
+    ``models`` / ``seeds`` keep only those runs (a switch against the defaults on the same seeds);
+    ``relabel``: label runs by today's defaults (:mod:`mnp.relabel`)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    runs, jobs = load(dirs)
+    runs, jobs = load(dirs, relabel=relabel)
     runs = [r for r in runs if (models is None or r.model in models) and (seeds is None or r.seed in seeds)]
     agg = aggregate(runs)
     md = [f"# Results ({len(runs)} runs" + (f", {len(jobs)} failed or skipped jobs" if jobs else "") + ")", ""]
@@ -102,10 +103,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-plots", action="store_true", help="tables only")
     ap.add_argument("--models", nargs="+", help="only these models' runs")
     ap.add_argument("--seeds", nargs="+", type=int, help="only these seeds' runs")
+    ap.add_argument("--relabel", action="store_true",
+                    help="label runs by today's defaults: variant = where the saved config differs from them, "
+                         "experiment = the directory that holds the run (mnp.relabel)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
-        res = report(args.dirs, args.out, paper=args.paper, plots=not args.no_plots, models=args.models, seeds=args.seeds)
+        res = report(args.dirs, args.out, paper=args.paper, plots=not args.no_plots, models=args.models, seeds=args.seeds,
+                     relabel=args.relabel)
     except (FileNotFoundError, ValueError) as e:
         print(f"error: {e}")
         return 1

@@ -66,12 +66,13 @@ def _read_config(run_dir: Path) -> dict:
     return OmegaConf.to_container(OmegaConf.load(path)) or {}
 
 
-def load(dirs: Iterable[str | Path]) -> tuple[list[Run], list[Job]]:
+def load(dirs: Iterable[str | Path], relabel: bool = False) -> tuple[list[Run], list[Job]]:
     """Every run (metrics.json) and every failed/skipped job under ``dirs``.
 
     ``metrics.json`` written by ``evaluate.py`` (it has a ``checkpoint`` key) is not a sweep job
     and is left out. A job found twice (the same experiment, model, variant, dataset and seed)
-    counts once: the most recent file wins.
+    counts once: the most recent file wins. ``relabel``: each run's experiment and variant from where it
+    lives and how its saved config differs from today's defaults (:mod:`mnp.relabel`).
     """
     runs: dict[tuple, Run] = {}
     jobs: list[Job] = []
@@ -85,8 +86,12 @@ def load(dirs: Iterable[str | Path]) -> tuple[list[Run], list[Job]]:
                 continue
             cfg = _read_config(mpath.parent)
             variant = cfg.get("variant")
-            run = Run(mpath.parent, str(m.get("experiment") or cfg.get("experiment_name") or "default"),
-                      str(m["model"]), str(m["dataset"]), int(m.get("seed", 0)),
+            experiment = str(m.get("experiment") or cfg.get("experiment_name") or "default")
+            if relabel and cfg:
+                from mnp.relabel import experiment_of, variant_of
+                variant = variant_of(cfg, str(m["model"]), str(m["dataset"]), int(m.get("seed", 0)))
+                experiment = experiment_of(mpath.parent, experiment)
+            run = Run(mpath.parent, experiment, str(m["model"]), str(m["dataset"]), int(m.get("seed", 0)),
                       None if variant is None else str(variant), m, cfg)
             key = (run.experiment, run.model, run.variant, run.dataset, run.seed)
             if key in runs:

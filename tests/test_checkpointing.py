@@ -279,3 +279,24 @@ def test_outputs_respect_the_umask(tmp_path):
         os.umask(old)
     for f in ("metrics.json", "predictions.npz", "config.yaml", "checkpoints/last.ckpt"):
         assert stat.S_IMODE((tmp_path / f).stat().st_mode) == 0o644, f
+
+
+# ---------------------------------------------------------------------------- callbacks.checkpoint.every_n_epochs
+@pytest.mark.parametrize("every,saved_epoch", [(0, None), (2, 1), (1, 2)])
+def test_checkpoint_every_n_epochs(tmp_path, every, saved_epoch):
+    """A checkpoint after every n-th epoch (the last one written after epoch 2 of 3 for n = 2), none at
+    all for n = 0 (not even Lightning's own default checkpoint), and the run's results either way."""
+    run = tmp_path / "run"
+    res = train(compose_train(run, [*MLP_RUN, "trainer.max_epochs=3", f"callbacks.checkpoint.every_n_epochs={every}"]))
+    assert 0 <= res["test/acc"] <= 1
+    files = sorted(p.relative_to(run).as_posix() for p in run.rglob("*.ckpt"))
+    if saved_epoch is None:
+        assert files == []
+    else:
+        assert "checkpoints/last.ckpt" in files
+        assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["epoch"] == saved_epoch
+
+
+def test_negative_checkpoint_period_is_one_line(tmp_path):
+    r = cli("train.py", "model=mlp", "callbacks.checkpoint.every_n_epochs=-1", f"paths.output_dir={tmp_path / 'run'}")
+    assert "callbacks.checkpoint.every_n_epochs must be an integer >= 0, got -1" in one_line(r.returncode, r.stderr)

@@ -1,0 +1,57 @@
+"""Label finished runs by today's defaults (``python -m mnp.report --relabel``).
+
+A run's label normally comes from the command that made it: its experiment and the result-changing
+overrides it was given. After a default changes, that label goes stale: a run made with
+``model.warmup_lr=0.01`` as an override is a default run once 0.01 is the default, and an old default
+run is now a variant. With ``--relabel`` the report labels each run by its saved ``config.yaml``
+instead: its variant is the result keys where that config differs from today's composed defaults for
+its model, dataset and seed (``mnp.rundir.config_drift``, the same comparison that guards run
+directories), and its experiment is the one whose directory holds it
+(``<log_dir>/<experiment>/multiruns/<run>``).
+"""
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from mnp.rundir import _flatten, config_drift
+
+CONF = Path(__file__).resolve().parents[1] / "conf"
+RESULT_GROUPS = ("model", "dataset", "trainer", "eval")
+
+
+@functools.lru_cache(maxsize=None)
+def _defaults(model: str, dataset: str, seed: int) -> tuple:
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from mnp.validate import resolve_auto
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose("train", overrides=[f"model={model}", f"dataset={dataset}", f"seed={seed}", "logger=none"])
+    GlobalHydra.instance().clear()
+    resolve_auto(cfg)
+    groups = {k: OmegaConf.to_container(cfg[k], resolve=True) for k in RESULT_GROUPS if k in cfg}
+    return tuple(groups.items())  # immutable for the cache; callers get a fresh dict
+
+
+def defaults(model: str, dataset: str, seed: int) -> dict:
+    """The result groups (model, dataset, trainer, eval) of today's resolved ``train.yaml`` for a job."""
+    return dict(_defaults(model, dataset, seed))
+
+
+def variant_of(config: dict, model: str, dataset: str, seed: int) -> str | None:
+    """``"k=v,..."`` of the result keys where ``config`` (a run's saved one) differs from today's
+    defaults, with the run's values; ``None`` when it is a default run."""
+    current = defaults(model, dataset, seed)
+    saved = {k: config[k] for k in current if k in config}
+    flat = _flatten(saved)
+    return ",".join(f"{k}={flat[k]}" for k in config_drift(saved, current)) or None
+
+
+def experiment_of(run_dir: Path, fallback: str) -> str:
+    """The experiment whose directory holds ``run_dir`` (``<experiment>/multiruns|runs/<run>``)."""
+    run_dir = Path(run_dir)
+    return run_dir.parent.parent.name if run_dir.parent.name in ("multiruns", "runs") else fallback

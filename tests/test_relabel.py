@@ -1,0 +1,64 @@
+"""mnp.report --relabel: runs labelled by today's defaults and by the experiment directory that holds them."""
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import yaml
+
+from mnp.relabel import defaults, variant_of
+from mnp.report import main
+from mnp.report_runs import load
+
+
+def write_run(root: Path, exp_dir: str, name: str, cfg: dict, recorded_exp: str) -> Path:
+    d = root / exp_dir / "multiruns" / name
+    d.mkdir(parents=True)
+    (d / "metrics.json").write_text(json.dumps({"model": "mnp", "dataset": "cub", "seed": 0, "experiment": recorded_exp,
+                                                "test/acc": 0.9, "test/ece": 0.05, "noise/acc_mean": 0.8}))
+    (d / "config.yaml").write_text(yaml.safe_dump(cfg))
+    return d
+
+
+def saved(**model_changes) -> dict:
+    """A run's saved config: today's defaults for mnp on cub, seed 0, with some model keys changed."""
+    cfg = copy.deepcopy(defaults("mnp", "cub", 0))
+    cfg["model"].update(model_changes)
+    return cfg
+
+
+def test_variant_is_the_drift_from_todays_defaults_with_the_runs_values():
+    current = defaults("mnp", "cub", 0)
+    assert variant_of(saved(), "mnp", "cub", 0) is None
+    old_lr = current["model"]["warmup_lr"] / 10
+    assert variant_of(saved(warmup_lr=old_lr, modality_mask=True), "mnp", "cub", 0) == \
+        f"model.modality_mask=True,model.warmup_lr={old_lr}"
+    # keys that cannot change a result are not a variant, nor a switch the old run did not know yet
+    cfg = saved()
+    cfg["dataset"]["data_dir"] = "/elsewhere"
+    cfg["trainer"]["accelerator"] = "gpu"
+    del cfg["model"]["memory_write"]
+    assert variant_of(cfg, "mnp", "cub", 0) is None
+    assert variant_of(saved(), "mnp", "cub", 1) == "dataset.seed=0"  # the seed's own data split differs
+
+
+def test_report_relabels_runs_after_a_default_changed(tmp_path):
+    """A switch run whose override became the default counts as a default run of the experiment that
+    holds it; the old default run, moved among the switches, becomes the variant it now is."""
+    lr = defaults("mnp", "cub", 0)["model"]["warmup_lr"]
+    new = saved()
+    new["variant"] = f"model.warmup_lr={lr}"  # as recorded when it ran as a switch
+    write_run(tmp_path, "paper_main", "mnp_cub_s0", new, recorded_exp="switches")
+    write_run(tmp_path, "switches", "mnp_cub_s0_old", saved(warmup_lr=lr / 10), recorded_exp="paper_main")
+    dirs = [tmp_path / "paper_main" / "multiruns", tmp_path / "switches" / "multiruns"]
+
+    as_recorded = {(r.experiment, r.variant) for r in load(dirs)[0]}
+    assert as_recorded == {("switches", f"model.warmup_lr={lr}"), ("paper_main", None)}
+    relabelled = {(r.experiment, r.variant) for r in load(dirs, relabel=True)[0]}
+    assert relabelled == {("paper_main", None), ("switches", f"model.warmup_lr={lr / 10}")}
+
+    assert main([*map(str, dirs), "--out", str(tmp_path / "out"), "--no-plots", "--relabel"]) == 0
+    rows = (tmp_path / "out" / "results.csv").read_text().splitlines()
+    assert any(r.startswith("mnp,cub,test/acc,") and r.endswith(",paper_main,") for r in rows)
+    assert any(r.startswith("mnp,cub,test/acc,") and r.endswith(f",switches,model.warmup_lr={lr / 10}") for r in rows)
