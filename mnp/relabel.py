@@ -11,6 +11,7 @@ directories), and its experiment is the one whose directory holds it
 """
 from __future__ import annotations
 
+import copy
 import functools
 from pathlib import Path
 
@@ -23,23 +24,25 @@ RESULT_GROUPS = ("model", "dataset", "trainer", "eval")
 
 
 @functools.lru_cache(maxsize=None)
-def _defaults(model: str, dataset: str, seed: int) -> tuple:
+def _composed(model: str, dataset: str):
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from mnp.validate import resolve_auto
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = compose("train", overrides=[f"model={model}", f"dataset={dataset}", f"seed={seed}", "logger=none"])
+        cfg = compose("train", overrides=[f"model={model}", f"dataset={dataset}", "logger=none"])
     GlobalHydra.instance().clear()
-    resolve_auto(cfg)
-    groups = {k: OmegaConf.to_container(cfg[k], resolve=True) for k in RESULT_GROUPS if k in cfg}
-    return tuple(groups.items())  # immutable for the cache; callers get a fresh dict
+    return cfg
 
 
 def defaults(model: str, dataset: str, seed: int) -> dict:
-    """The result groups (model, dataset, trainer, eval) of today's resolved ``train.yaml`` for a job."""
-    return dict(_defaults(model, dataset, seed))
+    """The result groups (model, dataset, trainer, eval) of today's resolved ``train.yaml`` for a job
+    (composed once per model and dataset, resolved per seed)."""
+    from mnp.validate import resolve_auto
+    cfg = copy.deepcopy(_composed(model, dataset))
+    cfg.seed = seed
+    resolve_auto(cfg)
+    return {k: OmegaConf.to_container(cfg[k], resolve=True) for k in RESULT_GROUPS if k in cfg}
 
 
 def variant_of(config: dict, model: str, dataset: str, seed: int) -> str | None:
