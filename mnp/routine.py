@@ -13,6 +13,7 @@ datamodule's ``ood_names``. Results land in ``self.test_results`` (scalars) and
 """
 from __future__ import annotations
 
+import logging
 import random
 import statistics
 import time
@@ -25,6 +26,8 @@ from torch import Tensor
 
 from mnp import metrics
 from mnp.protocols import add_noise, default_noise_levels, noise_generator, noise_subsets, sigma_key
+
+log = logging.getLogger(__name__)
 
 
 def rng_states() -> dict:
@@ -202,6 +205,10 @@ class Routine(pl.LightningModule):
         labels = torch.cat(self._clean["labels"])
         unc = torch.cat(self._clean["unc"])
         results: dict[str, float] = {f"test/{k}": v for k, v in metrics.classification_metrics(probs, labels, self.n_bins).items()}
+        if bad := int((~torch.isfinite(probs)).any(-1).sum()):  # a numerical failure: say so, keep the count
+            results["test/nonfinite_rows"] = bad
+            log.warning("%d of %d test rows have non-finite probabilities (%s): ECE, NLL and Brier are not "
+                        "meaningful for this run", bad, len(probs), type(self).__name__)
         arrays: dict[str, np.ndarray] = {"test/probs": probs.numpy(), "test/labels": labels.numpy(),
                                          "test/uncertainty": unc.numpy()}
         for name, parts in self._extra.items():

@@ -102,3 +102,21 @@ def test_reliability_bins():
     r = metrics.reliability(probs, labels, n_bins=10)
     assert r["count"][9] == 2 and r["count"][5] == 1
     assert r["accuracy"][9] == pytest.approx(0.5) and r["confidence"][9] == pytest.approx(0.95)
+
+
+def test_non_finite_test_probabilities_are_counted_and_reported(caplog):
+    """A model whose probabilities turn NaN on some test rows (MGP did on a GPU) gets a warning and the
+    count of those rows in its results, instead of a silently wrong ECE."""
+    import logging
+
+    from baselines.mlp import MLP
+    model = MLP(num_classes=3, view_dims=[4, 5])
+    probs = torch.full((6, 3), 1 / 3)
+    probs[[1, 4], 0] = float("nan")
+    model._clean = {"probs": [probs], "labels": [torch.zeros(6, dtype=torch.long)], "unc": [torch.zeros(6)]}
+    model._extra, model._noisy_labels, model._ood, model._test_time = {}, [], {}, 0.0
+    model.log = lambda *a, **k: None
+    with caplog.at_level(logging.WARNING, logger="mnp.routine"):
+        model.on_test_epoch_end()
+    assert model.test_results["test/nonfinite_rows"] == 2
+    assert "2 of 6 test rows have non-finite probabilities (MLP)" in caplog.text
