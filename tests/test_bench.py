@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from mnp import bench
+from mnp import bench, bench_cases, bench_measure, bench_scaling
 from mnp.model import MNP
 
 FIELDS = ("dataset", "model", "train_epoch_s", "test_s", "test_samples_per_s", "peak_mem_mb",
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # restores the thread count 
 
 
 def test_quick_run_on_a_tiny_shape_writes_the_documented_json(tmp_path, monkeypatch, capsys):
-    monkeypatch.setitem(bench.SHAPES, "hmdb", ((6, 4), 3, 500))  # hmdb's configs, tiny data
+    monkeypatch.setitem(bench_cases.SHAPES, "hmdb", ((6, 4), 3, 500))  # hmdb's configs, tiny data
     out = tmp_path / "bench.json"
     result = bench.main(["--quick", "--dataset", "hmdb", "--json", str(out), "--set", "mnp.d_e=16",
                          "--set", "mnp.memory_size=12", "--set", "mgp.num_inducing=8", "--set", "mgp.mc_samples=10"])
@@ -42,9 +42,9 @@ def test_quick_run_on_a_tiny_shape_writes_the_documented_json(tmp_path, monkeypa
 def test_flop_counter_gives_the_analytic_count_of_a_matmul_and_its_weight_gradient():
     m, k, n = 7, 11, 13
     a, b = torch.randn(m, k), torch.randn(k, n)
-    assert bench.count_flops(lambda: a @ b) == 2 * m * k * n
+    assert bench_measure.count_flops(lambda: a @ b) == 2 * m * k * n
     w = torch.randn(k, n, requires_grad=True)
-    assert bench.count_flops(lambda: (a @ w).sum().backward()) == 2 * (2 * m * k * n)  # forward + weight grad
+    assert bench_measure.count_flops(lambda: (a @ w).sum().backward()) == 2 * (2 * m * k * n)  # forward + weight grad
 
 
 def test_live_tensor_bytes_sees_allocations_and_frees():
@@ -54,17 +54,17 @@ def test_live_tensor_bytes_sees_allocations_and_frees():
         del a
         c = b * 2  # a is gone: still 8 MB
         return c.sum()  # + 4 bytes
-    mode = bench.LiveTensorBytes(torch.device("cpu"))
+    mode = bench_measure.LiveTensorBytes(torch.device("cpu"))
     with mode:
         work()
     assert mode.peak == 8_000_004
     state = torch.nn.Linear(1000, 250)  # 1 MB of parameters counted from the start
-    assert bench.tracked_peak_mb(work, torch.device("cpu"), state) == (8_000_004 + 1_001_000) / 2**20
+    assert bench_measure.tracked_peak_mb(work, torch.device("cpu"), state) == (8_000_004 + 1_001_000) / 2**20
 
 
 def test_mlp_floor_has_mnp_projection_and_decoder_widths():
     mnp = MNP(num_classes=5, view_dims=[7, 3], d_e=32, projection="linear", memory_size=10)
-    floor = bench.MLPFloor(5, [7, 3], d_e=32)
+    floor = bench_cases.MLPFloor(5, [7, 3], d_e=32)
     assert [p[0].weight.shape for p in floor.projections] == [e.projection[0].weight.shape for e in mnp.encoders]
     assert [p.shape for p in floor.decoder.parameters()] == [p.shape for p in mnp.decoder.parameters()]
     probs, unc = floor.predict([torch.randn(4, 7), torch.randn(4, 3)])
@@ -72,13 +72,13 @@ def test_mlp_floor_has_mnp_projection_and_decoder_widths():
 
 
 def test_linear_fit_reports_slope_intercept_and_r2():
-    fit = bench._fit_line([100, 200, 400], [1.5, 2.5, 4.5])
+    fit = bench_scaling._fit_line([100, 200, 400], [1.5, 2.5, 4.5])
     assert fit["slope"] == pytest.approx(0.01) and fit["intercept"] == pytest.approx(0.5)
     assert fit["r2"] == pytest.approx(1.0)
 
 
 def test_scaling_curves_are_measured_fitted_and_plotted(tmp_path, monkeypatch):
-    monkeypatch.setitem(bench.SHAPES, "hmdb", ((6, 4), 3, 500))
+    monkeypatch.setitem(bench_cases.SHAPES, "hmdb", ((6, 4), 3, 500))
     result = bench.main(["--quick", "--dataset", "hmdb", "--models", "mnp", "--scaling", "--plot-dir", str(tmp_path),
                          "--set", "mnp.d_e=16"])
     sc = result["scaling"]
@@ -94,6 +94,6 @@ def test_scaling_curves_are_measured_fitted_and_plotted(tmp_path, monkeypatch):
 
 
 def test_test_pass_extrapolation_counts_a_one_off_context_encoding_once():
-    assert bench.extrapolate_test(3.0, 1.0, 4.0) == 6.0  # 3 s cold pass (2 s encoding) + 3 more row blocks
-    assert bench.extrapolate_test(3.0, None, 4.0) == 12.0  # no reusable state: linear in rows
-    assert bench.extrapolate_test(3.0, 1.0, 1.0) == 3.0
+    assert bench_measure.extrapolate_test(3.0, 1.0, 4.0) == 6.0  # 3 s cold pass (2 s encoding) + 3 more row blocks
+    assert bench_measure.extrapolate_test(3.0, None, 4.0) == 12.0  # no reusable state: linear in rows
+    assert bench_measure.extrapolate_test(3.0, 1.0, 1.0) == 3.0

@@ -12,7 +12,7 @@ import pytest
 import pytorch_lightning as pl
 import torch
 
-from mnp import bench, step_metrics
+from mnp import bench, bench_cases, step_metrics
 from mnp.model import MNP
 from mnp.stacked import ParamStack
 
@@ -38,11 +38,11 @@ def handwritten_mnp(**extra):
     """MNP as conf/model_dataset/mnp_handwritten.yaml builds it (main stage), memory filled, main Adam."""
     dims, k = HANDWRITTEN
     torch.manual_seed(0)
-    model = bench.build_model("mnp", "handwritten", k, dims, extra)
+    model = bench_cases.build_model("mnp", "handwritten", k, dims, extra)
     train_views, train_y, views, y = handwritten_batch()
     model.init_memory(train_views, train_y)
     model.capturable = True
-    return model, bench.first_optimizer(model), views, y
+    return model, bench_cases.first_optimizer(model), views, y
 
 
 # ---------------------------------------------------------------------------- host syncs, ops, graph breaks
@@ -80,7 +80,8 @@ def test_every_memory_rule_and_switch_steps_without_host_syncs(switches):
     views = [torch.randn(40, d, generator=g) + y[:, None].float() for d in (7, 5, 3)]
     model.init_memory(views, y) if model.memory.needs_data() else None
     model.capturable = True
-    out = step_metrics.measure_step(model, bench.first_optimizer(model), [v[:16] for v in views], y[:16], explain=False)
+    out = step_metrics.measure_step(model, bench_cases.first_optimizer(model), [v[:16] for v in views], y[:16],
+                                    explain=False)
     assert out["host_syncs_per_train_step"] == 0, out["host_sync_ops"]
     assert out["tensors_from_python_per_train_step"] == 0
 
@@ -238,7 +239,7 @@ def test_stacks_rebuild_after_moving_copying_pickling_and_loading(norm):
 
 def test_an_optimizer_step_on_the_parameters_moves_the_stack():
     fast, ref, views, y = stacked_pair()
-    opt = bench.first_optimizer(fast)
+    opt = bench_cases.first_optimizer(fast)
     fast.train_step(views, y, opt)
     leaf = fast._stacks()["fc2.bias"]
     assert torch.equal(leaf.detach()[5], fast.encoders[1].enc_u.fc2.bias.detach())
@@ -258,7 +259,7 @@ def test_param_stack_checks_its_parameters():
 
 # ---------------------------------------------------------------------------- the benchmark's JSON
 def test_bench_quick_json_has_the_step_metrics(tmp_path, monkeypatch):
-    monkeypatch.setitem(bench.SHAPES, "hmdb", ((6, 4), 3, 500))  # hmdb's configs, tiny data
+    monkeypatch.setitem(bench_cases.SHAPES, "hmdb", ((6, 4), 3, 500))  # hmdb's configs, tiny data
     out = tmp_path / "bench.json"
     bench.main(["--quick", "--dataset", "hmdb", "--models", "mnp", "--json", str(out), "--repeats", "1",
                 "--set", "mnp.d_e=16", "--set", "mnp.memory_size=12"])

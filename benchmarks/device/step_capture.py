@@ -25,11 +25,11 @@ SYNC = re.compile(r"^(?P<d>\w+): (?P<what>no host sync|sync in the step)")
 def measure(name: str, steps: int = 50) -> list[str]:
     import torch
 
-    from mnp import bench, step_metrics
+    from mnp import bench_cases, step_metrics
     dev = torch.device("cuda")
     lines = []
-    case = bench.load_case(name, None, 200, None)
-    model = bench.build_model("mnp", name, case.dm.num_classes, case.dm.view_dims).to(dev)
+    case = bench_cases.load_case(name, None, 200, None)
+    model = bench_cases.build_model("mnp", name, case.dm.num_classes, case.dm.view_dims).to(dev)
     model.init_memory([v.to(dev) for v in case.dm.train_views], case.dm.train_y.to(dev))
     views, y = [v[:200].to(dev) for v in case.dm.train_views], case.dm.train_y[:200].to(dev)
     opt = step_metrics.main_optimizer(model)
