@@ -4,14 +4,12 @@ Data flow per batch: context memory (eqs. 2–3) -> projection and encoders r, s
 attention (eq. 9) -> target-specific r*, s* (eq. 5) -> aggregation (eq. 8) -> decoder and Monte Carlo
 predictions (eqs. 11–13) -> L = L_TY (eq. 14) + β L_RBF (eq. 10) -> optimiser step -> memory update.
 
-Optimisation is manual so that the optional contrastive-only warm-up (official code) has its own
-Adam: the first ``warmup_epochs`` epochs minimise L_RBF alone with a linearly decayed learning rate,
-then the main Adam (``optim``, :func:`mnp.optim.make_optimizer`) takes over, its schedule counted
-from the end of the warm-up. Both optimisers and the schedule live in the checkpoint.
+The optimisers, the warm-up and the training step are in :mod:`mnp.model_training`; the inference
+cache of the context encodings in :mod:`mnp.context_cache`.
 """
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from typing import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -21,42 +19,14 @@ from torch.profiler import record_function
 from mnp import metrics
 from mnp.aggregation import build_aggregation, random_modality_mask, subset_table
 from mnp.attention import NORMALISERS, build_similarity, choice, normalise, topk_hint
+from mnp.context_cache import ContextCache
 from mnp.decoder import Decoder, sample_logits
 from mnp.encoders import ModalityEncoder, encode_stacked, project_stacked, stacked_groups, stacked_roles
 from mnp.losses import predictive_nll, supervised_contrastive, unimodal_error
 from mnp.memory import ContextMemory
-from mnp.optim import keras_eps_, make_optimizer
+from mnp.model_training import MNPTraining, SumOfSquares
 from mnp.routine import Routine
 from mnp.stacked import Stacks, distributed, stackable
-
-
-def clip_per_tensor(params: Iterable[Tensor], max_norm: float, fast: bool = True) -> None:
-    """Scale each gradient tensor separately to norm ≤ ``max_norm`` (tf.clip_by_norm, official code).
-
-    ``fast``: all norms and scalings in two foreach kernels; otherwise one tensor at a time.
-    """
-    grads = [p.grad for p in params if p.grad is not None]
-    if not grads:
-        return
-    if not fast:
-        for g in grads:
-            g.mul_(max_norm / g.norm().clamp_min(max_norm))
-        return
-    norms = torch.stack(torch._foreach_norm(grads))
-    torch._foreach_mul_(grads, list((max_norm / norms.clamp_min(max_norm)).unbind()))
-
-
-class SumOfSquares(torch.autograd.Function):
-    """Σ_i ‖w_i‖² of a list of tensors with foreach kernels; the gradient of w_i is 2·w_i."""
-
-    @staticmethod
-    def forward(ctx, *ws: Tensor) -> Tensor:
-        ctx.save_for_backward(*ws)
-        return torch.stack(torch._foreach_norm(ws)).pow(2).sum()
-
-    @staticmethod
-    def backward(ctx, grad: Tensor):
-        return tuple(torch._foreach_mul(list(ctx.saved_tensors), 2 * grad))
 
 
 def glorot_(module: nn.Module) -> None:
@@ -68,7 +38,7 @@ def glorot_(module: nn.Module) -> None:
                 nn.init.zeros_(m.bias)
 
 
-class MNP(Routine):
+class MNP(ContextCache, MNPTraining, Routine):
     """Multimodal Neural Process; every deviation between paper and official code is a switch.
 
     The constructor's defaults are the paper's choices except ``lengthscale_form="l"`` (measured: with
@@ -160,7 +130,7 @@ class MNP(Routine):
         self._param_stacks: Stacks | None = None
         if fast and hasattr(self.similarity, "stack"):
             self.similarity.stack = True
-        self._ctx_cache: tuple | None = None  # (key, context encodings) at inference, see _context
+        self._ctx_cache: tuple | None = None  # (key, context encodings) at inference, see mnp.context_cache
         self._sparsemax_k: int | None = None  # partial-sort size hint (exact either way), see topk_hint
         self._compiled = None  # torch.compile'd _decode_and_nll when compile=True
         # True: the training step makes no host sync (no CPU partial sort in sparsemax, whose size is read from
@@ -246,9 +216,7 @@ class MNP(Routine):
                 r, s, u, q = enc.represent(c, y_onehot)  # eqs. 4 and 6
                 rs.append(r), ss.append(s.float()), us.append(u), qs.append(q.float())
             context = (contexts, torch.stack(rs), torch.stack(ss), torch.stack(us)[:, None], torch.stack(qs)[:, None])
-        if self._context_cacheable():
-            detached = contexts.detach() if isinstance(contexts, Tensor) else [c.detach() for c in contexts]
-            self._ctx_cache = (self._context_key(views[0]), detached, *context[1:])
+        self._store_context(views[0], context)
         return targets, context
 
     def _project(self, xs: Sequence[Tensor]) -> Tensor | list[Tensor]:
@@ -276,40 +244,6 @@ class MNP(Routine):
         if self._stack_projection:
             groups["projection.bias"] = [(enc.projection[0], "bias") for enc in self.encoders]
         return groups
-
-    # ------------------------------------------------------------------ inference cache of the context encodings
-    def _context_cacheable(self) -> bool:
-        """At inference the context encodings depend only on the parameters and the memory, not on the
-        targets: compute them once per parameter state (not for memory_update=random, which re-samples)."""
-        return self.hparams.fast and not self.training and not torch.is_grad_enabled() and \
-            self.memory.update_rule != "random"
-
-    def _context_key(self, x: Tensor) -> tuple:
-        """Identity and version of every tensor the context encodings depend on, plus dtype and autocast.
-
-        In-place changes bump a tensor's version, except writes through ``.data`` and fused optimiser
-        kernels: MNP's own optimisers clear the cache after every step, ``train()`` clears it, and
-        code writing parameters through ``.data`` must call :meth:`clear_context_cache`.
-        """
-        dev = x.device.type
-        state = [*self.encoders.parameters(), *self.encoders.buffers(),
-                 *(self.memory.rows(m) for m in range(self.memory.num_views))]
-        return (x.device, x.dtype, torch.is_autocast_enabled(dev), torch.get_autocast_dtype(dev),
-                tuple((t.data_ptr(), t._version) for t in state))
-
-    def _cached_context(self, x: Tensor):
-        if self._ctx_cache is None or not self._context_cacheable():
-            return None
-        key, *context = self._ctx_cache
-        return context if key == self._context_key(x) else None
-
-    def clear_context_cache(self) -> None:
-        self._ctx_cache = None
-
-    def train(self, mode: bool = True):
-        if mode:
-            self._ctx_cache = None
-        return super().train(mode)
 
     def _rbf_loss(self, targets: list[Tensor], y: Tensor) -> Tensor:
         """L_RBF = reduce_m L^m_CL + α reduce_m penalty(l^m) (eq. 10 and Section 3.3)."""
@@ -389,8 +323,7 @@ class MNP(Routine):
         return logits, predictive_nll(logits, y, hp.ty_loss)
 
     def __getstate__(self):
-        state = super().__getstate__()
-        return {**state, "_compiled": None, "_ctx_cache": None, "_param_stacks": None}
+        return {**super().__getstate__(), "_compiled": None, "_param_stacks": None}
 
     # ------------------------------------------------------------------ DCM update (eqs. 2–3)
     def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
@@ -417,135 +350,3 @@ class MNP(Routine):
         if err is not None:
             err = self.all_gather(F.pad(err, (0, pad))).permute(1, 0, 2).flatten(1)[:, keep]
         return [v[keep] for v in views], y[keep], self.all_gather(attn_sum).sum(0), err
-
-    # ------------------------------------------------------------------ optimisation
-    def _in_warmup(self) -> bool:
-        return self.hparams.warmup_epochs > 0 and self._trainer is not None and \
-            self.current_epoch < self.hparams.warmup_epochs
-
-    def _warmup_parameters(self) -> list[nn.Parameter]:
-        params = [p for enc in self.encoders for p in enc.projection.parameters()]
-        return params + list(self.similarity.parameters())
-
-    def _param_groups(self, params: list[nn.Parameter], lr: float) -> list[dict]:
-        """Adam parameter groups: l and σ_f at ``lr·lengthscale_lr_scale``, the rest at ``lr``."""
-        scale = self.hparams.lengthscale_lr_scale
-        mine = {id(p) for p in self.similarity.parameters()}
-        groups = [{"params": [p for p in params if id(p) not in mine], "lr": lr, "lr_scale": 1.0},
-                  {"params": [p for p in params if id(p) in mine], "lr": lr * scale, "lr_scale": scale}]
-        return [g for g in groups if g["params"]]
-
-    def configure_optimizers(self):
-        hp = self.hparams
-        total = self.trainer.max_epochs if self._trainer is not None and (self.trainer.max_epochs or 0) > 0 else 100
-        params = [p for p in self.parameters() if p.requires_grad]
-        fused = hp.fast and all(p.device.type in ("cpu", "cuda") for p in params) or None
-        cfg = {"fused": fused, **self.optim_cfg}
-        main = make_optimizer(self._param_groups(params, cfg.get("lr", 1e-3)), max_epochs=max(total - hp.warmup_epochs, 1),
-                              **cfg)
-        main["optimizer"].register_step_post_hook(self._after_optimizer_step)
-        if hp.warmup_epochs <= 0:
-            return main
-        warm = torch.optim.Adam(self._param_groups(self._warmup_parameters(), hp.warmup_lr),
-                                lr=hp.warmup_lr, eps=self.optim_cfg.get("eps", 1e-8), fused=fused)
-        if self.optim_cfg.get("eps_placement", "torch") == "keras":
-            keras_eps_(warm)
-        warm.register_step_post_hook(self._after_optimizer_step)
-        return [main, {"optimizer": warm}]
-
-    def _after_optimizer_step(self, optimizer, args, kwargs) -> None:
-        self.clear_context_cache()  # fused Adam updates the parameters without bumping their versions
-
-    def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:
-        """Per-tensor norm clipping (each parameter's gradient on its own, as tf.clip_by_norm)."""
-        if gradient_clip_val:
-            clip_per_tensor((p for g in optimizer.param_groups for p in g["params"]), float(gradient_clip_val),
-                            self.hparams.fast)
-
-    def training_step(self, batch, batch_idx):
-        """Lightning's step: the warm-up's learning rate, :meth:`train_step`, the finite-loss check and logging."""
-        views, y = batch
-        warm = self._in_warmup()
-        opts = self.optimizers()
-        opts = opts if isinstance(opts, list) else [opts]
-        opt = opts[1] if warm else opts[0]
-        if warm:  # linear decay from warmup_lr to warmup_lr·warmup_end_factor over the warm-up
-            n = self.trainer.num_training_batches
-            frac = (self.current_epoch + (batch_idx / n if 0 < n < float("inf") else 0.0)) / self.hparams.warmup_epochs
-            for g in opt.param_groups:
-                g["lr"] = g["lr_scale"] * self.hparams.warmup_lr * (1.0 - (1.0 - self.hparams.warmup_end_factor) * frac)
-        step = self.global_step
-        loss, logs = self.train_step(views, y, opt)
-        if self.check_finite_every and step % self.check_finite_every == 0:
-            self._raise_if_nonfinite(loss, step)
-        bs = y.shape[0]
-        self.log("train/loss", loss, prog_bar=True, on_step=False, on_epoch=True, batch_size=bs)
-        for k, v in logs.items():
-            self.log(f"train/{k}", v, on_step=False, on_epoch=True, batch_size=bs)
-        return loss
-
-    def train_step(self, views: Sequence[Tensor], y: Tensor, opt) -> tuple[Tensor, dict[str, Tensor]]:
-        """One optimisation step: forward, L = L_TY + β L_RBF (+ L2), backward, per-tensor clipping (not in
-        the warm-up), the DCM write of memory_write=before_step, and ``opt.step()``.
-
-        No host sync and no tensor made from Python data (with ``capturable``, or on a GPU): the step can
-        be captured as one CUDA graph (mnp.step_metrics counts both). A non-finite loss sets a device flag,
-        read by :meth:`training_step` every ``check_finite_every`` steps; while it is set, a fused Adam (the
-        fast path) skips its updates, so the parameters stay finite until the read stops the run. The DCM
-        write of memory_write=after_step (paper) follows in ``on_train_batch_end``, as Lightning calls it.
-        """
-        warm = self._in_warmup()
-        loss, logs = self.training_loss(views, y)
-        with torch.no_grad():
-            self._loss_bad.logical_or_(loss - loss != 0)  # true for nan and ±inf
-        self.zero_grad(set_to_none=True)
-        if self._trainer is not None:
-            self.manual_backward(loss)
-        else:
-            loss.backward()
-        if not warm:
-            self.configure_gradient_clipping(opt, self.hparams.clip_norm)
-        if self.hparams.memory_write == "before_step":
-            self._update_memory()  # official: the new rows are written before apply_gradients
-        inner = getattr(opt, "optimizer", opt)  # Lightning wraps the torch optimiser
-        if inner.defaults.get("fused"):
-            inner.found_inf = self._loss_bad  # fused Adam skips its update while the flag is set, without a sync
-        opt.step()
-        return loss, logs
-
-    def _raise_if_nonfinite(self, loss: Tensor | None, step: int) -> None:
-        """Read the device flag of :meth:`train_step` (one host sync) and stop on a non-finite loss; with
-        check_finite_every = N > 1 the flag covers the N steps since the last read."""
-        if not bool(self._loss_bad):
-            return
-        every = self.check_finite_every
-        when = f"global step {step}" if every == 1 else f"one of global steps {max(step - every + 1, 0)}..{step}"
-        value = "" if loss is None else f" ({loss.item()})"
-        raise FloatingPointError(f"non-finite training loss{value} at epoch {self.current_epoch}, {when}; "
-                                 "the last good checkpoint is kept")
-
-    def _schedulers(self) -> list:
-        sched = self.lr_schedulers()
-        return sched if isinstance(sched, list) else [sched] if sched is not None else []
-
-    def close_epoch_timer(self) -> None:
-        if self._in_warmup():  # time/train_epoch_s reports MNP epochs, not the warm-up
-            self._epoch_start = None
-            return
-        super().close_epoch_timer()
-
-    def on_train_start(self) -> None:
-        """Catch the schedule up with the epoch counter: a last.ckpt written before the epoch-end step (by
-        runs before checkpointing moved to ModelCheckpoint) would otherwise repeat one epoch's learning rate."""
-        done = self.current_epoch - self.hparams.warmup_epochs  # main epochs completed
-        for s in self._schedulers():
-            while s.last_epoch < done:
-                s.step()
-
-    def on_train_epoch_end(self) -> None:
-        if self.check_finite_every > 1:  # the steps since the last periodic read, before the epoch's checkpoint
-            self._raise_if_nonfinite(None, self.global_step - 1)
-        super().on_train_epoch_end()
-        if not self._in_warmup():
-            for s in self._schedulers():
-                s.step()
