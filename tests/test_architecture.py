@@ -1,5 +1,5 @@
 """The house rules: no import cycles between modules, the data layer never imports the framework, no
-module over 400 lines (mnp/model.py is the one known exception, listed), no side effects on import."""
+module over 400 lines, no side effects on import."""
 import subprocess
 import sys
 from pathlib import Path
