@@ -7,6 +7,7 @@ exits 1 when a block differs from what the files give (tests/test_docs.py runs i
 * ``results/paper_main/results.csv``: ``python -m mnp.report <paper_main sweep> --out results/paper_main --paper``;
 * ``results/switches/results.csv``: ``python -m mnp.report <paper_main sweep> <switches sweep>
   --out results/switches --models mnp --seeds 0 1 2``;
+* ``results/digits_c/results.csv``: ``python -m mnp.report <digits_c sweep> --out results/digits_c``;
 * ``docs/goals.csv``: the goal table of the fidelity issue; ``benchmarks/custom_defaults.json``:
   ``python benchmarks/custom_defaults.py``; ``figures/figure2.json``: ``python -m mnp.figure2 --out figures``.
 """
@@ -187,6 +188,18 @@ def render_figure2(src: dict) -> str:
     return "\n".join(rows)
 
 
+def render_digits_c(src: dict) -> str:
+    """Every model on digits_c, the offline stand-in for CIFAR10-C, with OOD AUROC against the photos set."""
+    res = src["digits_c"]
+    cols = [*MAIN, ("ood/photos/auroc", "OOD AUROC (photos)", 1, 3)]
+    rows = ["| model | " + " | ".join(label for _, label, _, _ in cols) + " | seeds |", "|---" * (len(cols) + 2) + "|"]
+    for m in [*BASELINES, "mnp", "mnp_official", "mlp"]:
+        if seeds(res, m, "digits_c"):
+            rows.append(f"| {model_label(m)} | " + " | ".join(cell(res, m, "digits_c", k, sc, g) for k, _, sc, g in cols) +
+                        f" | {seeds(res, m, 'digits_c')} |")
+    return "\n".join(rows)
+
+
 def render_depgraph(src: dict) -> str:
     """The package import graph (``python -m mnp.depgraph --mermaid``): edge labels count module imports."""
     from mnp import depgraph
@@ -199,7 +212,7 @@ def render_depgraph(src: dict) -> str:
 RENDERERS = {"paper_main": render_paper_main, "goals": render_goals, "beats": render_beats,
              "baselines": render_baselines, "glance": render_glance, "switches": render_switches,
              "custom_defaults": render_custom_defaults, "figure2": render_figure2,
-             "depgraph": render_depgraph, "goals_summary": render_goals_summary}
+             "depgraph": render_depgraph, "goals_summary": render_goals_summary, "digits_c": render_digits_c}
 
 
 # ---------------------------------------------------------------------------- files
@@ -207,6 +220,7 @@ def sources(root: Path = ROOT) -> dict:
     bench = root / "benchmarks" / "custom_defaults.json"
     return {"paper_main": read_results(root / "results" / "paper_main" / "results.csv"),
             "switches": read_results(root / "results" / "switches" / "results.csv"),
+            "digits_c": read_results(root / "results" / "digits_c" / "results.csv"),
             "custom_defaults": json.loads(bench.read_text()) if bench.exists() else {},
             "figure2": json.loads((root / "figures" / "figure2.json").read_text())}
 
