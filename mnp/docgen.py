@@ -6,7 +6,7 @@ exits 1 when a block differs from what the files give (tests/test_docs.py runs i
 
 * ``results/paper_main/results.csv``: ``python -m mnp.report <paper_main sweep> --out results/paper_main --paper``;
 * ``results/switches/results.csv``: ``python -m mnp.report <paper_main sweep> <switches sweep>
-  --out results/switches --models mnp --seeds 0 1 2``;
+  --out results/switches --models mnp --relabel``;
 * ``results/digits_c/results.csv``: ``python -m mnp.report <digits_c sweep> --out results/digits_c``;
 * ``docs/goals.csv``: the goal table of the fidelity issue; ``benchmarks/custom_defaults.json``:
   ``python benchmarks/custom_defaults.py``; ``figures/figure2.json``: ``python -m mnp.figure2 --out figures``.
