@@ -9,7 +9,8 @@ exits 1 when a block differs from what the files give (tests/test_docs.py runs i
   --out results/switches --models mnp --relabel``;
 * ``results/digits_c/results.csv``: ``python -m mnp.report <digits_c sweep> --out results/digits_c``;
 * ``docs/goals.csv``: the goal table of the fidelity issue; ``benchmarks/custom_defaults.json``:
-  ``python benchmarks/custom_defaults.py``; ``figures/figure2.json``: ``python -m mnp.figure2 --out figures``.
+  ``python benchmarks/custom_defaults.py``; ``figures/figure2.json``: ``python -m mnp.figure2 --out figures``;
+  ``benchmarks/step_capture_h100.json``: ``python benchmarks/device/step_capture.py`` on a GPU.
 """
 from __future__ import annotations
 
@@ -200,6 +201,18 @@ def render_digits_c(src: dict) -> str:
     return "\n".join(rows)
 
 
+def render_step_capture(src: dict) -> str:
+    """MNP's training step on a GPU, eager against one CUDA graph (benchmarks/step_capture_h100.json)."""
+    rows = ["| dataset | host syncs in the step (`set_sync_debug_mode(\"error\")`) | eager step | the step as one CUDA graph "
+            "| speed-up |", "|---|---|---|---|---|"]
+    for d, c in src["step_capture"].get("cases", {}).items():
+        graph = f"{c['graph_ms']:.2f} ms" if "graph_ms" in c else "capture failed"
+        speed = f"{c['speedup']:.1f}×" if "speedup" in c else "–"
+        rows.append(f"| {dataset_label(d)} | {'none' if c.get('host_sync_free') else 'some'} | {c['eager_ms']:.2f} ms | "
+                    f"{graph} | {speed} |")
+    return "\n".join(rows)
+
+
 def render_depgraph(src: dict) -> str:
     """The package import graph (``python -m mnp.depgraph --mermaid``): edge labels count module imports."""
     from mnp import depgraph
@@ -212,17 +225,20 @@ def render_depgraph(src: dict) -> str:
 RENDERERS = {"paper_main": render_paper_main, "goals": render_goals, "beats": render_beats,
              "baselines": render_baselines, "glance": render_glance, "switches": render_switches,
              "custom_defaults": render_custom_defaults, "figure2": render_figure2,
-             "depgraph": render_depgraph, "goals_summary": render_goals_summary, "digits_c": render_digits_c}
+             "depgraph": render_depgraph, "goals_summary": render_goals_summary, "digits_c": render_digits_c,
+             "step_capture": render_step_capture}
 
 
 # ---------------------------------------------------------------------------- files
 def sources(root: Path = ROOT) -> dict:
     bench = root / "benchmarks" / "custom_defaults.json"
+    capture = root / "benchmarks" / "step_capture_h100.json"
     return {"paper_main": read_results(root / "results" / "paper_main" / "results.csv"),
             "switches": read_results(root / "results" / "switches" / "results.csv"),
             "digits_c": read_results(root / "results" / "digits_c" / "results.csv"),
             "custom_defaults": json.loads(bench.read_text()) if bench.exists() else {},
-            "figure2": json.loads((root / "figures" / "figure2.json").read_text())}
+            "figure2": json.loads((root / "figures" / "figure2.json").read_text()),
+            "step_capture": json.loads(capture.read_text()) if capture.exists() else {}}
 
 
 def render_file(text: str, src: dict) -> str:
