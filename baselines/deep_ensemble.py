@@ -17,9 +17,9 @@ import torch
 from torch import Tensor, nn
 
 from baselines.batched import BatchedMLP, pad_views
-from mnp import metrics
+from mnp.core import metrics
 from mnp.optim import make_optimizer
-from mnp.routine import Routine
+from mnp.core.routine import Routine
 
 
 def member_variance(probs: Tensor) -> Tensor:

@@ -22,9 +22,9 @@ import torch
 from torch import Tensor, nn
 from torch.distributions import Dirichlet, kl_divergence
 
-from mnp import metrics
+from mnp.core import metrics
 from mnp.optim import make_optimizer
-from mnp.routine import Routine
+from mnp.core.routine import Routine
 
 LOGIT_MIN = -15.0  # numerical guard (not in the official code): keeps α = exp(ℓ) > 0 in float32
 

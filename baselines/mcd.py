@@ -7,9 +7,9 @@ import torch
 from torch import Tensor, nn
 
 from baselines.mlp import mlp
-from mnp import metrics
+from mnp.core import metrics
 from mnp.optim import make_optimizer
-from mnp.routine import Routine
+from mnp.core.routine import Routine
 
 
 class MCDropout(Routine):

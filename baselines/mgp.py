@@ -33,7 +33,7 @@ import torch
 from torch import Tensor
 
 from mnp.optim import make_optimizer
-from mnp.routine import Routine
+from mnp.core.routine import Routine
 
 WEIGHTINGS = ("uniform", "poe", "entropy", "softmax_entropy")
 

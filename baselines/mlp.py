@@ -7,7 +7,7 @@ import torch
 from torch import Tensor, nn
 
 from mnp.optim import make_optimizer
-from mnp.routine import Routine
+from mnp.core.routine import Routine
 
 
 def mlp(d_in: int, hidden: Sequence[int], d_out: int, dropout: float = 0.0) -> nn.Sequential:

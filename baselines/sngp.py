@@ -22,7 +22,7 @@ import torch
 from torch import Tensor, nn
 
 from mnp.optim import make_optimizer
-from mnp.routine import Routine
+from mnp.core.routine import Routine
 
 
 def mean_field_logits(logits: Tensor, variance: Tensor, factor: float = math.pi / 8) -> Tensor:

@@ -17,7 +17,7 @@ from torch import Tensor, nn
 
 from baselines.batched import BatchedLinear, pad_views
 from mnp.optim import make_optimizer
-from mnp.routine import Routine
+from mnp.core.routine import Routine
 
 
 def opinion(alpha: Tensor) -> tuple[Tensor, Tensor]:

@@ -1,4 +1,4 @@
-"""The Multimodal Neural Process (MNP) as a :class:`~mnp.routine.Routine`.
+"""The Multimodal Neural Process (MNP) as a :class:`~mnp.core.routine.Routine`.
 
 Data flow per batch: context memory (eqs. 2–3) -> projection and encoders r, s, u, q (eqs. 4, 6) ->
 attention (eq. 9) -> target-specific r*, s* (eq. 5) -> aggregation (eq. 8) -> decoder and Monte Carlo
@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.profiler import record_function
 
-from mnp import metrics
+from mnp.core import metrics
 from mnp.aggregation import build_aggregation, random_modality_mask, subset_table
 from mnp.attention import NORMALISERS, build_similarity, choice, normalise, topk_hint
 from mnp.context_cache import ContextCache
@@ -25,7 +25,7 @@ from mnp.encoders import ModalityEncoder, encode_stacked, project_stacked, stack
 from mnp.losses import predictive_nll, supervised_contrastive, unimodal_error
 from mnp.memory import ContextMemory
 from mnp.model_training import MNPTraining, SumOfSquares
-from mnp.routine import Routine
+from mnp.core.routine import Routine
 from mnp.stacked import Stacks, distributed, stackable
 
 
@@ -134,7 +134,7 @@ class MNP(ContextCache, MNPTraining, Routine):
         self._sparsemax_k: int | None = None  # partial-sort size hint (exact either way), see topk_hint
         self._compiled = None  # torch.compile'd _decode_and_nll when compile=True
         # True: the training step makes no host sync (no CPU partial sort in sparsemax, whose size is read from
-        # the last attention); what CUDA-graph capture needs, and what mnp.step_metrics measures. On a GPU the
+        # the last attention); what CUDA-graph capture needs, and what mnp.tools.step_metrics measures. On a GPU the
         # step makes none either way.
         self.capturable = False
         self.register_buffer("_loss_bad", torch.tensor(0.0), persistent=False)  # 1 after a non-finite loss, see train_step

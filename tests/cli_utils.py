@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from cfg_utils import ROOT
-from mnp.cli import run_guarded
+from mnp.core.cli import run_guarded
 
 
 def guarded_error(fn, cfg, capsys) -> str:

@@ -4,7 +4,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from mnp import depgraph
+from mnp.tools import depgraph
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -22,7 +22,7 @@ def test_modules_stay_short():
 
 
 def test_importing_the_packages_registers_nothing_and_prints_nothing():
-    code = ("import omegaconf, mnp, datamodules, baselines, mnp.model, mnp.pipeline\n"
+    code = ("import omegaconf, mnp, datamodules, baselines, mnp.model, mnp.core.pipeline\n"
             "print(omegaconf.OmegaConf.has_resolver('mnp_run_suffix'))")
     res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert res.stdout.strip() == "False", res.stderr[-1000:]

@@ -1,7 +1,7 @@
 """Bad input end to end: every case ends with one line ``error: ...`` naming what is wrong and where,
 exit status 1, no traceback and no outputs (no metrics.json, predictions.npz, config.yaml or checkpoints).
 
-Most cases call the CLI's guard (:func:`mnp.cli.run_guarded`) in-process on a composed config; two
+Most cases call the CLI's guard (:func:`mnp.core.cli.run_guarded`) in-process on a composed config; two
 subprocess runs check the real ``train.py`` (the guard, and Hydra's own composition errors).
 Data that is odd but usable (a constant or all-zero view, duplicated samples, a class with fewer than
 N_K training samples, labels with a gap) trains with a warning and gives finite results.
@@ -20,7 +20,7 @@ from omegaconf import OmegaConf
 from cfg_utils import compose_train
 from cli_utils import assert_no_outputs, guarded_error, hydra_only, run_cli
 from datamodules.custom import CustomDataModule
-from mnp.pipeline import evaluate, train
+from mnp.core.pipeline import evaluate, train
 
 FAST = ["trainer.max_epochs=1", "eval.noise=false", "skip_if_done=false", "ckpt_path=null"]
 SMALL_MNP = ["model=mnp", "model.d_e=16", "model.warmup_epochs=0", "model.num_samples=2"]
@@ -269,7 +269,7 @@ def test_cli_truncated_file_one_line_exit_1_no_outputs(tmp_path):
 ])
 def test_cli_hydra_composition_errors_are_one_line(tmp_path, override, expected):
     """Unknown keys, unknown group options and malformed overrides fail in Hydra's composition, before
-    any code runs; :func:`mnp.cli.main_guarded` turns Hydra's multi-line text into one line, exit 1."""
+    any code runs; :func:`mnp.core.cli.main_guarded` turns Hydra's multi-line text into one line, exit 1."""
     r = run_cli(["train.py", override, f"hydra.run.dir={tmp_path / 'run'}", "logger=none"])
     assert r.returncode == 1
     assert len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith(expected), r.stderr

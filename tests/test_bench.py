@@ -1,4 +1,4 @@
-"""The speed benchmark (mnp.bench): a tiny end-to-end run (JSON shape, positive numbers), the FLOP
+"""The speed benchmark (mnp.tools.bench): a tiny end-to-end run (JSON shape, positive numbers), the FLOP
 counter against analytic counts, the live-tensor memory tracker against known allocations."""
 import json
 import math
@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from mnp import bench, bench_cases, bench_measure, bench_scaling
+from mnp.tools import bench, bench_cases, bench_measure, bench_scaling
 from mnp.model import MNP
 
 FIELDS = ("dataset", "model", "train_epoch_s", "test_s", "test_samples_per_s", "peak_mem_mb",

@@ -18,9 +18,9 @@ from omegaconf import OmegaConf
 
 from baselines.mlp import MLP
 from cfg_utils import ROOT, compose_train
-from mnp.checkpointing import AtomicCheckpointIO
-from mnp.cli import run_guarded
-from mnp.pipeline import build_datamodule, build_model, configure_evaluation, evaluate, train
+from mnp.core.checkpointing import AtomicCheckpointIO
+from mnp.core.cli import run_guarded
+from mnp.core.pipeline import build_datamodule, build_model, configure_evaluation, evaluate, train
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -28,7 +28,7 @@ MLP_RUN = ["model=mlp", "eval.noise=false", "skip_if_done=false", "seed=2"]
 SMALL_MNP = ["model=mnp", "dataset.num_views=2", "dataset.n_train=200", "dataset.n_test=100", "model.d_e=16",
              "model.resmlp_depth=1", "model.memory_size=20", "model.warmup_epochs=1", "model.num_samples=3",
              "eval.noise_levels=[0.1,1.0]", "skip_if_done=false", "seed=4"]
-THROTTLE = "+callbacks.extra.throttle={_target_:mnp.callbacks.Throttle,seconds:0.5}"
+THROTTLE = "+callbacks.extra.throttle={_target_:mnp.core.callbacks.Throttle,seconds:0.5}"
 
 
 def cli(*args, wait=True):

@@ -11,8 +11,8 @@ import torch
 from datamodules.cifar10c import CIFAR10C
 from datamodules.errors import DataError
 from datamodules import feature_cache as F
-from mnp.metrics import auroc
-from mnp.routine import Routine
+from mnp.core.metrics import auroc
+from mnp.core.routine import Routine
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 CORR, SEV = ["gaussian_noise", "shot_noise", "impulse_noise"], [1, 3, 5]
@@ -113,7 +113,7 @@ def test_missing_features_name_the_build_command(tmp_path):
     with pytest.raises(DataError) as e:
         datamodule(tmp_path)
     msg = str(e.value)
-    assert "\n" not in msg and "python -m mnp.features" in msg and "dataset.severities=[1,3,5]" in msg
+    assert "\n" not in msg and "python -m mnp.tools.features" in msg and "dataset.severities=[1,3,5]" in msg
 
 
 def test_features_from_another_extractor_are_refused(tmp_path):
@@ -166,7 +166,7 @@ def test_ood_is_the_positive_class_of_the_auroc(tmp_path, sign):
 def test_dataset_config_instantiates(tmp_path):
     from hydra import compose, initialize_config_dir
 
-    from mnp.pipeline import build_datamodule
+    from mnp.core.pipeline import build_datamodule
 
     write_cache(tmp_path)
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):

@@ -10,7 +10,7 @@ import torch
 import torch.distributed as dist
 
 from cfg_utils import compose_train
-from mnp.pipeline import train
+from mnp.core.pipeline import train
 
 
 class DumpRank(pl.Callback):

@@ -1,12 +1,12 @@
-"""mnp.diagnose: attention and MBA diagnostics of a trained MNP under the noise protocol."""
+"""mnp.tools.diagnose: attention and MBA diagnostics of a trained MNP under the noise protocol."""
 import json
 
 import pytest
 import torch
 
 from cfg_utils import compose_train
-from mnp.diagnose import diagnose, main
-from mnp.pipeline import train
+from mnp.tools.diagnose import diagnose, main
+from mnp.core.pipeline import train
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -38,7 +38,7 @@ def test_cli_writes_table_json_and_plot(run_dir, tmp_path, capsys):
 
 
 def test_mba_shares_of_complementary_subsets_sum_to_one(run_dir):
-    from mnp.pipeline import load_run
+    from mnp.core.pipeline import load_run
     _, _, _, dm, model, _ = load_run(run_dir / "checkpoints" / "last.ckpt")
     dm.setup("test")
     views = [v.float() for v in dm.test_views]

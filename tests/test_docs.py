@@ -2,7 +2,7 @@
 import re
 from pathlib import Path
 
-from mnp import docgen
+from mnp.tools import docgen
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -11,7 +11,7 @@ def test_generated_blocks_match_the_committed_result_files():
     src = docgen.sources()
     for path in docgen.doc_files():
         text = path.read_text()
-        assert docgen.render_file(text, src) == text, f"{path.name} is out of date: run python -m mnp.docgen"
+        assert docgen.render_file(text, src) == text, f"{path.name} is out of date: run python -m mnp.tools.docgen"
 
 
 def test_renderers_read_the_numbers_from_the_files(tmp_path):

@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from mnp import figure2
+from mnp.tools import figure2
 
 
 @pytest.mark.slow

@@ -11,7 +11,7 @@ import pytest
 
 from cfg_utils import ROOT, compose_train
 from cli_utils import hydra_only, run_cli
-from mnp.validate import ConfigError, resolve_auto, validate
+from mnp.core.validate import ConfigError, resolve_auto, validate
 
 NOISE = ("litlogger", "LeafSpec", "GPU available", "TPU available", "torch.jit.script")
 
@@ -88,7 +88,7 @@ def test_metrics_json_orders_noise_levels_numerically(mnp_run):
 def test_the_console_carries_no_library_noise(mnp_run):
     res, _ = mnp_run
     assert not [n for n in NOISE if n in res.stdout + res.stderr]
-    code = "from mnp.console import quiet; quiet(); import gpytorch"  # MGP's import warned torch.jit.script
+    code = "from mnp.core.console import quiet; quiet(); import gpytorch"  # MGP's import warned torch.jit.script
     assert "torch.jit.script" not in run_cli(["-W", "default", "-c", code]).stderr
 
 
@@ -168,7 +168,7 @@ def test_a_sweep_ends_with_one_line_per_job_and_the_report_command(tmp_path, dat
     out = res.stdout
     assert "Sweep finished: 2 ok" in out
     assert len(re.findall(r"^  ok\s+mlp_custom_s[01]", out, re.M)) == 2
-    assert f"Aggregate with: python -m mnp.report {tmp_path / 't' / 'multiruns'}" in out
+    assert f"Aggregate with: python -m mnp.tools.report {tmp_path / 't' / 'multiruns'}" in out
     again = run_cli(["train.py", "-m", "model=mlp", "dataset=custom", f"dataset.path={data_file}", "seed=0,1",
                      "trainer.max_epochs=1", "eval.noise=false", f"paths.log_dir={tmp_path}", "experiment_name=t"])
     assert "Sweep finished: 2 done before" in again.stdout
@@ -181,7 +181,7 @@ def test_on_a_terminal_the_bar_names_the_stage_and_the_whole_run_eta(tmp_path):
 
     from datamodules import TensorDataModule
     from mnp.model import MNP
-    from mnp.progress import EpochLines, RunProgressBar, progress_callbacks
+    from mnp.core.progress import EpochLines, RunProgressBar, progress_callbacks
 
     assert isinstance(progress_callbacks(True, tty=True)[0][0], RunProgressBar)
     assert isinstance(progress_callbacks(True, tty=False)[0][0], EpochLines)

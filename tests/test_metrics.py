@@ -6,7 +6,7 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from mnp import metrics
+from mnp.core import metrics
 
 
 def test_ece_hand_computed():
@@ -116,7 +116,7 @@ def test_non_finite_test_probabilities_are_counted_and_reported(caplog):
     model._clean = {"probs": [probs], "labels": [torch.zeros(6, dtype=torch.long)], "unc": [torch.zeros(6)]}
     model._extra, model._noisy_labels, model._ood, model._test_time = {}, [], {}, 0.0
     model.log = lambda *a, **k: None
-    with caplog.at_level(logging.WARNING, logger="mnp.routine"):
+    with caplog.at_level(logging.WARNING, logger="mnp.core.routine"):
         model.on_test_epoch_end()
     assert model.test_results["test/nonfinite_rows"] == 2
     assert "2 of 6 test rows have non-finite probabilities (MLP)" in caplog.text

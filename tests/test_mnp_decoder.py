@@ -3,7 +3,7 @@ import pytest
 import torch
 from torch import nn
 
-from mnp import metrics
+from mnp.core import metrics
 from mnp.decoder import Decoder, sample_logits
 from mnp.model import MNP
 

@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 from cfg_utils import compose_train
 from datamodules import TensorDataModule
 from mnp.model import MNP
-from mnp.validate import resolve_auto
+from mnp.core.validate import resolve_auto
 
 DATASETS = ["synthetic", "handwritten", "cub", "pie", "caltech101", "scene15", "hmdb", "cifar10c", "digits_c"]
 

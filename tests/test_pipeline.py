@@ -10,7 +10,7 @@ import torch
 from omegaconf import OmegaConf
 
 from cfg_utils import CONF, ROOT, compose_train
-from mnp.pipeline import evaluate, train
+from mnp.core.pipeline import evaluate, train
 
 CONTRACT = {"model", "dataset", "seed", "epochs", "test/acc", "test/ece", "test/nll", "test/brier",
             "time/train_epoch_s", "time/test_s", "time/total_s"}

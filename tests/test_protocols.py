@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from datamodules.cifar10c import ood_mix
-from mnp import protocols
+from mnp.core import protocols
 
 
 @pytest.mark.parametrize("m,count", [(6, 20), (3, 3), (2, 2), (1, 0)])

@@ -1,4 +1,4 @@
-"""mnp.report --relabel: runs labelled by today's defaults and by the experiment directory that holds them."""
+"""mnp.tools.report --relabel: runs labelled by today's defaults and by the experiment directory that holds them."""
 from __future__ import annotations
 
 import copy
@@ -7,9 +7,9 @@ from pathlib import Path
 
 import yaml
 
-from mnp.relabel import defaults, variant_of
-from mnp.report import main
-from mnp.report_runs import load
+from mnp.tools.relabel import defaults, variant_of
+from mnp.tools.report import main
+from mnp.tools.report_runs import load
 
 
 def write_run(root: Path, exp_dir: str, name: str, cfg: dict, recorded_exp: str) -> Path:

@@ -1,4 +1,4 @@
-"""python -m mnp.report: tables (mean/std/n, best bold, second underlined), CSV rows, failed/skipped
+"""python -m mnp.tools.report: tables (mean/std/n, best bold, second underlined), CSV rows, failed/skipped
 jobs, paper comparison and plots, from metrics files written here."""
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mnp.report import main, report
-from mnp.report_runs import Cell, load, summarise
+from mnp.tools.report import main, report
+from mnp.tools.report_runs import Cell, load, summarise
 
 SIGMAS = [0.01, 0.1, 1.0, 10.0]
 
@@ -117,7 +117,7 @@ def test_tables_show_percentages_best_bold_second_underlined(sweep, tmp_path):
 
 
 def test_ties_share_the_rank():
-    from mnp.report_tables import ACC, Table
+    from mnp.tools.report_tables import ACC, Table
     t = Table("1", "t", "t", [("a", None), ("b", None), ("c", None)], [("D", "d", ACC)],
               {(0, 0): Cell(0.9925, 0, 5), (1, 0): Cell(0.9925, 0, 5), (2, 0): Cell(0.995, 0, 5)})
     assert t.ranks() == {(2, 0): 1, (0, 0): 2, (1, 0): 2}
@@ -232,7 +232,7 @@ def test_paper_numbers_come_from_the_package_data_file():
     import tomllib
     from importlib import resources
 
-    from mnp.report_paper import PAPER_FILE, paper_rows, paper_speedups, paper_values
+    from mnp.tools.report_paper import PAPER_FILE, paper_rows, paper_speedups, paper_values
     printed = {(r["model"], r["dataset"], r["metric"]): r["value"] for r in paper_rows()}
     assert [printed[("mnp", "handwritten", k)] for k in ("test/acc", "test/ece", "noise/acc_mean")] == \
         ["99.50", "0.005", "98.58"]
@@ -248,9 +248,9 @@ def test_paper_numbers_come_from_the_package_data_file():
     assert len(values) == 8 * 6 * 3 + 8 * 4  # Tables 1-3: 8 methods × 6 datasets; Table 4: 8 methods × 4
     assert paper_speedups()["pie"] == {"train": 2.88, "test": 5.37}
     # read through importlib.resources from inside the package, and declared as package data
-    assert resources.files("mnp").joinpath(PAPER_FILE).is_file()
+    assert resources.files("mnp.tools").joinpath(PAPER_FILE).is_file()
     with open(Path(__file__).parents[1] / "pyproject.toml", "rb") as f:
-        assert PAPER_FILE in tomllib.load(f)["tool"]["setuptools"]["package-data"]["mnp"]
+        assert PAPER_FILE in tomllib.load(f)["tool"]["setuptools"]["package-data"]["mnp.tools"]
 
 
 def test_paper_comparison_of_ood_and_speed_from_the_data_file(tmp_path):
@@ -273,8 +273,8 @@ def test_speed_figure_points_on_a_log_axis_with_plain_ticks_and_floorless_error_
     from matplotlib.container import ErrorbarContainer
     from matplotlib.patches import Rectangle
 
-    from mnp.plots import speed_figure
-    from mnp.report_runs import Run
+    from mnp.tools.plots import speed_figure
+    from mnp.tools.report_runs import Run
     # mgp on handwritten: mean − std < 0, which sent the old error bar to the axis floor
     times = {("mnp", "handwritten"): [0.05, 0.06, 0.07], ("mgp", "handwritten"): [0.1, 0.1, 3.0],
              ("mnp", "cifar10c"): [20.0, 22.0, 24.0], ("mgp", "cifar10c"): [30.0, 33.0, 36.0]}
@@ -318,8 +318,8 @@ def reliability_data():
 def test_reliability_figure_shows_ece_counts_confidence_and_faded_small_bins():
     import torch
 
-    from mnp.metrics import ece
-    from mnp.plots import FADED, reliability_figure
+    from mnp.core.metrics import ece
+    from mnp.tools.plots import FADED, reliability_figure
     probs, labels = reliability_data()
     fig = reliability_figure(probs, labels, "mnp / pie / seed 0")
     fig.canvas.draw()
@@ -348,7 +348,7 @@ def test_reliability_figure_shows_ece_counts_confidence_and_faded_small_bins():
 
 
 def test_log_ticks_are_plain_numbers():
-    from mnp.plots import log_ticks, plain_number
+    from mnp.tools.plots import log_ticks, plain_number
     assert log_ticks(0.05, 50) == [0.1, 1, 10]
     assert log_ticks(0.3, 30) == [0.5, 1, 2, 5, 10, 20]
     assert log_ticks(2.1, 4.7) == [3, 4]

@@ -5,8 +5,8 @@ import pytorch_lightning as pl
 import torch
 
 from datamodules import TensorDataModule
-from mnp import metrics
-from mnp.routine import Routine
+from mnp.core import metrics
+from mnp.core.routine import Routine
 
 
 class ThresholdModel(Routine):

@@ -1,4 +1,4 @@
-"""Experiment presets, launchers, and multirun failure isolation / skipping / resuming (mnp.sweep)."""
+"""Experiment presets, launchers, and multirun failure isolation / skipping / resuming (mnp.core.sweep)."""
 from __future__ import annotations
 
 import json
@@ -16,8 +16,8 @@ from omegaconf import OmegaConf
 
 from datamodules.custom import CustomDataModule
 from datamodules.errors import DataError
-from mnp.rundir import register_resolver
-from mnp.sweep import FAILED, SKIPPED, JobFailed, ValidationMetrics, is_missing_data, run_job
+from mnp.core.rundir import register_resolver
+from mnp.core.sweep import FAILED, SKIPPED, JobFailed, ValidationMetrics, is_missing_data, run_job
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from mnp.wandb_utils import summary_items
+from mnp.core.wandb_utils import summary_items
 
 ROOT = Path(__file__).resolve().parents[1]
 BLOCK, HEADER = 32768, 7  # wandb's transaction log: LevelDB-style 32 KiB blocks after a 7-byte header

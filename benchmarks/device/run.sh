@@ -18,9 +18,9 @@ if timeout 60 python3 train.py model=mnp dataset=handwritten experiment_name=smo
      model.warmup_epochs=1 > $OUT/aux/smoke.log 2>&1; then el "smoke ok"; tail -12 $OUT/aux/smoke.log
 else el "smoke FAILED, sweep with model.fast=false"; tail -30 $OUT/aux/smoke.log; FAST="model.fast=false"; fi
 timeout 50 python3 benchmarks/device/step_capture.py --json $OUT/step_capture.json 2>&1 | tee $OUT/aux/step_capture.log; el "step capture done"
-timeout 40 python3 -m mnp.bench --dataset handwritten --models mnp mnp_ref mgp mlp --no-graph-breaks \
+timeout 40 python3 -m mnp.tools.bench --dataset handwritten --models mnp mnp_ref mgp mlp --no-graph-breaks \
    --json $OUT/bench_cuda_handwritten.json > $OUT/aux/bench1.log 2>&1; el "bench 1 rc=$?"
-timeout 55 python3 -m mnp.bench --dataset cub pie scene15 cifar10c --models mnp mgp --no-graph-breaks \
+timeout 55 python3 -m mnp.tools.bench --dataset cub pie scene15 cifar10c --models mnp mgp --no-graph-breaks \
    --no-step-metrics --json $OUT/bench_cuda.json > $OUT/aux/bench2.log 2>&1; el "bench 2 rc=$?"
 grep -E "^\| |train .*test" $OUT/aux/bench1.log $OUT/aux/bench2.log | head -40
 fi

@@ -22,15 +22,15 @@ from hydra.errors import InstantiationException
 from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from mnp.checkpointing import (CFG_KEY, AtomicCheckpointIO, CsvHistory, atomic_write, check_fits, check_writable,
+from mnp.core.checkpointing import (CFG_KEY, AtomicCheckpointIO, CsvHistory, atomic_write, check_fits, check_writable,
                                checkpoint_callbacks, holds_run_dir, keep_csv_history, load_checkpoint,
                                resume_checkpoint)
-from mnp.errors import USER_ERRORS
-from mnp.outputs import write_json, write_npz
-from mnp.progress import progress_callbacks
-from mnp.rundir import check_reuse, eval_dir, hydra_variant
-from mnp.summary import log_run_summary
-from mnp.validate import resolve_auto, validate
+from mnp.core.errors import USER_ERRORS
+from mnp.core.outputs import write_json, write_npz
+from mnp.core.progress import progress_callbacks
+from mnp.core.rundir import check_reuse, eval_dir, hydra_variant
+from mnp.core.summary import log_run_summary
+from mnp.core.validate import resolve_auto, validate
 
 log = logging.getLogger(__name__)
 
@@ -247,7 +247,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             log_run_summary(results, out_dir)
         for lg in loggers:
             if hasattr(lg, "experiment") and type(lg).__name__ == "WandbLogger":
-                from mnp.wandb_utils import log_summary
+                from mnp.core.wandb_utils import log_summary
                 log_summary(lg, results, out_dir)
         return results
     finally:

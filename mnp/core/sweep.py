@@ -31,8 +31,8 @@ from omegaconf import DictConfig
 
 import datamodules
 from datamodules.errors import DataError
-from mnp.outputs import write_json
-from mnp.summary import record_job
+from mnp.core.outputs import write_json
+from mnp.core.summary import record_job
 
 log = logging.getLogger(__name__)
 

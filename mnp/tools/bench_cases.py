@@ -1,4 +1,4 @@
-"""The benchmark's cases (``python -m mnp.bench``): the datasets (the real ones, and synthetic data with the
+"""The benchmark's cases (``python -m mnp.tools.bench``): the datasets (the real ones, and synthetic data with the
 shapes of the large ones), the models built from their per-dataset configs, and the MLP floor."""
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ from torch import Tensor, nn
 from mnp.decoder import Decoder
 from mnp.encoders import LEAKY_SLOPE
 from mnp.optim import make_optimizer
-from mnp.routine import Routine
+from mnp.core.routine import Routine
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
+CONF = Path(__file__).resolve().parents[2] / "conf"
 REAL = ("handwritten", "cub", "pie", "scene15")
 SHAPES = {"caltech101": ((4096, 4096), 101, 8677), "hmdb": ((1000, 1000), 51, 6718),
           "cifar10c": ((2048, 2048, 2048), 10, 50000)}
@@ -68,7 +68,7 @@ def compose_cfg(model: str, dataset: str, overrides: tuple[str, ...] = ()) -> di
     from hydra.core.global_hydra import GlobalHydra
     from omegaconf import OmegaConf
 
-    from mnp.validate import resolve_auto
+    from mnp.core.validate import resolve_auto
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose("train", overrides=[f"model={model}", f"dataset={dataset}", "logger=none",

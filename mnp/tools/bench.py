@@ -1,6 +1,6 @@
 """Speed benchmark of MNP against MGP and an MLP floor (docs/method.md §5, the paper's Table 5).
 
-    python -m mnp.bench [--dataset NAME ...] [--json PATH] [--threads 1] [--quick]
+    python -m mnp.tools.bench [--dataset NAME ...] [--json PATH] [--threads 1] [--quick]
                         [--models mnp mnp_ref mgp mlp] [--scaling] [--profile] [--sweep]
 
 Cases: the real handwritten, cub, pie and scene15 (``$MNP_DATA_DIR``; skipped when absent) and
@@ -27,8 +27,8 @@ Every model is built from its per-dataset config (``conf/model_dataset/<model>_<
   dense float32 matmul (2048³ on CPU, 8192³ on CUDA) timed in every round of the same run.
 * **Memory**: peak bytes of live tensor storages on the device during one steady-state training step
   (parameters, gradients, optimiser state, activations, temporaries) and one test batch, tracked op
-  by op with a dispatch mode (:class:`mnp.bench_measure.LiveTensorBytes`), not the process's resident set.
-* **Step metrics** (``mnp.step_metrics``): ATen ops, host syncs (which ops) and ``torch._dynamo``
+  by op with a dispatch mode (:class:`mnp.tools.bench_measure.LiveTensorBytes`), not the process's resident set.
+* **Step metrics** (``mnp.tools.step_metrics``): ATen ops, host syncs (which ops) and ``torch._dynamo``
   graph breaks of one steady-state training step: what stands between the step and one CUDA graph.
 * ``--scaling``: MNP's training step and test batch against N^m (100 … 3200) and N_T, with linear
   fits and plots (``--plot-dir``).
@@ -43,9 +43,9 @@ Every model is built from its per-dataset config (``conf/model_dataset/<model>_<
 
 CPU threads default to 1 (``--threads``): the machine's 2 cores are shared with other jobs.
 
-This module holds the command and the rounds of one case; the parts: ``mnp.bench_cases`` (datasets,
-configs, models, the MLP floor), ``mnp.bench_measure`` (times, FLOPs, memory peaks), ``mnp.bench_scaling``,
-``mnp.bench_profile``, ``mnp.bench_sweep`` (the optional studies) and ``mnp.bench_tables`` (markdown).
+This module holds the command and the rounds of one case; the parts: ``mnp.tools.bench_cases`` (datasets,
+configs, models, the MLP floor), ``mnp.tools.bench_measure`` (times, FLOPs, memory peaks), ``mnp.tools.bench_scaling``,
+``mnp.tools.bench_profile``, ``mnp.tools.bench_sweep`` (the optional studies) and ``mnp.tools.bench_tables`` (markdown).
 """
 from __future__ import annotations
 
@@ -63,15 +63,15 @@ from pathlib import Path
 
 import torch
 
-from mnp.bench_cases import BATCH, DATASETS, EVAL_BATCH, MODELS, OPTIONAL_MODELS, SHAPES, Case, build_model, load_case
-from mnp.bench_measure import (epoch_batches, extrapolate_test, matmul_gflops, memory_peaks, step_metrics_of,
+from mnp.tools.bench_cases import BATCH, DATASETS, EVAL_BATCH, MODELS, OPTIONAL_MODELS, SHAPES, Case, build_model, load_case
+from mnp.tools.bench_measure import (epoch_batches, extrapolate_test, matmul_gflops, memory_peaks, step_metrics_of,
                                test_flops, test_pass, train_epoch, training_flops)
-from mnp.bench_profile import profile_case
-from mnp.bench_scaling import plot_scaling, scaling
-from mnp.bench_sweep import sweep_estimate
-from mnp.bench_tables import markdown
+from mnp.tools.bench_profile import profile_case
+from mnp.tools.bench_scaling import plot_scaling, scaling
+from mnp.tools.bench_sweep import sweep_estimate
+from mnp.tools.bench_tables import markdown
 
-log = logging.getLogger("mnp.bench")
+log = logging.getLogger("mnp.tools.bench")
 
 
 # ---------------------------------------------------------------------------- one dataset
@@ -150,7 +150,7 @@ def bench_case(case: Case, models: tuple[str, ...], args, device: torch.device) 
 
 # ---------------------------------------------------------------------------- the command
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(prog="python -m mnp.bench", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m mnp.tools.bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--dataset", nargs="+", default=list(DATASETS), choices=DATASETS)
     p.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS + OPTIONAL_MODELS,
                    help="mnp_ref: MNP's straightforward reference implementation, for before/after")
@@ -175,7 +175,7 @@ def parse_args(argv=None):
                    help="override a model's config, e.g. mnp.d_e=256 (the MLP floor follows mnp's widths)")
     p.add_argument("--data-dir", default=None)
     p.add_argument("--no-step-metrics", dest="step_metrics", action="store_false",
-                   help="skip the ops / host syncs / graph breaks of one training step (mnp.step_metrics)")
+                   help="skip the ops / host syncs / graph breaks of one training step (mnp.tools.step_metrics)")
     p.add_argument("--no-graph-breaks", dest="graph_breaks", action="store_false",
                    help="step metrics without torch._dynamo.explain (its tracing takes seconds per model)")
     args = p.parse_args(argv)
@@ -206,7 +206,7 @@ def run(args) -> dict:
             "threads": torch.get_num_threads(), "precision": args.precision, "compile": args.compile,
             "torch": torch.__version__, "repeats": args.repeats, "quick": args.quick,
             "loadavg_start": round(os.getloadavg()[0], 2), "command": " ".join(sys.argv)}
-    print(f"# mnp.bench: {meta['device']}, torch.set_num_threads({meta['threads']}), precision {args.precision}",
+    print(f"# mnp.tools.bench: {meta['device']}, torch.set_num_threads({meta['threads']}), precision {args.precision}",
           flush=True)
     result = {"cases": [], "ratios": {}, "meta": meta, "matmul_peak_rounds": {}}
     rows = args.max_batches * BATCH if args.max_batches else None
@@ -238,7 +238,7 @@ def main(argv=None) -> dict:
     args = parse_args(argv)
     result = run(args)
     print(markdown(result))
-    from mnp.step_metrics import markdown as step_markdown
+    from mnp.tools.step_metrics import markdown as step_markdown
     if table := step_markdown(result["cases"]):
         print("\n" + table)
     for text in result.get("profiles", {}).values():

@@ -1,4 +1,4 @@
-"""PNG plots of finished runs (matplotlib, Agg backend), used by ``python -m mnp.report``.
+"""PNG plots of finished runs (matplotlib, Agg backend), used by ``python -m mnp.tools.report``.
 
 One figure per experiment (and dataset) and kind:
 
@@ -28,8 +28,8 @@ from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter  # noqa: E402
 
-from mnp.metrics import reliability  # noqa: E402
-from mnp.report_runs import DATASET_ORDER, Run, dataset_label, order, order_rows, row_label  # noqa: E402
+from mnp.core.metrics import reliability  # noqa: E402
+from mnp.tools.report_runs import DATASET_ORDER, Run, dataset_label, order, order_rows, row_label  # noqa: E402
 
 NOISE_KEY = re.compile(r"^noise/acc@(.+)$")
 FEW_SAMPLES = 10  # reliability bins with fewer samples are drawn faded

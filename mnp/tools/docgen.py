@@ -1,15 +1,15 @@
 """The results tables of README.md and docs/*.md, generated from the committed result files.
 
-``python -m mnp.docgen`` rewrites every block ``<!-- generated:NAME -->…<!-- /generated:NAME -->`` in
+``python -m mnp.tools.docgen`` rewrites every block ``<!-- generated:NAME -->…<!-- /generated:NAME -->`` in
 README.md and docs/*.md with the output of the renderer NAME below; ``--check`` writes nothing and
 exits 1 when a block differs from what the files give (tests/test_docs.py runs it). Sources:
 
-* ``results/paper_main/results.csv``: ``python -m mnp.report <paper_main sweep> --out results/paper_main --paper``;
-* ``results/switches/results.csv``: ``python -m mnp.report <paper_main sweep> <switches sweep>
+* ``results/paper_main/results.csv``: ``python -m mnp.tools.report <paper_main sweep> --out results/paper_main --paper``;
+* ``results/switches/results.csv``: ``python -m mnp.tools.report <paper_main sweep> <switches sweep>
   --out results/switches --models mnp --relabel``;
-* ``results/digits_c/results.csv``: ``python -m mnp.report <digits_c sweep> --out results/digits_c``;
+* ``results/digits_c/results.csv``: ``python -m mnp.tools.report <digits_c sweep> --out results/digits_c``;
 * ``docs/goals.csv``: the goal table of the fidelity issue; ``benchmarks/custom_defaults.json``:
-  ``python benchmarks/custom_defaults.py``; ``figures/figure2.json``: ``python -m mnp.figure2 --out figures``;
+  ``python benchmarks/custom_defaults.py``; ``figures/figure2.json``: ``python -m mnp.tools.figure2 --out figures``;
   ``benchmarks/step_capture_h100.json``: ``python benchmarks/device/step_capture.py`` on a GPU.
 """
 from __future__ import annotations
@@ -21,10 +21,10 @@ import re
 import sys
 from pathlib import Path
 
-from mnp.report_paper import paper_values
-from mnp.report_runs import dataset_label, model_label
+from mnp.tools.report_paper import paper_values
+from mnp.tools.report_runs import dataset_label, model_label
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DATASETS = ["handwritten", "cub", "pie", "scene15"]
 MAIN = [("test/acc", "acc %", 100, 2), ("test/ece", "ECE", 1, 3), ("noise/acc_mean", "noisy acc %", 100, 2)]
 BASELINES = ["mcd", "de_ef", "sngp", "etp", "de_lf", "tmc", "mgp"]
@@ -33,7 +33,7 @@ BLOCK = re.compile(r"(<!-- generated:(\w+) -->\n)(.*?)(<!-- /generated:\2 -->)",
 
 # ---------------------------------------------------------------------------- reading
 def read_results(path: Path) -> dict[tuple[str, str, str, str], dict]:
-    """(model, variant, dataset, metric) -> {mean, std, n} of a results.csv written by mnp.report."""
+    """(model, variant, dataset, metric) -> {mean, std, n} of a results.csv written by mnp.tools.report."""
     if not path.exists():
         return {}
     with open(path, newline="") as f:
@@ -181,7 +181,7 @@ def render_custom_defaults(src: dict) -> str:
 
 
 def render_figure2(src: dict) -> str:
-    """The paper's Figure 2 on the two moons (figures/figure2.json, ``python -m mnp.figure2 --out figures``)."""
+    """The paper's Figure 2 on the two moons (figures/figure2.json, ``python -m mnp.tools.figure2 --out figures``)."""
     fig = src["figure2"]
     rows = ["| attention | test acc | mean uncertainty, test set | uncertainty at the OOD point (−2, 2) |",
             "|---|---|---|---|"]
@@ -214,8 +214,8 @@ def render_step_capture(src: dict) -> str:
 
 
 def render_depgraph(src: dict) -> str:
-    """The package import graph (``python -m mnp.depgraph --mermaid``): edge labels count module imports."""
-    from mnp import depgraph
+    """The package import graph (``python -m mnp.tools.depgraph --mermaid``): edge labels count module imports."""
+    from mnp.tools import depgraph
 
     pkg = depgraph.package_edges(depgraph.edges(depgraph.modules()))
     return "\n".join(["```mermaid", "graph LR", *(f"  {a} -->|{len(w)}| {b}" for (a, b), w in sorted(pkg.items())),
@@ -267,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
             if not args.check:
                 path.write_text(new)
     if args.check and stale:
-        print(f"out of date: {', '.join(stale)}; run python -m mnp.docgen", file=sys.stderr)
+        print(f"out of date: {', '.join(stale)}; run python -m mnp.tools.docgen", file=sys.stderr)
         return 1
     print(("updated: " + ", ".join(stale)) if stale and not args.check else "docs are up to date")
     return 0

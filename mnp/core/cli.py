@@ -8,9 +8,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from mnp.console import quiet
-from mnp.errors import USER_ERRORS
-from mnp.summary import STATUS_ENV, sweep_summary
+from mnp.core.console import quiet
+from mnp.core.errors import USER_ERRORS
+from mnp.core.summary import STATUS_ENV, sweep_summary
 
 log = logging.getLogger("mnp")
 
@@ -48,7 +48,7 @@ def main_guarded(main) -> None:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    from mnp.sweep import JobFailed
+    from mnp.core.sweep import JobFailed
 
     quiet()
     sys.argv[1:] = [quote_path_value(a) for a in sys.argv[1:]]
@@ -102,7 +102,7 @@ def run_guarded(fn, cfg):
     With HYDRA_FULL_ERROR=1 the exception propagates with its full traceback. In a multirun,
     Hydra records the failed job and the other jobs go on.
     """
-    from mnp.sweep import in_multirun, run_job
+    from mnp.core.sweep import in_multirun, run_job
     quiet()  # also in a sweep's worker processes
     if in_multirun():  # failed.json / skipped.json, never SystemExit (it would abort the sweep)
         return run_job(fn, cfg)

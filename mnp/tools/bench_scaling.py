@@ -1,4 +1,4 @@
-"""``python -m mnp.bench --scaling``: MNP's training step and test batch against the context size N^m
+"""``python -m mnp.tools.bench --scaling``: MNP's training step and test batch against the context size N^m
 and the batch size N_T, with linear fits and plots."""
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mnp.bench_cases import SHAPES, build_model, first_optimizer, synthetic_views
-from mnp.bench_measure import autocast, clear_cache, manual_step, sync, tracked_peak_mb
+from mnp.tools.bench_cases import SHAPES, build_model, first_optimizer, synthetic_views
+from mnp.tools.bench_measure import autocast, clear_cache, manual_step, sync, tracked_peak_mb
 
-log = logging.getLogger("mnp.bench")
+log = logging.getLogger("mnp.tools.bench")
 
 
 def _fit_line(x, y) -> dict:

@@ -1,4 +1,4 @@
-"""``python -m mnp.bench --profile``: where MNP's training step goes (torch.profiler), and sparsemax
+"""``python -m mnp.tools.bench --profile``: where MNP's training step goes (torch.profiler), and sparsemax
 with a full sort against partial sorts on a case's real attention scores."""
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import time
 
 import torch
 
-from mnp.bench_cases import BATCH, Case, build_model
-from mnp.bench_measure import sync
+from mnp.tools.bench_cases import BATCH, Case, build_model
+from mnp.tools.bench_measure import sync
 
 
 def profile_case(case: Case, device: torch.device, steps: int = 3) -> str:

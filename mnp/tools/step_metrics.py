@@ -24,7 +24,7 @@ here) and torch.optim breaks it around ``step()`` on purpose and never traces fu
 
 The step is the model's own :meth:`~mnp.model.MNP.train_step` followed by the DCM update (what Lightning's
 ``on_train_batch_end`` runs); other models get the generic forward, backward, clip, step of
-:func:`step_function`. ``python -m mnp.bench`` records these fields for every case and model.
+:func:`step_function`. ``python -m mnp.tools.bench`` records these fields for every case and model.
 """
 from __future__ import annotations
 
@@ -256,7 +256,7 @@ def markdown(cases: list[dict]) -> str:
 
 
 def comparison_table(before: dict, after: dict) -> str:
-    """Markdown table of the step metrics of two benchmark results (``python -m mnp.bench --json``), by dataset."""
+    """Markdown table of the step metrics of two benchmark results (``python -m mnp.tools.bench --json``), by dataset."""
     was = {(c["dataset"], c["model"]): c for c in before["cases"] if "ops_per_train_step" in c}
     out = ["| dataset | model | ATen ops before → after (backward) | host syncs before → after | "
            "graph breaks before → after (whole step) |", "|---|---|---|---|---|"]
@@ -272,10 +272,10 @@ def comparison_table(before: dict, after: dict) -> str:
     return "\n".join(out)
 
 
-if __name__ == "__main__":  # python -m mnp.step_metrics [BEFORE.json AFTER.json]: the table of docs/gpu.md
+if __name__ == "__main__":  # python -m mnp.tools.step_metrics [BEFORE.json AFTER.json]: the table of docs/gpu.md
     import json
     import sys
     from pathlib import Path
-    root = Path(__file__).resolve().parents[1] / "benchmarks"
+    root = Path(__file__).resolve().parents[2] / "benchmarks"
     paths = sys.argv[1:3] or [root / "step_metrics_before.json", root / "step_metrics.json"]
     print(comparison_table(*(json.loads(Path(p).read_text()) for p in paths)))

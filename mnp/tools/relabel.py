@@ -1,11 +1,11 @@
-"""Label finished runs by today's defaults (``python -m mnp.report --relabel``).
+"""Label finished runs by today's defaults (``python -m mnp.tools.report --relabel``).
 
 A run's label normally comes from the command that made it: its experiment and the result-changing
 overrides it was given. After a default changes, that label goes stale: a run made with
 ``model.warmup_lr=0.01`` as an override is a default run once 0.01 is the default, and an old default
 run is now a variant. With ``--relabel`` the report labels each run by its saved ``config.yaml``
 instead: its variant is the result keys where that config differs from today's composed defaults for
-its model, dataset and seed (``mnp.rundir.config_drift``, the same comparison that guards run
+its model, dataset and seed (``mnp.core.rundir.config_drift``, the same comparison that guards run
 directories), and its experiment is the one whose directory holds it
 (``<log_dir>/<experiment>/multiruns/<run>``).
 """
@@ -17,9 +17,9 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from mnp.rundir import _flatten, config_drift
+from mnp.core.rundir import _flatten, config_drift
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
+CONF = Path(__file__).resolve().parents[2] / "conf"
 RESULT_GROUPS = ("model", "dataset", "trainer", "eval")
 
 
@@ -38,7 +38,7 @@ def _composed(model: str, dataset: str):
 def defaults(model: str, dataset: str, seed: int) -> dict:
     """The result groups (model, dataset, trainer, eval) of today's resolved ``train.yaml`` for a job
     (composed once per model and dataset, resolved per seed)."""
-    from mnp.validate import resolve_auto
+    from mnp.core.validate import resolve_auto
     cfg = copy.deepcopy(_composed(model, dataset))
     cfg.seed = seed
     resolve_auto(cfg)

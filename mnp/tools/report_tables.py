@@ -1,14 +1,14 @@
-"""The paper's tables of one experiment, as markdown and LaTeX, for :mod:`mnp.report`.
+"""The paper's tables of one experiment, as markdown and LaTeX, for :mod:`mnp.tools.report`.
 
 Each table records the number of the paper table it reproduces (1 accuracy, 2 ECE, 3 noisy
 accuracy, 4 CIFAR10-C OOD, 5 speed); the number shown is passed in at rendering time, so that the
-report can number its tables consecutively (see :mod:`mnp.report`).
+report can number its tables consecutively (see :mod:`mnp.tools.report`).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mnp.report_runs import DATASET_ORDER, Cell, dataset_label, order, order_rows, row_label
+from mnp.tools.report_runs import DATASET_ORDER, Cell, dataset_label, order, order_rows, row_label
 
 OOD_ORDER = ["svhn", "cifar100", "heldout"]
 OOD_NAMES = {"svhn": "SVHN", "cifar100": "CIFAR100", "heldout": "held-out classes"}

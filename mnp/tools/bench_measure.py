@@ -14,8 +14,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import FlopCounterMode
 
-from mnp.bench_cases import BATCH, EVAL_BATCH, first_optimizer
-from mnp.routine import Routine
+from mnp.tools.bench_cases import BATCH, EVAL_BATCH, first_optimizer
+from mnp.core.routine import Routine
 
 
 def sync(device: torch.device) -> None:
@@ -242,9 +242,9 @@ def extrapolate_test(cold: float, warm: float | None, scale: float) -> float:
 
 
 def step_metrics_of(model: Routine, dm, device: torch.device, args) -> dict:
-    """ATen ops, host syncs and graph breaks of one training step (mnp.step_metrics); {} when switched off."""
+    """ATen ops, host syncs and graph breaks of one training step (mnp.tools.step_metrics); {} when switched off."""
     if not args.step_metrics:
         return {}
-    from mnp import step_metrics
+    from mnp.tools import step_metrics
     return step_metrics.measure_case(model, dm, device, BATCH, explain=args.graph_breaks,
                                      autocast=lambda: autocast(device, args.precision))

@@ -14,9 +14,9 @@ import time
 import pytorch_lightning as pl
 from pytorch_lightning.callbacks import TQDMProgressBar
 
-from mnp.summary import duration
+from mnp.core.summary import duration
 
-log = logging.getLogger("mnp.progress")
+log = logging.getLogger("mnp.core.progress")
 
 
 class RunClock:

@@ -1,4 +1,4 @@
-"""The paper's Figure 2 on the two moons: ``python -m mnp.figure2 --out figures/``.
+"""The paper's Figure 2 on the two moons: ``python -m mnp.tools.figure2 --out figures/``.
 
 Trains three MNPs with the synthetic config (conf/model_dataset/mnp_synthetic.yaml) that differ only
 in the attention: dot product (eq. 1), RBF without L_RBF (β = 0) and RBF with L_RBF (eq. 9 + eq. 10).
@@ -24,9 +24,9 @@ from hydra import compose, initialize_config_dir  # noqa: E402
 from hydra.core.global_hydra import GlobalHydra  # noqa: E402
 
 from datamodules.synthetic import mesh  # noqa: E402
-from mnp.pipeline import build_datamodule, build_model  # noqa: E402
+from mnp.core.pipeline import build_datamodule, build_model  # noqa: E402
 
-CONF = str(Path(__file__).resolve().parents[1] / "conf")
+CONF = str(Path(__file__).resolve().parents[2] / "conf")
 VARIANTS = {
     "dot product": ["model.similarity=dot"],
     "RBF without L_RBF": ["model.beta=0.0"],

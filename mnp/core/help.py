@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
+CONF = Path(__file__).resolve().parents[2] / "conf"
 
 TRAIN = """\
 train.py: train one model on one dataset, test it (accuracy, ECE, NLL, accuracy under noisy views, OOD

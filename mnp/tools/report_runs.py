@@ -1,4 +1,4 @@
-"""Finished sweep jobs for :mod:`mnp.report` and :mod:`mnp.plots`: loading, aggregation over seeds,
+"""Finished sweep jobs for :mod:`mnp.tools.report` and :mod:`mnp.tools.plots`: loading, aggregation over seeds,
 the paper's order of methods and datasets, and their display names."""
 from __future__ import annotations
 
@@ -72,7 +72,7 @@ def load(dirs: Iterable[str | Path], relabel: bool = False) -> tuple[list[Run], 
     ``metrics.json`` written by ``evaluate.py`` (it has a ``checkpoint`` key) is not a sweep job
     and is left out. A job found twice (the same experiment, model, variant, dataset and seed)
     counts once: the most recent file wins. ``relabel``: each run's experiment and variant from where it
-    lives and how its saved config differs from today's defaults (:mod:`mnp.relabel`).
+    lives and how its saved config differs from today's defaults (:mod:`mnp.tools.relabel`).
     """
     runs: dict[tuple, Run] = {}
     jobs: list[Job] = []
@@ -88,7 +88,7 @@ def load(dirs: Iterable[str | Path], relabel: bool = False) -> tuple[list[Run], 
             variant = cfg.get("variant")
             experiment = str(m.get("experiment") or cfg.get("experiment_name") or "default")
             if relabel and cfg:
-                from mnp.relabel import experiment_of, variant_of
+                from mnp.tools.relabel import experiment_of, variant_of
                 variant = variant_of(cfg, str(m["model"]), str(m["dataset"]), int(m.get("seed", 0)))
                 experiment = experiment_of(mpath.parent, experiment)
             run = Run(mpath.parent, experiment, str(m["model"]), str(m["dataset"]), int(m.get("seed", 0)),

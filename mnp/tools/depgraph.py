@@ -1,4 +1,4 @@
-"""The import graph of the project's packages: ``python -m mnp.depgraph [--mermaid]``.
+"""The import graph of the project's packages: ``python -m mnp.tools.depgraph [--mermaid]``.
 
 Reads every module of ``mnp``, ``datamodules`` and ``baselines`` with :mod:`ast` (nothing is imported),
 counts every import of a project module (also those inside functions), and prints the package-level
@@ -12,7 +12,7 @@ import ast
 from collections import defaultdict
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("mnp", "datamodules", "baselines")
 
 

@@ -1,6 +1,6 @@
-"""Comparison with the paper's numbers (docs/method.md §7) for ``python -m mnp.report --paper``.
+"""Comparison with the paper's numbers (docs/method.md §7) for ``python -m mnp.tools.report --paper``.
 
-The paper's means are package data, ``mnp/paper_results.csv`` (table, model, dataset, metric,
+The paper's means are package data, ``mnp/tools/paper_results.csv`` (table, model, dataset, metric,
 value as printed in the paper: accuracy in %; ``speed-up/<train|test>`` is MGP time / MNP time).
 """
 from __future__ import annotations
@@ -8,8 +8,8 @@ from __future__ import annotations
 import csv
 from importlib import resources
 
-from mnp.report_runs import DATASET_ORDER, MODEL_ORDER, dataset_label, model_label
-from mnp.report_tables import ACC, ECE, NOISY_ACC, Metric
+from mnp.tools.report_runs import DATASET_ORDER, MODEL_ORDER, dataset_label, model_label
+from mnp.tools.report_tables import ACC, ECE, NOISY_ACC, Metric
 
 PAPER_FILE = "paper_results.csv"
 SPEEDUP = "speed-up/"
@@ -17,7 +17,7 @@ SPEEDUP = "speed-up/"
 
 def paper_rows() -> list[dict[str, str]]:
     """The rows of the data file, comment lines (``#``) left out."""
-    text = resources.files("mnp").joinpath(PAPER_FILE).read_text(encoding="utf-8")
+    text = resources.files("mnp.tools").joinpath(PAPER_FILE).read_text(encoding="utf-8")
     return list(csv.DictReader(line for line in text.splitlines() if not line.startswith("#")))
 
 

@@ -1,6 +1,6 @@
 """Why a trained MNP is or is not robust to noisy views: attention and MBA under the noise protocol.
 
-``python -m mnp.diagnose <run dir or last.ckpt> [--sigmas ...] [--json PATH] [--plot PATH]``
+``python -m mnp.tools.diagnose <run dir or last.ckpt> [--sigmas ...] [--json PATH] [--plot PATH]``
 
 For every noise level σ and every noised subset of ⌊M/2⌋ views (docs/method.md §5) it measures, on the clean
 test split of the run's own data:
@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from mnp.decoder import sample_logits
-from mnp.protocols import add_noise, noise_subsets
+from mnp.core.protocols import add_noise, noise_subsets
 
 DEFAULT_SIGMAS = (0.0, 0.1, 0.46, 1.0, 2.15, 10.0)
 
@@ -98,7 +98,7 @@ def diagnose(model, views: list[torch.Tensor], y: torch.Tensor, sigmas=DEFAULT_S
     """Run :func:`measure` for every σ and noised subset; return per-subset and pooled rows."""
     from mnp.model import MNP
     if not isinstance(model, MNP):
-        raise TypeError(f"mnp.diagnose explains MNP's attention and MBA; got a {type(model).__name__}")
+        raise TypeError(f"mnp.tools.diagnose explains MNP's attention and MBA; got a {type(model).__name__}")
     model.eval()
     subsets = noise_subsets(len(views)) or [()]
     g = torch.Generator(device=views[0].device).manual_seed(seed)
@@ -131,7 +131,7 @@ def table_md(result: dict) -> str:
 
 
 def plot(result: dict, path: Path, title: str) -> Path:
-    from mnp.plots import _save, plt
+    from mnp.tools.plots import _save, plt
     pooled = [p for p in result["pooled"] if p["sigma"] > 0]
     x = [p["sigma"] for p in pooled]
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.8))
@@ -152,7 +152,7 @@ def plot(result: dict, path: Path, title: str) -> Path:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    ap = argparse.ArgumentParser(prog="python -m mnp.diagnose", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m mnp.tools.diagnose", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("run", help="a run directory of train.py (uses checkpoints/last.ckpt) or a checkpoint file")
     ap.add_argument("--sigmas", type=float, nargs="+", default=list(DEFAULT_SIGMAS), help="noise levels σ (0: clean)")
@@ -161,7 +161,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--json", type=Path, default=None, help="write the result here")
     ap.add_argument("--plot", type=Path, default=None, help="write a PNG of accuracy, attention and MBA precision against σ")
     args = ap.parse_args(argv)
-    from mnp.pipeline import load_run
+    from mnp.core.pipeline import load_run
     ckpt = Path(args.run)
     if ckpt.is_dir():
         ckpt = ckpt / "checkpoints" / "last.ckpt"

@@ -24,8 +24,8 @@ import pytorch_lightning as pl
 import torch
 from torch import Tensor
 
-from mnp import metrics
-from mnp.protocols import add_noise, default_noise_levels, noise_generator, noise_subsets, sigma_key
+from mnp.core import metrics
+from mnp.core.protocols import add_noise, default_noise_levels, noise_generator, noise_subsets, sigma_key
 
 log = logging.getLogger(__name__)
 

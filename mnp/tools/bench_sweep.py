@@ -1,4 +1,4 @@
-"""``python -m mnp.bench --sweep``: the ``experiment=paper_main`` MNP sweep's time, estimated from
+"""``python -m mnp.tools.bench --sweep``: the ``experiment=paper_main`` MNP sweep's time, estimated from
 measured parts."""
 from __future__ import annotations
 
@@ -10,17 +10,17 @@ import time
 import pytorch_lightning as pl
 import torch
 
-from mnp.bench_cases import CONF, REAL, compose_cfg, load_case
-from mnp.bench_measure import train_epoch
+from mnp.tools.bench_cases import CONF, REAL, compose_cfg, load_case
+from mnp.tools.bench_measure import train_epoch
 
-log = logging.getLogger("mnp.bench")
+log = logging.getLogger("mnp.tools.bench")
 
 
 def startup_s() -> float:
     """Seconds for a fresh Python process to import the training pipeline (each sweep job pays it)."""
     import subprocess
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-c", "import mnp.pipeline, datamodules.features, baselines.mgp"], check=True,
+    subprocess.run([sys.executable, "-c", "import mnp.core.pipeline, datamodules.features, baselines.mgp"], check=True,
                    cwd=str(CONF.parent), capture_output=True)
     return time.perf_counter() - t0
 

@@ -1,0 +1,1 @@
+"""The tools: reports, plots, docs generation, benchmarks and diagnosis."""
