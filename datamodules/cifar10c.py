@@ -1,6 +1,6 @@
 """CIFAR10-C (docs/method.md §4): three corruptions of one image as three views, with SVHN / CIFAR-100 OOD sets.
 
-Reads the Inception-v3 feature cache that ``python -m mnp.tools.features`` writes (layout in datamodules/feature_cache.py,
+Reads the Inception-v3 feature cache that ``python -m mnp.tools.build_features`` writes (layout in datamodules/feature_cache.py,
 the official code's). Views are standardised with training statistics (docs/method.md §2: standard scaling).
 Each OOD set holds ``ood_n_id`` ID test samples plus ``ood_n_ood`` OOD samples, both drawn *without*
 replacement (the official code draws with replacement), and every OOD feature is copied into all
@@ -54,7 +54,7 @@ class CIFAR10C(MultiViewDataModule):
 
     # ---------------------------------------------------------------- reading
     def build_hint(self) -> str:
-        return (f"build them with `python -m mnp.tools.features dataset.feature_dir={self.feature_dir} "
+        return (f"build them with `python -m mnp.tools.build_features dataset.feature_dir={self.feature_dir} "
                 f"'dataset.corruptions=[{','.join(self.corruptions)}]' "
                 f"'dataset.severities=[{','.join(map(str, self.severities))}]'`")
 

@@ -10,7 +10,7 @@ Layout under a feature directory::
 Build the CIFAR10-C set (config: conf/features/cifar10c.yaml, which includes conf/dataset/cifar10c.yaml,
 so the same ``dataset.*`` overrides serve this command and ``train.py``)::
 
-    python -m mnp.tools.features [paths.data_dir=DIR] [dataset.feature_dir=OUT] [device=cuda] [batch_size=256]
+    python -m mnp.tools.build_features [paths.data_dir=DIR] [dataset.feature_dir=OUT] [device=cuda] [batch_size=256]
 
 The command resumes where it stopped: every array is computed in chunks written atomically to
 ``<array>.partial/rows_<start>_<stop>.npy``; a rerun skips finished arrays and finished chunks.

@@ -113,7 +113,7 @@ def test_missing_features_name_the_build_command(tmp_path):
     with pytest.raises(DataError) as e:
         datamodule(tmp_path)
     msg = str(e.value)
-    assert "\n" not in msg and "python -m mnp.tools.features" in msg and "dataset.severities=[1,3,5]" in msg
+    assert "\n" not in msg and "python -m mnp.tools.build_features" in msg and "dataset.severities=[1,3,5]" in msg
 
 
 def test_features_from_another_extractor_are_refused(tmp_path):
@@ -175,3 +175,15 @@ def test_dataset_config_instantiates(tmp_path):
     name, dm = build_datamodule(cfg)
     assert name == "cifar10c" and dm.scaling == "standard" and dm.view_dims == [6, 6, 6]
     assert {k: int(v[1].sum()) for k, v in dm.ood_sets.items()} == {"svhn": 50, "cifar100": 30}
+
+
+def test_the_feature_cache_command_finds_its_config():
+    """`python -m mnp.tools.build_features` composes conf/features/cifar10c.yaml from the repository's conf/."""
+    import subprocess
+    import sys
+
+    from cfg_utils import ROOT
+    res = subprocess.run([sys.executable, "-m", "mnp.tools.build_features", "--cfg", "job"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "feature_dir" in res.stdout
