@@ -34,7 +34,6 @@ from mnp.core.validate import resolve_auto, validate
 
 log = logging.getLogger(__name__)
 
-# ---------------------------------------------------------------------------- file helpers
 # ---------------------------------------------------------------------------- building blocks
 def init_keys(cls: type, exclude=()) -> list[str]:
     """The keyword arguments ``cls(...)`` accepts, following ``**kwargs`` up the base classes."""

@@ -81,12 +81,13 @@ def hydra_variant() -> str:
     return variant_name(HydraConfig.get().overrides.task) if HydraConfig.initialized() else ""
 
 
-def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
+def flatten(d: Any, prefix: str = "") -> dict[str, Any]:
+    """A nested config as {"a.b.c": value}."""
     if not isinstance(d, dict):
         return {prefix[:-1]: d}
     out: dict[str, Any] = {}
     for k, v in d.items():
-        out.update(_flatten(v, f"{prefix}{k}."))
+        out.update(flatten(v, f"{prefix}{k}."))
     return out
 
 
@@ -96,7 +97,7 @@ def config_drift(saved: dict, current: dict) -> list[str]:
     A key the saved config lacks is a switch added since the run, with a default that keeps the old
     behaviour; it is not drift.
     """
-    old, new = _flatten(saved), _flatten(current)
+    old, new = flatten(saved), flatten(current)
     return sorted(k for k in old.keys() & new.keys() if _is_result_key(k) and old[k] != new[k]) + \
         sorted(k for k in old.keys() - new.keys() if _is_result_key(k))
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from mnp.core.rundir import _flatten, config_drift
+from mnp.core.rundir import flatten, config_drift
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 RESULT_GROUPS = ("model", "dataset", "trainer", "eval")
@@ -50,7 +50,7 @@ def variant_of(config: dict, model: str, dataset: str, seed: int) -> str | None:
     defaults, with the run's values; ``None`` when it is a default run."""
     current = defaults(model, dataset, seed)
     saved = {k: config[k] for k in current if k in config}
-    flat = _flatten(saved)
+    flat = flatten(saved)
     return ",".join(f"{k}={flat[k]}" for k in config_drift(saved, current)) or None
 
 
