@@ -27,6 +27,7 @@ from mnp.memory import ContextMemory
 from mnp.model_training import MNPTraining, SumOfSquares
 from mnp.core.routine import Routine
 from mnp.stacked import Stacks, distributed, stackable
+from mnp.step_graphs import StepGraphs, blockers
 
 
 def glorot_(module: nn.Module) -> None:
@@ -137,6 +138,10 @@ class MNP(ContextCache, MNPTraining, Routine):
         # the last attention); what CUDA-graph capture needs, and what mnp.tools.step_metrics measures. On a GPU the
         # step makes none either way.
         self.capturable = False
+        # accel.cuda_graph: False | True (the training step and DCM update as CUDA graphs) | "emulate" (the same
+        # bookkeeping without graphs, any device); set by the pipeline, acted on in on_fit_start (mnp.step_graphs)
+        self.cuda_graph: bool | str = False
+        self._step_graphs: StepGraphs | None = None
         self.register_buffer("_loss_bad", torch.tensor(0.0), persistent=False)  # 1 after a non-finite loss, see train_step
         if modality_mask:
             self.register_buffer("_modality_subsets", subset_table(len(self.view_dims)), persistent=False)
@@ -162,6 +167,22 @@ class MNP(ContextCache, MNPTraining, Routine):
             self.init_memory(*data)
         elif data is not None:
             self.memory.attach(*data)
+        self._step_graphs = None
+        if self.cuda_graph:
+            if reasons := self.capture_blockers():
+                raise ValueError("accel.cuda_graph cannot capture this model's step: " + "; ".join(reasons))
+            emulate = self.cuda_graph == "emulate"
+            if not emulate and self.device.type != "cuda":
+                raise ValueError(f"accel.cuda_graph=true needs a CUDA device; this model is on {self.device.type}")
+            self.capturable = True
+            self._step_graphs = StepGraphs(self, emulate)
+
+    def capture_blockers(self) -> list[str]:
+        """Why the training step cannot be captured as a CUDA graph (empty: it can; mnp.step_graphs)."""
+        return blockers(self)
+
+    def on_fit_end(self) -> None:
+        self._step_graphs = None  # frees the graphs and their memory pool
 
     def on_test_start(self) -> None:
         if self.memory._source is None and (data := self._training_set()) is not None:
@@ -323,11 +344,14 @@ class MNP(ContextCache, MNPTraining, Routine):
         return logits, predictive_nll(logits, y, hp.ty_loss)
 
     def __getstate__(self):
-        return {**super().__getstate__(), "_compiled": None, "_param_stacks": None}
+        return {**super().__getstate__(), "_compiled": None, "_param_stacks": None, "_step_graphs": None}
 
     # ------------------------------------------------------------------ DCM update (eqs. 2–3)
     def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
-        self._update_memory()  # memory_write=after_step (paper); with before_step nothing is left to write
+        if self._step_graphs is not None:  # a captured step: its DCM update is a graph too
+            self._step_graphs.update_memory()
+        else:
+            self._update_memory()  # memory_write=after_step (paper); with before_step nothing is left to write
 
     def _update_memory(self) -> None:
         cached, self._dcm_batch = self._dcm_batch, None

@@ -12,7 +12,7 @@ from typing import Iterable, Sequence
 import torch
 from torch import Tensor, nn
 
-from mnp.optim import keras_eps_, make_optimizer
+from mnp.optim import keras_eps_, make_optimizer, set_lr
 
 
 def clip_per_tensor(params: Iterable[Tensor], max_norm: float, fast: bool = True) -> None:
@@ -105,9 +105,12 @@ class MNPTraining:
             n = self.trainer.num_training_batches
             frac = (self.current_epoch + (batch_idx / n if 0 < n < float("inf") else 0.0)) / self.hparams.warmup_epochs
             for g in opt.param_groups:
-                g["lr"] = g["lr_scale"] * self.hparams.warmup_lr * (1.0 - (1.0 - self.hparams.warmup_end_factor) * frac)
+                set_lr(g, g["lr_scale"] * self.hparams.warmup_lr * (1.0 - (1.0 - self.hparams.warmup_end_factor) * frac))
         step = self.global_step
-        loss, logs = self.train_step(views, y, opt)
+        if self._step_graphs is not None:  # accel.cuda_graph: mnp.step_graphs
+            loss, logs = self._step_graphs.step(views, y, opt, warm)
+        else:
+            loss, logs = self.train_step(views, y, opt)
         if self.check_finite_every and step % self.check_finite_every == 0:
             self._raise_if_nonfinite(loss, step)
         bs = y.shape[0]
@@ -116,7 +119,7 @@ class MNPTraining:
             self.log(f"train/{k}", v, on_step=False, on_epoch=True, batch_size=bs)
         return loss
 
-    def train_step(self, views: Sequence[Tensor], y: Tensor, opt) -> tuple[Tensor, dict[str, Tensor]]:
+    def train_step(self, views: Sequence[Tensor], y: Tensor, opt, hooks: bool = True) -> tuple[Tensor, dict[str, Tensor]]:
         """One optimisation step: forward, L = L_TY + β L_RBF (+ L2), backward, per-tensor clipping (not in
         the warm-up), the DCM write of memory_write=before_step, and ``opt.step()``.
 
@@ -125,13 +128,14 @@ class MNPTraining:
         read by :meth:`training_step` every ``check_finite_every`` steps; while it is set, a fused Adam (the
         fast path) skips its updates, so the parameters stay finite until the read stops the run. The DCM
         write of memory_write=after_step (paper) follows in ``on_train_batch_end``, as Lightning calls it.
+        ``hooks=False``: a plain ``loss.backward()`` without Lightning's backward hooks (inside a CUDA graph).
         """
         warm = self._in_warmup()
         loss, logs = self.training_loss(views, y)
         with torch.no_grad():
             self._loss_bad.logical_or_(loss - loss != 0)  # true for nan and ±inf
         self.zero_grad(set_to_none=True)
-        if self._trainer is not None:
+        if self._trainer is not None and hooks:
             self.manual_backward(loss)
         else:
             loss.backward()

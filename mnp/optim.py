@@ -36,6 +36,14 @@ def lr_lambda(schedule: str, milestones: Sequence[int], values: Sequence[float],
 EPS_PLACEMENTS = ("torch", "keras")
 
 
+def set_lr(group: dict, lr: float) -> None:
+    """Set a param group's learning rate, in place where it is a tensor (a captured step reads that tensor)."""
+    if isinstance(group["lr"], torch.Tensor):
+        group["lr"].fill_(lr)
+    else:
+        group["lr"] = lr
+
+
 def keras_eps_(opt: torch.optim.Adam) -> torch.optim.Adam:
     """Make torch's Adam place ε as Keras does (official code), by rescaling ε before every step.
 

@@ -22,6 +22,7 @@ from hydra.errors import InstantiationException
 from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from mnp.core.accel import configure as configure_accel, matmul_precision
 from mnp.core.checkpointing import (CFG_KEY, AtomicCheckpointIO, CsvHistory, atomic_write, check_fits, check_writable,
                                checkpoint_callbacks, holds_run_dir, keep_csv_history, load_checkpoint,
                                resume_checkpoint)
@@ -222,33 +223,36 @@ def train(cfg: DictConfig) -> dict[str, Any]:
                     enable_checkpointing=any(isinstance(c, ModelCheckpoint) for c in callbacks), enable_progress_bar=bar,
                     default_root_dir=str(out_dir), plugins=[AtomicCheckpointIO(resume_from)],
                     limit_val_batches=None if has_val else 0)
+    accel = cfg.get("accel") or {}
+    configure_accel(model, accel, trainer)
     # written once everything is built: a bad config or bad data leaves no output behind
     atomic_write(out_dir / "config.yaml", lambda tmp: OmegaConf.save(cfg, tmp, resolve=True))
     try:
-        trainer.fit(model, datamodule=dm, ckpt_path=resume_from)
-        if trainer.interrupted:
-            raise KeyboardInterrupt("training was interrupted")
-        if not cfg.get("test", True):
-            return {}
-        identity = _identity(cfg, model_name, dataset_name, trainer)
-        if spawned(trainer):  # the fit ran in child processes: test its end state (last.ckpt) here, on one device
-            last = out_dir / "checkpoints" / "last.ckpt"
-            identity["epochs"] = int(load_checkpoint(last)["epoch"]) + 1
-            trainer = build("trainer", cfg.trainer, strategy="auto", devices=1, num_nodes=1, logger=loggers or False,
-                            callbacks=[], enable_checkpointing=False, default_root_dir=str(out_dir),
-                            plugins=[AtomicCheckpointIO()])
-            trainer.test(model, datamodule=dm, ckpt_path=str(last), verbose=False)
-        else:
-            trainer.test(model, datamodule=dm, verbose=False)
-        results = {} if not trainer.is_global_zero else write_outputs(
-            out_dir, model, identity, {"time/total_s": time.perf_counter() - t0})
-        if results:
-            log_run_summary(results, out_dir)
-        for lg in loggers:
-            if hasattr(lg, "experiment") and type(lg).__name__ == "WandbLogger":
-                from mnp.core.wandb_utils import log_summary
-                log_summary(lg, results, out_dir)
-        return results
+        with matmul_precision(accel.get("matmul_precision")):
+            trainer.fit(model, datamodule=dm, ckpt_path=resume_from)
+            if trainer.interrupted:
+                raise KeyboardInterrupt("training was interrupted")
+            if not cfg.get("test", True):
+                return {}
+            identity = _identity(cfg, model_name, dataset_name, trainer)
+            if spawned(trainer):  # the fit ran in child processes: test its end state (last.ckpt) here, on one device
+                last = out_dir / "checkpoints" / "last.ckpt"
+                identity["epochs"] = int(load_checkpoint(last)["epoch"]) + 1
+                trainer = build("trainer", cfg.trainer, strategy="auto", devices=1, num_nodes=1, logger=loggers or False,
+                                callbacks=[], enable_checkpointing=False, default_root_dir=str(out_dir),
+                                plugins=[AtomicCheckpointIO()])
+                trainer.test(model, datamodule=dm, ckpt_path=str(last), verbose=False)
+            else:
+                trainer.test(model, datamodule=dm, verbose=False)
+            results = {} if not trainer.is_global_zero else write_outputs(
+                out_dir, model, identity, {"time/total_s": time.perf_counter() - t0})
+            if results:
+                log_run_summary(results, out_dir)
+            for lg in loggers:
+                if hasattr(lg, "experiment") and type(lg).__name__ == "WandbLogger":
+                    from mnp.core.wandb_utils import log_summary
+                    log_summary(lg, results, out_dir)
+            return results
     finally:
         finish_wandb()
 
@@ -295,7 +299,8 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     check_writable(out_dir)
     trainer = pl.Trainer(accelerator=cfg.trainer.accelerator, devices=cfg.trainer.devices, logger=False,
                          enable_checkpointing=False, enable_model_summary=False)
-    trainer.test(model, datamodule=dm, verbose=False)
+    with matmul_precision((run_cfg.get("accel") or {}).get("matmul_precision")):
+        trainer.test(model, datamodule=dm, verbose=False)
     identity = _identity(run_cfg, model_name, dataset_name, None)
     identity["epochs"] = int(ckpt.get("epoch", -1)) + 1
     identity["checkpoint"] = str(ckpt_path)

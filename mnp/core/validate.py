@@ -23,6 +23,8 @@ from collections.abc import Mapping, Sequence
 from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from mnp.core.accel import CUDA_GRAPH, PRECISIONS
+
 
 class ConfigError(ValueError):
     """A config value that cannot work; the message names the key."""
@@ -171,9 +173,21 @@ def check_ranges(c: dict) -> None:
         _check_int("eval.n_bins", ev["n_bins"], 1)
     if ev.get("noise_subset_size") is not None:
         _check_int("eval.noise_subset_size", ev["noise_subset_size"], 1)
+    check_accel(c.get("accel") or {})
     ckpt = (c.get("callbacks") or {}).get("checkpoint") or {}
     if "every_n_epochs" in ckpt:
         _check_int("callbacks.checkpoint.every_n_epochs", ckpt["every_n_epochs"], 0)
+
+
+def check_accel(accel: Mapping) -> None:
+    """``accel``: the values mnp.core.accel accepts (whether they apply to the model and device is checked there)."""
+    if accel.get("cuda_graph", False) not in CUDA_GRAPH:
+        raise ConfigError(f"accel.cuda_graph must be true, false or emulate, got {accel['cuda_graph']!r}")
+    if accel.get("matmul_precision", "highest") not in PRECISIONS:
+        raise ConfigError(f"accel.matmul_precision must be highest, high or medium, got {accel['matmul_precision']!r}")
+    every = accel.get("check_finite_every", "auto")
+    if every != "auto":
+        _check_int("accel.check_finite_every (or auto)", every, 0)
 
 
 # ---------------------------------------------------------------------------- entry point
