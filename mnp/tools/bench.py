@@ -1,7 +1,7 @@
 """Speed benchmark of MNP against MGP and an MLP floor (docs/method.md §5, the paper's Table 5).
 
     python -m mnp.tools.bench [--dataset NAME ...] [--json PATH] [--threads 1] [--quick]
-                        [--models mnp mnp_ref mgp mlp] [--scaling] [--profile] [--sweep]
+                        [--models mnp mnp_ref mnp_graph mgp mlp] [--scaling] [--profile] [--sweep]
 
 Cases: the real handwritten, cub, pie and scene15 (``$MNP_DATA_DIR``; skipped when absent) and
 synthetic data with the shapes of caltech101 (2 × 4096, K = 101, N = 8677), hmdb (2 × 1000, K = 51,
@@ -37,7 +37,9 @@ Every model is built from its per-dataset config (``conf/model_dataset/<model>_<
 * ``--sweep``: the ``experiment=paper_main`` MNP sweep on the real datasets estimated from measured
   parts (warm-up epoch, main epoch, test with the noise protocol, process start-up).
 * ``--models ... mnp_ref``: MNP's straightforward reference implementation (``fast=False``, same
-  math) side by side: the before/after of the optimisations.
+  math) side by side: the before/after of the optimisations. ``mnp_graph``: MNP with
+  ``accel.cuda_graph`` (its training step replayed as CUDA graphs on a GPU, the emulated bookkeeping
+  elsewhere), timed on its second epoch, after the capture.
 * ``--precision bf16-mixed`` (bf16 autocast; attention, sparsemax and the variances stay float32) and
   ``--compile`` (MNP's ``compile=True``) are switches.
 
@@ -88,6 +90,8 @@ def bench_case(case: Case, models: tuple[str, ...], args, device: torch.device) 
     torch.manual_seed(0)
     extra = {**args.model_extra, "mlp": {**args.model_extra["mnp"], **args.model_extra["mlp"]}}
     built = {m: build_model(m, case.name, dm.num_classes, dm.view_dims, extra[m]) for m in models}
+    if "mnp_graph" in built:  # captured on a GPU; elsewhere the graph path's bookkeeping alone
+        built["mnp_graph"].cuda_graph = True if device.type == "cuda" else "emulate"
     test_views = [v.to(device) for v in dm.test_views]
     rec = {m: {"train": [], "test": [], "test_warm": []} for m in models}
     cached = {m for m in models if m == "mnp"}  # the fast MNP reuses its context encodings
@@ -98,7 +102,9 @@ def bench_case(case: Case, models: tuple[str, ...], args, device: torch.device) 
         order = list(models[r % len(models):] + models[:r % len(models)])
         for m in order:
             warm = r == 0
-            t = train_epoch(built[m], dm, device, 1 if warm else timed_batches, args.precision)
+            # mnp_graph: the second epoch, once every batch shape is captured (a run captures once)
+            t = train_epoch(built[m], dm, device, 1 if warm else timed_batches, args.precision,
+                            epochs=2 if m == "mnp_graph" else 1)
             ts, tw = test_pass(built[m], test_views if not warm else [v[:EVAL_BATCH] for v in test_views],
                                device, args.precision, warm=m in cached)
             if not warm:
@@ -145,6 +151,10 @@ def bench_case(case: Case, models: tuple[str, ...], args, device: torch.device) 
         if "mnp_ref" in models:
             ratios["mnp_ref_over_mnp_train"] = paired("mnp_ref", "mnp", "train")
             ratios["mnp_ref_over_mnp_test"] = paired("mnp_ref", "mnp", "test")
+        if "mnp_graph" in models:
+            ratios["mnp_over_mnp_graph_train"] = paired("mnp", "mnp_graph", "train")
+            if "mgp" in models:
+                ratios["mgp_over_mnp_graph_train"] = paired("mgp", "mnp_graph", "train")
     return cases, ratios, {"matmul_peak_rounds": peaks}
 
 
@@ -153,7 +163,8 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(prog="python -m mnp.tools.bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--dataset", nargs="+", default=list(DATASETS), choices=DATASETS)
     p.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS + OPTIONAL_MODELS,
-                   help="mnp_ref: MNP's straightforward reference implementation, for before/after")
+                   help="mnp_ref: MNP's straightforward reference implementation, for before/after; "
+                        "mnp_graph: MNP with accel.cuda_graph")
     p.add_argument("--json", type=Path, default=None, help="write the results here")
     p.add_argument("--threads", type=int, default=1, help="CPU intra-op threads (default 1)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -190,7 +201,8 @@ def parse_args(argv=None):
             p.error(f"--set {item}: expected MODEL.KEY=VALUE with MODEL one of {', '.join(args.model_extra)}")
         args.model_extra[model][name] = yaml.safe_load(value)
         if model == "mnp":
-            args.model_extra["mnp_ref"].setdefault(name, yaml.safe_load(value))
+            for twin in ("mnp_ref", "mnp_graph"):
+                args.model_extra[twin].setdefault(name, yaml.safe_load(value))
     if args.compile:
         args.model_extra["mnp"]["compile"] = True
     return args

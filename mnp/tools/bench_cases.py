@@ -25,7 +25,7 @@ SHAPES = {"caltech101": ((4096, 4096), 101, 8677), "hmdb": ((1000, 1000), 51, 67
           "cifar10c": ((2048, 2048, 2048), 10, 50000)}
 DATASETS = REAL + tuple(SHAPES)
 MODELS = ("mnp", "mgp", "mlp")
-OPTIONAL_MODELS = ("mnp_ref",)  # MNP's straightforward reference implementation (fast=False): before/after
+OPTIONAL_MODELS = ("mnp_ref", "mnp_graph")  # MNP's straightforward reference implementation (fast=False): before/after
 BATCH, EVAL_BATCH = 200, 1000
 
 
@@ -93,10 +93,10 @@ def build_model(name: str, dataset: str, num_classes: int, view_dims, extra: dic
         m = {**compose_model_cfg("mnp", dataset), **(extra or {})}
         return MLPFloor(num_classes, view_dims, d_e=m["d_e"], norm=m["norm"], norm_eps=m["norm_eps"],
                         bn_momentum=m["bn_momentum"], optim=m.get("optim"))
-    node = compose_model_cfg("mnp" if name == "mnp_ref" else name, dataset)
-    if name in ("mnp", "mnp_ref"):
+    node = compose_model_cfg("mnp" if name in ("mnp_ref", "mnp_graph") else name, dataset)
+    if name in ("mnp", "mnp_ref", "mnp_graph"):
         node["warmup_epochs"] = 0  # time the main stage
-        node["fast"] = name == "mnp"
+        node["fast"] = name != "mnp_ref"
     node.update(extra or {})
     return instantiate(OmegaConf.create(node), num_classes=num_classes, view_dims=list(view_dims), _convert_="all")
 

@@ -123,10 +123,10 @@ class EpochTimer(pl.Callback):
         self.seconds = time.perf_counter() - self.t0
 
 
-def train_epoch(model: Routine, dm, device: torch.device, limit: int | None, precision: str) -> float:
-    """Seconds of one Lightning training epoch (``limit`` batches at most)."""
+def train_epoch(model: Routine, dm, device: torch.device, limit: int | None, precision: str, epochs: int = 1) -> float:
+    """Seconds of the last of ``epochs`` Lightning training epochs (``limit`` batches at most each)."""
     timer = EpochTimer(device)
-    trainer = pl.Trainer(max_epochs=1, accelerator=device.type, devices=1, logger=False, enable_checkpointing=False,
+    trainer = pl.Trainer(max_epochs=epochs, accelerator=device.type, devices=1, logger=False, enable_checkpointing=False,
                          enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
                          limit_val_batches=0, limit_train_batches=limit or 1.0, callbacks=[timer],
                          precision=precision, use_distributed_sampler=False)
