@@ -33,6 +33,12 @@ def corrupt(path: Path, err: Exception) -> DataError:
     return DataError(f"{path}: file is corrupt or truncated ({detail}); re-download or replace it")
 
 
+def mat_header(path: Path) -> bool:
+    """Does the file open with a MAT v5 (or v7) text header? v4 files have none, and scipy reads them too."""
+    with path.open("rb") as f:
+        return f.read(6) == b"MATLAB"
+
+
 def read_file(path: str | Path) -> RawData:
     """Read any supported layout; unreadable files raise a one-line :class:`DataError`."""
     path = Path(path)
@@ -51,6 +57,9 @@ def read_file(path: str | Path) -> RawData:
     except DataError:
         raise
     except Exception as e:  # scipy / h5py / zipfile raise assorted types for damaged files
+        if suffix == ".mat" and not mat_header(path) and not h5py.is_hdf5(str(path)):
+            raise DataError(f"{path}: not a MATLAB .mat file (no 'MATLAB 5.0 MAT-file' header, not HDF5/v7.3); "
+                            f"write it with scipy.io.savemat or MATLAB's save, or use another format: {ACCEPTED}") from None
         raise corrupt(path, e) from None
     raise DataError(f"{path}: unsupported file type '{suffix}'; accepted: {ACCEPTED}")
 

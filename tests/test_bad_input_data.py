@@ -86,6 +86,15 @@ def test_truncated_files(tmp_path, tiny_views, kind):
     assert msg.startswith(f"{path}: file is corrupt or truncated") and msg.endswith("re-download or replace it")
 
 
+@pytest.mark.parametrize("content", [b"x1,x2,y\n1,2,0\n", b"PK\x03\x04 a zip archive renamed"], ids=["csv", "zip"])
+def test_a_file_named_mat_that_is_no_mat_file_says_so(tmp_path, content):
+    path = tmp_path / "data.mat"
+    path.write_bytes(content)
+    msg = error_of(custom(path))
+    assert msg.startswith(f"{path}: not a MATLAB .mat file (no 'MATLAB 5.0 MAT-file' header, not HDF5/v7.3)")
+    assert "scipy.io.savemat" in msg and "\n" not in msg
+
+
 def test_nan_or_inf_names_view_and_row(tmp_path, tiny_views):
     views, y = tiny_views
     x2 = views[1].copy()
