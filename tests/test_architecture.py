@@ -9,10 +9,21 @@ from mnp.tools import depgraph
 ROOT = Path(__file__).resolve().parents[1]
 
 def test_no_import_cycles_and_the_data_layer_stands_alone():
-    graph = depgraph.edges(depgraph.modules())
+    mods = depgraph.modules()
+    graph = depgraph.edges(mods)
     assert depgraph.cycles(graph) == []
-    assert ("datamodules", "mnp") not in depgraph.package_edges(graph)
-    assert ("datamodules", "baselines") not in depgraph.package_edges(graph)
+    packages = depgraph.package_edges(graph, mods)
+    assert not [e for e in packages if e[0] == "datamodules"], packages
+
+
+def test_subpackages_are_nodes_of_the_package_graph():
+    mods = depgraph.modules()
+    assert depgraph.package_of("mnp.core.routine", mods) == "mnp.core"
+    assert depgraph.package_of("mnp.core", mods) == "mnp.core"
+    assert depgraph.package_of("mnp.model", mods) == "mnp"
+    packages = depgraph.package_edges(depgraph.edges(mods), mods)
+    assert "mnp.core.routine -> mnp.core.metrics" not in {w for why in packages.values() for w in why}
+    assert "mnp.model -> mnp.core.routine" in packages[("mnp", "mnp.core")]
 
 
 def test_modules_stay_short():

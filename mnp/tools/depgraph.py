@@ -72,11 +72,17 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def package_edges(graph: dict[str, set[str]]) -> dict[tuple[str, str], set[str]]:
+def package_of(module: str, mods: dict[str, Path]) -> str:
+    """The (sub)package that holds ``module``: ``mnp.core`` for mnp.core.routine, ``mnp`` for mnp.model."""
+    return module if mods[module].name == "__init__.py" else module.rpartition(".")[0]
+
+
+def package_edges(graph: dict[str, set[str]], mods: dict[str, Path]) -> dict[tuple[str, str], set[str]]:
+    """(package, package) -> the module imports behind the edge; subpackages are packages of their own."""
     out: dict[tuple[str, str], set[str]] = defaultdict(set)
     for m, targets in graph.items():
         for t in targets:
-            a, b = m.split(".")[0], t.split(".")[0]
+            a, b = package_of(m, mods), package_of(t, mods)
             if a != b:
                 out[(a, b)].add(f"{m} -> {t}")
     return dict(out)
@@ -86,8 +92,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="The project's import graph and its cycles.")
     ap.add_argument("--mermaid", action="store_true", help="print the package graph as a mermaid block")
     args = ap.parse_args(argv)
-    graph = edges(modules())
-    pkg = package_edges(graph)
+    mods = modules()
+    graph = edges(mods)
+    pkg = package_edges(graph, mods)
     if args.mermaid:
         print("```mermaid\ngraph LR")
         for (a, b), why in sorted(pkg.items()):

@@ -217,7 +217,8 @@ def render_depgraph(src: dict) -> str:
     """The package import graph (``python -m mnp.tools.depgraph --mermaid``): edge labels count module imports."""
     from mnp.tools import depgraph
 
-    pkg = depgraph.package_edges(depgraph.edges(depgraph.modules()))
+    mods = depgraph.modules()
+    pkg = depgraph.package_edges(depgraph.edges(mods), mods)
     return "\n".join(["```mermaid", "graph LR", *(f"  {a} -->|{len(w)}| {b}" for (a, b), w in sorted(pkg.items())),
                       "```"])
 
