@@ -5,6 +5,7 @@ import sys
 from cfg_utils import ROOT
 
 sys.path.insert(0, str(ROOT / "benchmarks" / "device"))
+import gpu_check  # noqa: E402,F401
 import step_capture  # noqa: E402
 
 
@@ -26,3 +27,34 @@ def test_device_jobs_run_the_fidelity_table_first_without_repeats():
     assert first == {(f"model={m}", f"dataset={d}", f"seed={s}") for m in ("mnp", "mnp_official")
                      for d in ("handwritten", "cub", "pie", "scene15") for s in range(5)}
     assert len(jobs) == len(set(jobs))
+
+
+def test_gpu_check_records_each_step_and_skips_what_the_deadline_leaves_no_time_for(tmp_path):
+    import json
+    import time
+
+    import gpu_check
+    s = gpu_check.Session(tmp_path, deadline=60)
+    s.step("ok", [sys.executable, "-c", "print('hello')"], 30)
+    s.step("fails", [sys.executable, "-c", "raise SystemExit(3)"], 30)
+    s.step("slow", [sys.executable, "-c", "import time; time.sleep(30)"], 21)
+    s.t0 = time.time() - 50  # 10 s left: below a step's minimum
+    s.step("late", [sys.executable, "-c", "print(1)"], 30)
+    steps = json.loads((tmp_path / "gpu_check.json").read_text())["steps"]
+    assert [(e["name"], e.get("rc"), e.get("skipped")) for e in steps] == [
+        ("ok", 0, None), ("fails", 3, None), ("slow", "timeout", None), ("late", None, True)]
+    assert (tmp_path / "logs" / "ok.log").read_text().strip() == "hello"
+
+
+def test_gpu_check_runs_compose_as_valid_train_configs(tmp_path):
+    """Every whole run's overrides compose and validate (on the CPU: the emulated graph)."""
+    import gpu_check
+    from cfg_utils import compose_train
+    from mnp.core.validate import resolve_auto, validate
+    for cpu in (False, True):
+        for dataset, variant in gpu_check.ORDER:
+            cfg = compose_train(tmp_path, gpu_check.run_overrides(dataset, variant, cpu))
+            resolve_auto(cfg)
+            validate(cfg)
+            assert cfg.accel.cuda_graph == ("emulate" if cpu and variant != "eager" else variant != "eager")
+            assert cfg.accel.matmul_precision == ("high" if variant.endswith("tf32") else "highest")

@@ -78,14 +78,19 @@ class Session:
         (self.out / "gpu_check.json").write_text(json.dumps(self.record, indent=1) + "\n")
 
 
-def whole_run(s: Session, dataset: str, variant: str, cpu: bool, runs_dir: Path) -> None:
-    name = f"run_{dataset}_{variant}"
+def run_overrides(dataset: str, variant: str, cpu: bool) -> list[str]:
+    """train.py's overrides of one whole run; on a CPU the emulated graph and a short run."""
     over = [o.replace("cuda_graph=true", "cuda_graph=emulate") for o in VARIANTS[variant]] if cpu else VARIANTS[variant]
     small = ["trainer.max_epochs=3", "model.warmup_epochs=1", "eval.noise_levels=[0.1,1.0]"] if cpu else []
+    return ["model=mnp", f"dataset={dataset}", "seed=0", "logger=none", "callbacks.checkpoint.every_n_epochs=0",
+            "skip_if_done=false", "ckpt_path=null", *over, *small]
+
+
+def whole_run(s: Session, dataset: str, variant: str, cpu: bool, runs_dir: Path) -> None:
+    name = f"run_{dataset}_{variant}"
     out_dir = runs_dir / name
-    cmd = [sys.executable, "train.py", "model=mnp", f"dataset={dataset}", "seed=0", "logger=none",
-           "callbacks.checkpoint.every_n_epochs=0", "skip_if_done=false", "ckpt_path=null",
-           f"hydra.run.dir={out_dir}", f"paths.output_dir={out_dir}", *over, *small]
+    cmd = [sys.executable, "train.py", *run_overrides(dataset, variant, cpu), f"hydra.run.dir={out_dir}",
+           f"paths.output_dir={out_dir}"]
     entry = s.step(name, cmd, 240)
     metrics = out_dir / "metrics.json"
     if entry is not None and metrics.is_file():
