@@ -120,3 +120,11 @@ def test_non_finite_test_probabilities_are_counted_and_reported(caplog):
         model.on_test_epoch_end()
     assert model.test_results["test/nonfinite_rows"] == 2
     assert "2 of 6 test rows have non-finite probabilities (MLP)" in caplog.text
+    assert all(np.isnan(model.test_results[f"test/{k}"]) for k in ("ece", "nll", "brier"))
+
+
+def test_ece_of_probabilities_with_a_nan_row_is_nan_not_a_number_from_the_other_rows():
+    probs = torch.tensor([[0.9, 0.1], [0.8, 0.2], [float("nan"), float("nan")]])
+    labels = torch.tensor([0, 0, 1])
+    assert metrics.ece(probs[:2], labels[:2]) == pytest.approx(0.15)
+    assert np.isnan(metrics.ece(probs, labels))

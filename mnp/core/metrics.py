@@ -20,7 +20,10 @@ def accuracy(probs: Tensor, labels: Tensor) -> float:
 
 
 def ece(probs: Tensor, labels: Tensor, n_bins: int = 15) -> float:
-    """Top-label L1 expected calibration error with equal-width bins."""
+    """Top-label L1 expected calibration error with equal-width bins; NaN when a row is not finite, as
+    NLL and Brier are (torchmetrics would bin a NaN confidence and return a number)."""
+    if not torch.isfinite(probs).all():
+        return float("nan")
     return multiclass_calibration_error(
         probs.float(), labels, num_classes=probs.shape[-1], n_bins=n_bins, norm="l1"
     ).item()
