@@ -74,7 +74,8 @@ class MNP(ContextCache, MNPTraining, Routine):
     the straightforward reference (``fast=False``, kept for the regression tests and the benchmark's
     before/after); ``compile``: torch.compile the decoder sampling and the NLL (measured 2× slower
     on this project's 2-core CPU, for GPUs). :meth:`train_step` is the training step without host
-    syncs (``capturable`` turns off the CPU-only partial sort), docs/gpu.md.
+    syncs (``capturable`` turns off the CPU-only partial sort), docs/gpu.md; ``cuda_graph`` (set from
+    ``accel.cuda_graph``) replays it and the DCM update as CUDA graphs (:mod:`mnp.step_graphs`).
     """
 
     def __init__(self, num_classes: int, view_dims: Sequence[int], d_e: int = 512, projection: str = "none",

@@ -96,6 +96,15 @@ def test_emulated_graph_training_equals_eager_bit_for_bit(tmp_path, kw):
     assert_same_training(graph, eager, tg, te)
 
 
+def test_batch_shapes_beyond_the_limit_train_eagerly_and_the_same(tmp_path, monkeypatch, caplog):
+    monkeypatch.setattr(step_graphs, "MAX_PAIRS", 1)  # the short last batch of each phase: eager
+    eager, te, _ = fit(False, tmp_path / "e")
+    graph, tg, replays = fit("emulate", tmp_path / "g")
+    assert sorted(set(replays)) == [16] and len(replays) == 4 * 4 - 2
+    assert "more than 1 batch shapes; the others train eagerly" in caplog.text
+    assert_same_training(graph, eager, tg, te)
+
+
 def test_a_resumed_emulated_run_equals_an_uninterrupted_eager_one(tmp_path):
     """Resuming re-makes the optimiser capturable from the checkpoint's state and captures anew."""
     fit("emulate", tmp_path / "g", epochs=2, ckpt=True)
