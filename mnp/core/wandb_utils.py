@@ -38,7 +38,7 @@ def log_summary(wandb_logger, results: dict, out_dir: str | Path) -> None:
     import matplotlib.pyplot as plt
     import wandb
 
-    from mnp.tools.plots import noise_figure, reliability_figure
+    from mnp.core.figures import noise_figure, reliability_figure
 
     run = wandb_logger.experiment
     run.summary.update(summary_items(results))
