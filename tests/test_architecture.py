@@ -1,5 +1,6 @@
-"""The house rules: no import cycles between modules, the data layer never imports the framework, no
-module over 400 lines, no side effects on import."""
+"""The house rules: no import cycles between modules, the data layer never imports the framework, the
+core imports neither the tools nor the model package, no module over 400 lines, no side effects on
+import."""
 import subprocess
 import sys
 from pathlib import Path
@@ -24,6 +25,14 @@ def test_subpackages_are_nodes_of_the_package_graph():
     packages = depgraph.package_edges(depgraph.edges(mods), mods)
     assert "mnp.core.routine -> mnp.core.metrics" not in {w for why in packages.values() for w in why}
     assert "mnp.model -> mnp.core.routine" in packages[("mnp", "mnp.core")]
+
+
+def test_the_core_imports_neither_the_tools_nor_the_model_package():
+    mods = depgraph.modules()
+    assert depgraph.package_of("mnp.core.figures", mods) == "mnp.core"
+    packages = depgraph.package_edges(depgraph.edges(mods), mods)
+    assert ("mnp.core", "mnp.tools") not in packages, packages.get(("mnp.core", "mnp.tools"))
+    assert ("mnp.core", "mnp") not in packages, packages.get(("mnp.core", "mnp"))
 
 
 def test_modules_stay_short():
