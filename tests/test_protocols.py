@@ -1,10 +1,18 @@
 """Noise protocol and OOD assembly (docs/method.md §5)."""
+import os
+import re
+
 import numpy as np
 import pytest
+import pytorch_lightning as pl
 import torch
 
+from baselines.deep_ensemble import DeepEnsemble
+from cfg_utils import compose_train
+from datamodules import TensorDataModule
 from datamodules.cifar10c import ood_mix
 from mnp.core import protocols
+from mnp.core.validate import ConfigError, resolve_auto, validate
 
 
 @pytest.mark.parametrize("m,count", [(6, 20), (3, 3), (2, 2), (1, 0)])
@@ -40,3 +48,96 @@ def test_ood_mix_without_replacement():
     assert len(ids) == 10 and len(oods) == 25
     assert len(set(ids.tolist())) == 10 and len(set(oods.tolist())) == 25  # no duplicates
     assert ids.max() < 100 <= oods.min()
+
+
+# ---------------------------------------------------------------------------- eval.noise_batch_rows
+def test_noisy_copies_are_the_per_subset_draws_stacked():
+    views = [torch.randn(7, d, generator=torch.Generator().manual_seed(d)) for d in (3, 4, 2)]
+    subsets, levels = protocols.noise_subsets(3), [0.1, 1.0, 5.0]
+    g = protocols.noise_generator(torch.device("cpu"), seed=3, batch_idx=2)
+    one_by_one = [protocols.add_noise(views, s, sigma, g) for sigma in levels for s in subsets]
+    g = protocols.noise_generator(torch.device("cpu"), seed=3, batch_idx=2)
+    stacked = protocols.noisy_copies(views, subsets, levels, g)
+    assert [tuple(v.shape) for v in stacked] == [(len(levels) * len(subsets) * 7, d) for d in (3, 4, 2)]
+    for v in range(3):
+        assert torch.equal(stacked[v], torch.cat([copy[v] for copy in one_by_one]))
+
+
+def test_predict_in_chunks_calls_at_most_max_rows():
+    rows = []
+
+    def predict(views):
+        rows.append(views[0].shape[0])
+        return views[0].softmax(-1)[None].expand(2, -1, -1), views[0][:, 0]
+
+    x = torch.randn(23, 4)
+    out = protocols.predict_in_chunks(predict, [x], 10)
+    assert rows == [10, 10, 3] and torch.allclose(out, x.softmax(-1))
+
+
+def test_auto_is_one_call_per_subset_on_the_cpu():
+    assert protocols.resolve_noise_batch_rows("auto", torch.device("cpu")) == 0
+    assert protocols.resolve_noise_batch_rows("auto", torch.device("cuda")) == 65536
+    assert protocols.resolve_noise_batch_rows(0, torch.device("cuda")) == 0
+    assert protocols.resolve_noise_batch_rows(5, torch.device("cpu")) == 5
+
+
+def noisy_metrics(model, dm, rows):
+    model.configure_evaluation(noise_levels=[0.1, 1.0, 3.0], noise_batch_rows=rows)
+    pl.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+               accelerator="cpu").test(model, dm, verbose=False)
+    return {k: v for k, v in model.test_results.items() if not k.startswith("time/")}
+
+
+@pytest.mark.parametrize("fusion", ["early", "late"])
+def test_a_deterministic_model_gives_the_same_noisy_metrics_batched(fusion, one_thread):
+    """4 views (6 subsets) × 3 levels = 18 copies of each test batch (37 rows, then 15); 50 rows per call
+    splits (σ, subset) blocks across calls."""
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 3, 200)
+    dm = TensorDataModule([rng.normal(size=(200, d)) + y[:, None] for d in (3, 5, 2, 4)], y, np.arange(148),
+                          np.arange(148, 200), eval_batch_size=37)
+    torch.manual_seed(0)
+    model = DeepEnsemble(3, [3, 5, 2, 4], fusion=fusion, members=3, hidden=(16,))
+    base = noisy_metrics(model, dm, 0)
+    assert "noise/acc@1" in base and "noise/ece_mean" in base
+    for rows in (50, 65536):
+        batched = noisy_metrics(model, dm, rows)
+        assert batched.keys() == base.keys()
+        assert all(batched[k] == pytest.approx(base[k], abs=1e-6) for k in base), (rows, batched, base)
+
+
+def test_mnp_noisy_accuracy_batched_matches_one_call_per_subset(real_file, one_thread):
+    """MNP samples its decoder from ``sample_generator``: batched, the draws are laid out differently, so
+    the noisy accuracy agrees statistically (within 1.5 points), not bit for bit."""
+    real_file("handwritten", "handwritten_6views.mat")
+    from datamodules.features import FeatureDataModule
+    from mnp.model import MNP
+    pl.seed_everything(0, verbose=False)
+    dm = FeatureDataModule("handwritten", os.environ["MNP_DATA_DIR"], download=False, batch_size=200)
+    dm.setup()
+    model = MNP(num_classes=dm.num_classes, view_dims=dm.view_dims, d_e=32, memory_size=100, tau=0.25,
+                num_samples=3, optim={"lr": 3e-3})
+    pl.Trainer(max_epochs=4, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+               enable_model_summary=False, accelerator="cpu").fit(model, dm)
+    base, batched = noisy_metrics(model, dm, 0), noisy_metrics(model, dm, 65536)
+    assert base["test/acc"] == batched["test/acc"] and base["test/acc"] > 0.7
+    assert abs(batched["noise/acc_mean"] - base["noise/acc_mean"]) < 0.015, (batched, base)
+    assert all(abs(batched[k] - base[k]) < 0.015 for k in base if k.startswith("noise/acc@")), (batched, base)
+
+
+@pytest.mark.parametrize("value", ["-1", "many", "1.5", "true"])
+def test_validation_rejects_a_bad_noise_batch_rows(tmp_path, value):
+    cfg = compose_train(tmp_path, ["model=mnp", "dataset=handwritten", f"eval.noise_batch_rows={value}"])
+    resolve_auto(cfg)
+    with pytest.raises(ConfigError, match=rf"^{re.escape('eval.noise_batch_rows must be auto or an integer >= 0')}"):
+        validate(cfg)
+    with pytest.raises(ValueError, match="eval.noise_batch_rows"):
+        DeepEnsemble(3, [2, 2]).configure_evaluation(noise_batch_rows=cfg.eval.noise_batch_rows)
+
+
+@pytest.mark.parametrize("value", ["auto", "0", "65536"])
+def test_validation_accepts_auto_and_counts(tmp_path, value):
+    cfg = compose_train(tmp_path, ["model=mnp", "dataset=handwritten", f"eval.noise_batch_rows={value}"])
+    resolve_auto(cfg)
+    validate(cfg)

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from itertools import combinations
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
@@ -43,3 +43,31 @@ def noise_generator(device: torch.device, seed: int, batch_idx: int) -> torch.Ge
     g = torch.Generator(device=device)
     g.manual_seed(int(seed) * 1_000_003 + int(batch_idx))
     return g
+
+
+def resolve_noise_batch_rows(setting: int | str, device: torch.device) -> int:
+    """``eval.noise_batch_rows`` for a model on ``device``: ``auto`` is 0 (one call per σ and subset, the
+    committed CPU numbers bit for bit) on the CPU and 65536 on an accelerator; an int ≥ 0 is itself."""
+    if setting == "auto":
+        return 0 if torch.device(device).type == "cpu" else 65536
+    if isinstance(setting, bool) or not isinstance(setting, int) or setting < 0:
+        raise ValueError(f"eval.noise_batch_rows must be auto or an integer >= 0, got {setting!r}")
+    return setting
+
+
+def noisy_copies(views: Sequence[Tensor], subsets: Sequence[Sequence[int]], levels: Sequence[float],
+                 generator: torch.Generator) -> list[Tensor]:
+    """Every (σ, subset) noised copy of ``views``, drawn from ``generator`` in the order of the per-call loop
+    (σ, then subset) so each equals its :func:`add_noise`, stacked along the batch axis: view v becomes
+    (len(levels) · len(subsets) · B, d_v), block (i, j) holding σ_i on subset j."""
+    copies = [add_noise(views, s, sigma, generator) for sigma in levels for s in subsets]
+    return [torch.cat(parts) for parts in zip(*copies)]
+
+
+def predict_in_chunks(predict: Callable[[list[Tensor]], tuple[Tensor, Tensor]], views: Sequence[Tensor],
+                      max_rows: int) -> Tensor:
+    """Mean probabilities (N, K) of ``predict`` on the host, run on at most ``max_rows`` rows at a time
+    (bounding the model's memory), with one device-to-host copy per call."""
+    n = views[0].shape[0]
+    return torch.cat([predict([v[i:i + max_rows] for v in views])[0].mean(0).float().cpu()
+                      for i in range(0, n, max_rows)])

@@ -25,7 +25,8 @@ import torch
 from torch import Tensor
 
 from mnp.core import metrics
-from mnp.core.protocols import add_noise, default_noise_levels, noise_generator, noise_subsets, sigma_key
+from mnp.core.protocols import (add_noise, default_noise_levels, noise_generator, noise_subsets, noisy_copies,
+                                predict_in_chunks, resolve_noise_batch_rows, sigma_key)
 
 log = logging.getLogger(__name__)
 
@@ -88,11 +89,20 @@ class Routine(pl.LightningModule):
 
     # ------------------------------------------------------------------ configuration
     def configure_evaluation(self, noise_levels: Sequence[float] | None = None, noise_subset_size: int | None = None,
-                             noise_seed: int = 0, noise: bool = True, n_bins: int = 15, sample_seed: int = 0) -> None:
+                             noise_seed: int = 0, noise: bool = True, n_bins: int = 15, sample_seed: int = 0,
+                             noise_batch_rows: int | str = "auto") -> None:
         """Set the noise protocol (docs/method.md §5); called by the pipeline from ``cfg.eval``. ``sample_seed`` (the
-        run's seed) seeds the test predictions' own sampling (:func:`sample_generator`)."""
+        run's seed) seeds the test predictions' own sampling (:func:`sample_generator`).
+
+        ``noise_batch_rows``: 0 predicts each (σ, subset) noised copy of a test batch in its own call; N > 0
+        predicts all of them together, in calls of at most N rows; ``auto`` is 0 on the CPU, 65536 on a GPU
+        (:func:`~mnp.core.protocols.resolve_noise_batch_rows`). The noised inputs are the same either way, so a
+        model deterministic at test time gives the same noisy metrics; a sampling one (MNP, MC dropout, ...) draws
+        its samples in another layout and gives statistically equivalent, not identical, ones."""
         self.noise_levels = list(default_noise_levels() if noise_levels is None else noise_levels)
         self.noise_subsets = noise_subsets(len(self.view_dims), noise_subset_size) if noise else []
+        resolve_noise_batch_rows(noise_batch_rows, torch.device("cpu"))  # a bad value fails here, not in the test
+        self.noise_batch_rows = noise_batch_rows
         self.noise_seed = int(noise_seed)
         self.n_bins = int(n_bins)
         self.sample_seed = int(sample_seed)
@@ -184,10 +194,15 @@ class Routine(pl.LightningModule):
             if self.noise_subsets:
                 self._noisy_labels.append(target.cpu())
                 g = noise_generator(self.device, self.noise_seed, batch_idx)
-                for sigma in self.noise_levels:
-                    per_subset = [self.predict(add_noise(views, s, sigma, g))[0].mean(0).float().cpu()
-                                  for s in self.noise_subsets]
-                    self._noisy[sigma].append(torch.stack(per_subset))  # (n_subsets, B, K)
+                if rows := resolve_noise_batch_rows(self.noise_batch_rows, self.device):
+                    copies = noisy_copies(views, self.noise_subsets, self.noise_levels, g)
+                    p = predict_in_chunks(self.predict, copies, rows)
+                    per_sigma = p.view(len(self.noise_levels), len(self.noise_subsets), views[0].shape[0], -1).unbind(0)
+                else:
+                    per_sigma = [torch.stack([self.predict(add_noise(views, s, sigma, g))[0].mean(0).float().cpu()
+                                              for s in self.noise_subsets]) for sigma in self.noise_levels]
+                for sigma, per_subset in zip(self.noise_levels, per_sigma):
+                    self._noisy[sigma].append(per_subset)  # (n_subsets, B, K)
         else:
             probs, unc = self.predict(views)
             store = self._ood.setdefault(dataloader_idx, {"unc": [], "is_ood": [], "probs": []})

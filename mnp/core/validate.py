@@ -173,6 +173,9 @@ def check_ranges(c: dict) -> None:
         _check_int("eval.n_bins", ev["n_bins"], 1)
     if ev.get("noise_subset_size") is not None:
         _check_int("eval.noise_subset_size", ev["noise_subset_size"], 1)
+    rows = ev.get("noise_batch_rows", "auto")
+    if rows != "auto" and (not _is_int(rows) or rows < 0):
+        raise ConfigError(f"eval.noise_batch_rows must be auto or an integer >= 0, got {rows!r}")
     check_accel(c.get("accel") or {})
     ckpt = (c.get("callbacks") or {}).get("checkpoint") or {}
     if "every_n_epochs" in ckpt:
