@@ -59,7 +59,8 @@ def noisy_copies(views: Sequence[Tensor], subsets: Sequence[Sequence[int]], leve
                  generator: torch.Generator) -> list[Tensor]:
     """Every (σ, subset) noised copy of ``views``, drawn from ``generator`` in the order of the per-call loop
     (σ, then subset) so each equals its :func:`add_noise`, stacked along the batch axis: view v becomes
-    (len(levels) · len(subsets) · B, d_v), block (i, j) holding σ_i on subset j."""
+    (len(levels) · len(subsets) · B, d_v), block (i, j) holding σ_i on subset j (that many times the batch's
+    memory: the chunking of :func:`predict_in_chunks` bounds the model's activations, not these inputs)."""
     copies = [add_noise(views, s, sigma, generator) for sigma in levels for s in subsets]
     return [torch.cat(parts) for parts in zip(*copies)]
 
