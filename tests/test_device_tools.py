@@ -58,3 +58,4 @@ def test_gpu_check_runs_compose_as_valid_train_configs(tmp_path):
             validate(cfg)
             assert cfg.accel.cuda_graph == ("emulate" if cpu and variant != "eager" else variant != "eager")
             assert cfg.accel.matmul_precision == ("high" if variant.endswith("tf32") else "highest")
+            assert cfg.eval.noise_batch_rows == (0 if variant.endswith("unbatched") else "auto")

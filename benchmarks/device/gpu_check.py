@@ -5,7 +5,8 @@
 
 1. ``tests/test_step_graphs.py``: the emulated path and, on a GPU, captured against eager training;
 2. whole runs of ``train.py model=mnp`` on Handwritten and PIE: the captured step (``accel.cuda_graph``),
-   the eager step, and the captured step with TF32 (``accel.matmul_precision=high``); metrics and times;
+   the eager step, and the captured step with TF32 (``accel.matmul_precision=high``), and on Handwritten
+   the noise protocol unbatched (``eval.noise_batch_rows=0``); metrics and times;
 3. ``mnp.tools.bench`` (``mnp``, ``mnp_graph``, ``mgp``) on the seven cases: ``bench_gpu.json``.
 
 Writes ``gpu_check.json`` (every step's command, exit status, seconds, and the runs' metrics) after each
@@ -26,9 +27,10 @@ ROOT = Path(__file__).resolve().parents[2]
 RUN_KEYS = ("test/acc", "test/ece", "noise/acc_mean", "time/total_s", "time/train_epoch_s", "time/test_s",
             "epochs")
 VARIANTS = {"graph": ["accel.cuda_graph=true"], "eager": ["accel.cuda_graph=false"],
-            "graph_tf32": ["accel.cuda_graph=true", "accel.matmul_precision=high"]}
+            "graph_tf32": ["accel.cuda_graph=true", "accel.matmul_precision=high"],
+            "graph_unbatched": ["accel.cuda_graph=true", "eval.noise_batch_rows=0"]}
 ORDER = [("handwritten", "graph"), ("pie", "graph"), ("handwritten", "eager"), ("handwritten", "graph_tf32"),
-         ("pie", "eager"), ("pie", "graph_tf32")]
+         ("handwritten", "graph_unbatched"), ("pie", "eager"), ("pie", "graph_tf32")]
 
 
 def environment() -> dict:
