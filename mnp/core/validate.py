@@ -24,6 +24,7 @@ from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from mnp.core.accel import CUDA_GRAPH, PRECISIONS
+from mnp.core.protocols import resolve_noise_batch_rows
 
 
 class ConfigError(ValueError):
@@ -173,9 +174,10 @@ def check_ranges(c: dict) -> None:
         _check_int("eval.n_bins", ev["n_bins"], 1)
     if ev.get("noise_subset_size") is not None:
         _check_int("eval.noise_subset_size", ev["noise_subset_size"], 1)
-    rows = ev.get("noise_batch_rows", "auto")
-    if rows != "auto" and (not _is_int(rows) or rows < 0):
-        raise ConfigError(f"eval.noise_batch_rows must be auto or an integer >= 0, got {rows!r}")
+    try:
+        resolve_noise_batch_rows(ev.get("noise_batch_rows", "auto"), "cpu")
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
     check_accel(c.get("accel") or {})
     ckpt = (c.get("callbacks") or {}).get("checkpoint") or {}
     if "every_n_epochs" in ckpt:
