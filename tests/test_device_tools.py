@@ -59,3 +59,12 @@ def test_gpu_check_runs_compose_as_valid_train_configs(tmp_path):
             assert cfg.accel.cuda_graph == ("emulate" if cpu and variant != "eager" else variant != "eager")
             assert cfg.accel.matmul_precision == ("high" if variant.endswith("tf32") else "highest")
             assert cfg.eval.noise_batch_rows == (0 if variant.endswith("unbatched") else "auto")
+
+
+def test_graph_check_compares_captured_and_eager_training_and_passes_emulated():
+    import json
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "device" / "graph_check.py"), "--cpu"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["ok"] and out["global_steps"] == [20, 20] and out["max_abs_param_diff"] == 0.0

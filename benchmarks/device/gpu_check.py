@@ -3,7 +3,7 @@
     python3 benchmarks/device/gpu_check.py --out $OUT [--deadline 540]   # on the device, from the repo root
     python3 benchmarks/device/gpu_check.py --out /tmp/gc --cpu           # the same plumbing, small, on a CPU
 
-1. ``tests/test_step_graphs.py``: the emulated path and, on a GPU, captured against eager training;
+1. ``graph_check.py``: captured against eager training inside Lightning; ``tests/test_step_graphs.py``;
 2. whole runs of ``train.py model=mnp`` on Handwritten and PIE: the captured step (``accel.cuda_graph``),
    the eager step, and the captured step with TF32 (``accel.matmul_precision=high``), and on Handwritten
    the noise protocol unbatched (``eval.noise_batch_rows=0``); metrics and times;
@@ -112,6 +112,8 @@ def main(argv=None) -> int:
     import torch
     s.record["device"] = "cpu" if args.cpu else torch.cuda.get_device_name()
     s.record["torch"] = torch.__version__
+    s.step("graph_check", [sys.executable, "benchmarks/device/graph_check.py", *(["--cpu"] if args.cpu else []),
+                           "--json", str(args.out / "graph_check.json")], 120)
     s.step("pytest_step_graphs", [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
                                   "tests/test_step_graphs.py"], 150)
     runs_dir = Path("/tmp/gpu_check_runs")
