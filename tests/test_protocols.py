@@ -57,10 +57,10 @@ def test_noisy_copies_are_the_per_subset_draws_stacked():
     g = protocols.noise_generator(torch.device("cpu"), seed=3, batch_idx=2)
     one_by_one = [protocols.add_noise(views, s, sigma, g) for sigma in levels for s in subsets]
     g = protocols.noise_generator(torch.device("cpu"), seed=3, batch_idx=2)
-    stacked = protocols.noisy_copies(views, subsets, levels, g)
-    assert [tuple(v.shape) for v in stacked] == [(len(levels) * len(subsets) * 7, d) for d in (3, 4, 2)]
-    for v in range(3):
-        assert torch.equal(stacked[v], torch.cat([copy[v] for copy in one_by_one]))
+    copies = list(protocols.noisy_copies(views, subsets, levels, g))
+    assert len(copies) == len(levels) * len(subsets) == len(one_by_one)
+    for lazy, eager in zip(copies, one_by_one):
+        assert all(torch.equal(a, b) for a, b in zip(lazy, eager))
 
 
 def test_predict_in_chunks_calls_at_most_max_rows():
@@ -71,8 +71,12 @@ def test_predict_in_chunks_calls_at_most_max_rows():
         return views[0].softmax(-1)[None].expand(2, -1, -1), views[0][:, 0]
 
     x = torch.randn(23, 4)
-    out = protocols.predict_in_chunks(predict, [x], 10)
+    out = protocols.predict_in_chunks(predict, [[x]], 10)
     assert rows == [10, 10, 3] and torch.allclose(out, x.softmax(-1))
+    rows.clear()  # copies of 7 rows: a call spans copies, a copy spans calls, and rows keep their order
+    parts = [[torch.randn(7, 4), torch.randn(7, 2)] for _ in range(3)]
+    out = protocols.predict_in_chunks(predict, iter(parts), 10)
+    assert rows == [10, 10, 1] and torch.equal(out, torch.cat([p[0] for p in parts]).softmax(-1))
 
 
 def test_auto_is_one_call_per_subset_on_the_cpu():

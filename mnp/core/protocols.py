@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from itertools import combinations
-from typing import Callable, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -56,19 +56,30 @@ def resolve_noise_batch_rows(setting: int | str, device: torch.device) -> int:
 
 
 def noisy_copies(views: Sequence[Tensor], subsets: Sequence[Sequence[int]], levels: Sequence[float],
-                 generator: torch.Generator) -> list[Tensor]:
-    """Every (σ, subset) noised copy of ``views``, drawn from ``generator`` in the order of the per-call loop
-    (σ, then subset) so each equals its :func:`add_noise`, stacked along the batch axis: view v becomes
-    (len(levels) · len(subsets) · B, d_v), block (i, j) holding σ_i on subset j (that many times the batch's
-    memory: the chunking of :func:`predict_in_chunks` bounds the model's activations, not these inputs)."""
-    copies = [add_noise(views, s, sigma, generator) for sigma in levels for s in subsets]
-    return [torch.cat(parts) for parts in zip(*copies)]
+                 generator: torch.Generator) -> Iterator[list[Tensor]]:
+    """Every (σ, subset) noised copy of ``views``, one at a time, drawn from ``generator`` in the order of
+    the per-call loop (σ, then subset), so each equals its :func:`add_noise`."""
+    for sigma in levels:
+        for subset in subsets:
+            yield add_noise(views, subset, sigma, generator)
 
 
-def predict_in_chunks(predict: Callable[[list[Tensor]], tuple[Tensor, Tensor]], views: Sequence[Tensor],
+def predict_in_chunks(predict: Callable[[list[Tensor]], tuple[Tensor, Tensor]], copies: Iterable[Sequence[Tensor]],
                       max_rows: int) -> Tensor:
-    """Mean probabilities (N, K) of ``predict`` on the host, run on at most ``max_rows`` rows at a time
-    (bounding the model's memory), with one device-to-host copy per call."""
-    n = views[0].shape[0]
-    return torch.cat([predict([v[i:i + max_rows] for v in views])[0].mean(0).float().cpu()
-                      for i in range(0, n, max_rows)])
+    """Mean probabilities (N, K) on the host of ``predict`` over ``copies`` stacked along the batch axis, in
+    calls of at most ``max_rows`` rows with one device-to-host copy each. Copies are drawn as the calls need
+    them, so at most one call's rows (plus one copy) are held at a time."""
+    out: list[Tensor] = []
+    pending: list[Sequence[Tensor]] = []
+    held = 0
+    for copy in copies:
+        pending.append(copy)
+        held += copy[0].shape[0]
+        while held >= max_rows:
+            stacked = [torch.cat(parts) for parts in zip(*pending)]
+            out.append(predict([v[:max_rows] for v in stacked])[0].mean(0).float().cpu())
+            held -= max_rows
+            pending = [[v[max_rows:] for v in stacked]] if held else []
+    if held:
+        out.append(predict([torch.cat(parts) for parts in zip(*pending)])[0].mean(0).float().cpu())
+    return torch.cat(out)
