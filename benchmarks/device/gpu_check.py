@@ -7,7 +7,8 @@
 2. whole runs of ``train.py model=mnp`` on Handwritten and PIE: the captured step (``accel.cuda_graph``),
    the eager step, and the captured step with TF32 (``accel.matmul_precision=high``), and on Handwritten
    the noise protocol unbatched (``eval.noise_batch_rows=0``); metrics and times;
-3. ``mnp.tools.bench`` (``mnp``, ``mnp_graph``, ``mgp``) on the seven cases: ``bench_gpu.json``.
+3. ``mnp.tools.bench`` (``mnp``, ``mnp_graph``, ``mgp``) on the seven cases: ``bench_gpu.json``;
+4. ``benchmarks/noise_batching.py``: the test pass with the noise protocol unbatched and batched.
 
 Writes ``gpu_check.json`` (every step's command, exit status, seconds, and the runs' metrics) after each
 step, and each step's log under ``logs/``. ``.gpu/pylib`` (hydra, omegaconf, antlr4, entmax copied from a
@@ -127,6 +128,9 @@ def main(argv=None) -> int:
         s.step("bench_step_metrics", [sys.executable, "-m", "mnp.tools.bench", "--dataset", "handwritten", "--models",
                                       "mnp", "--quick", "--no-graph-breaks", "--json",
                                       str(args.out / "step_metrics_cuda.json")], 60)
+    if not args.cpu:  # the noise protocol's batching alone, on one trained model
+        s.step("noise_batching", [sys.executable, "benchmarks/noise_batching.py", "--out",
+                                  str(args.out / "noise_batching_gpu.json")], 90)
     print(f"done in {time.time() - s.t0:.0f} s: {args.out / 'gpu_check.json'}")
     return 0
 
