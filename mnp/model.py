@@ -170,17 +170,15 @@ class MNP(ContextCache, MNPTraining, Routine):
             self.memory.attach(*data)
         self._step_graphs = None
         if self.cuda_graph:
-            if reasons := self.capture_blockers():
+            if reasons := self.capture_blockers(self.cuda_graph, self.trainer):
                 raise ValueError("accel.cuda_graph cannot capture this model's step: " + "; ".join(reasons))
-            emulate = self.cuda_graph == "emulate"
-            if not emulate and self.device.type != "cuda":
-                raise ValueError(f"accel.cuda_graph=true needs a CUDA device; this model is on {self.device.type}")
             self.capturable = True
-            self._step_graphs = StepGraphs(self, emulate)
+            self._step_graphs = StepGraphs(self, self.cuda_graph == "emulate")
 
-    def capture_blockers(self) -> list[str]:
-        """Why the training step cannot be captured as a CUDA graph (empty: it can; mnp.step_graphs)."""
-        return blockers(self)
+    def capture_blockers(self, graph: bool | str, trainer) -> list[str]:
+        """Why the training step cannot be captured with ``accel.cuda_graph=graph`` (empty: it can;
+        mnp.step_graphs)."""
+        return blockers(self, graph, trainer)
 
     def on_fit_end(self) -> None:
         self._step_graphs = None  # frees the graphs and their memory pool

@@ -43,10 +43,18 @@ class _Pair:
     logs: dict[str, Tensor] = field(default_factory=dict)
 
 
-def blockers(model) -> list[str]:
-    """Why ``model``'s training step cannot be captured (empty: it can)."""
-    hp = model.hparams
+def blockers(model, graph: bool | str, trainer) -> list[str]:
+    """Why ``model``'s training step cannot be captured with ``accel.cuda_graph=graph`` under ``trainer``
+    (empty: it can)."""
+    hp, device = model.hparams, trainer.strategy.root_device
     out = []
+    if graph is True and device.type != "cuda":
+        out.append(f"it needs a CUDA device, but the trainer runs on {device.type} "
+                   "(accel.cuda_graph=emulate checks the same path without graphs)")
+    if trainer.world_size > 1:
+        out.append(f"{trainer.world_size} processes (DDP reads batch sizes across ranks)")
+    if str(trainer.precision) not in ("32-true", "32"):
+        out.append(f"trainer.precision={trainer.precision} (fp32 only)")
     if not hp.fast:
         out.append("model.fast=false (the reference path syncs with the host)")
     if hp.compile:

@@ -38,15 +38,7 @@ def configure(model, accel: Mapping | None, trainer) -> None:
     if not hasattr(model, "capture_blockers"):
         raise ValueError(f"accel.cuda_graph applies to MNP only; {type(model).__name__} trains eagerly "
                          "(drop accel.cuda_graph)")
-    if graph is True and device.type != "cuda":
-        raise ValueError(f"accel.cuda_graph=true needs a CUDA device, but the trainer runs on {device.type} "
-                         "(accel.cuda_graph=emulate checks the same path without graphs)")
-    reasons = model.capture_blockers()
-    if trainer.world_size > 1:
-        reasons.append(f"{trainer.world_size} processes (DDP reads batch sizes across ranks)")
-    if str(trainer.precision) not in ("32-true", "32"):
-        reasons.append(f"trainer.precision={trainer.precision} (fp32 only)")
-    if reasons:
+    if reasons := model.capture_blockers(graph, trainer):
         raise ValueError("accel.cuda_graph cannot capture this model's step: " + "; ".join(reasons))
     model.cuda_graph = graph
 
