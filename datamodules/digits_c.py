@@ -56,6 +56,7 @@ class DigitsC(CIFAR10C):
     Build options: ``image_size``, ``test_fraction`` and ``split_seed`` (fixed across training seeds
     so they share one cache), ``photo_window``/``photo_stride``, ``corruption_seed``, ``chunk_size``
     (images per resumable chunk), ``feature_batch_size`` and ``device`` of the extractor.
+    ``build_missing=False`` only reads the cache (a run rebuilt from a checkpoint writes no files).
     """
 
     name = "digits_c"
@@ -65,7 +66,7 @@ class DigitsC(CIFAR10C):
                  ood_n_id: int | None = None, ood_n_ood: int | None = None, extractor: dict | None = None,
                  image_size: int = 32, test_fraction: float = 0.2, split_seed: int = 0, photo_window: int = 64,
                  photo_stride: int = 32, corruption_seed: int = 0, chunk_size: int = 512,
-                 feature_batch_size: int = 128, device: str = "auto", **kwargs):
+                 feature_batch_size: int = 128, device: str = "auto", build_missing: bool = True, **kwargs):
         extractor = dict(extractor) if extractor is not None else {"weights": None, "input_size": 75, "seed": 0}
         super().__init__(feature_dir, corruptions, severities, ood={OOD_NAME: OOD_NAME}, ood_n_id=ood_n_id,
                          ood_n_ood=ood_n_ood, extractor=extractor, **kwargs)
@@ -74,8 +75,11 @@ class DigitsC(CIFAR10C):
                        "split_seed": int(split_seed), "photo_window": int(photo_window),
                        "photo_stride": int(photo_stride)}
         self.chunk_size, self.feature_batch_size, self.device = int(chunk_size), int(feature_batch_size), device
+        self.build_missing = bool(build_missing)
 
     def build_hint(self) -> str:
+        if not self.build_missing:
+            return "train.py builds it (evaluate.py only reads it)"
         return f"it is rebuilt on the next run; delete {self.feature_dir} if it is damaged"
 
     def build(self) -> int:
@@ -91,5 +95,6 @@ class DigitsC(CIFAR10C):
         return run_jobs(self.feature_dir, jobs, extractor, self.chunk_size, settings)
 
     def load(self) -> RawData:
-        self.build()
+        if self.build_missing:
+            self.build()
         return super().load()

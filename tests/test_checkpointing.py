@@ -126,12 +126,18 @@ class Plant:
         return open, (self.marker, "w")
 
 
-@pytest.mark.parametrize("where", ["evaluate", "resume"])
-def test_planted_checkpoint_never_runs_code(tmp_path, where):
+class SystemPlant(Plant):
+    def __reduce__(self):  # a blocked module, which torch 2.14 words differently from a blocked global
+        return os.system, (f"touch {self.marker}",)
+
+
+@pytest.mark.parametrize("where,plant,created", [("evaluate", Plant, "io.open"), ("resume", Plant, "io.open"),
+                                                 ("evaluate", SystemPlant, f"{os.system.__module__}.system")])
+def test_planted_checkpoint_never_runs_code(tmp_path, where, plant, created):
     run = tmp_path / "run"
     assert cli("train.py", *MLP_RUN, "trainer.max_epochs=1", "test=false", f"hydra.run.dir={run}").returncode == 0
     last = run / "checkpoints" / "last.ckpt"
-    marker, plant = tmp_path / "marker", Plant()
+    marker, plant = tmp_path / "marker", plant()
     plant.marker = str(marker)
     torch.save({**torch.load(last, weights_only=True), "extra": plant}, last)  # looks like the real one
     if where == "evaluate":
@@ -140,7 +146,7 @@ def test_planted_checkpoint_never_runs_code(tmp_path, where):
         r = cli("train.py", *MLP_RUN, "trainer.max_epochs=2", f"hydra.run.dir={run}")
     line = one_line(r.returncode, r.stderr)
     assert not marker.exists()
-    assert line == (f"error: checkpoint {last} refused: loading it would create io.open, so it could run code; "
+    assert line == (f"error: checkpoint {last} refused: loading it would create {created}, so it could run code; "
                     "only load checkpoints written by train.py")
     assert not (tmp_path / "eval").exists() and not (run / "metrics.json").exists()
 

@@ -119,7 +119,9 @@ def safe_load(path, map_location="cpu"):
     try:
         return torch.load(path, map_location=map_location, weights_only=True)
     except Exception as e:  # a file that is not a checkpoint fails in torch.load with nearly any error type
-        unsafe = isinstance(e, pickle.UnpicklingError) and re.search(r"Unsupported global: GLOBAL (\S+)", str(e))
+        # torch words a blocked global "Unsupported global: GLOBAL io.open" or, for a blocked module,
+        # "unsupported GLOBAL posix.system whose module posix is blocked" (torch 2.14)
+        unsafe = isinstance(e, pickle.UnpicklingError) and re.search(r"unsupported (?:global: )?GLOBAL (\S+)", str(e), re.I)
         if unsafe:
             raise UnsafeCheckpoint(f"checkpoint {path} refused: loading it would create {unsafe.group(1)}, "
                                    "so it could run code; only load checkpoints written by train.py") from None

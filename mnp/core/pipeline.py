@@ -6,7 +6,6 @@ validation split) and logger files.
 """
 from __future__ import annotations
 
-import inspect
 import json
 import logging
 import os
@@ -30,26 +29,13 @@ from mnp.core.errors import USER_ERRORS
 from mnp.core.outputs import write_json, write_npz
 from mnp.core.progress import progress_callbacks
 from mnp.core.rundir import check_reuse, eval_dir, hydra_variant
+from mnp.core.stored_config import checked_run_config, init_keys, restore_model
 from mnp.core.summary import log_run_summary
 from mnp.core.validate import resolve_auto, validate
 
 log = logging.getLogger(__name__)
 
 # ---------------------------------------------------------------------------- building blocks
-def init_keys(cls: type, exclude=()) -> list[str]:
-    """The keyword arguments ``cls(...)`` accepts, following ``**kwargs`` up the base classes."""
-    keys: list[str] = []
-    for c in cls.__mro__:
-        if "__init__" not in vars(c):
-            continue
-        params = inspect.signature(c.__init__).parameters.values()
-        keys += [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
-                 and p.name != "self" and p.name not in keys and p.name not in exclude]
-        if not any(p.kind == p.VAR_KEYWORD for p in params):
-            break
-    return keys
-
-
 def build(group: str, node: DictConfig, **kwargs):
     """``instantiate`` whose failures stay one clear line: Hydra wraps a constructor's error (an unknown
     switch value, bad data) in InstantiationException, so the constructor's own error is re-raised, and an
@@ -267,7 +253,7 @@ def load_run(ckpt_path: str | Path, data_dir: str | None = None, eval_overrides=
     ckpt = load_checkpoint(ckpt_path)
     if CFG_KEY not in ckpt:
         raise KeyError(f"{ckpt_path} has no '{CFG_KEY}' entry; it was not written by train.py")
-    run_cfg = OmegaConf.create(ckpt[CFG_KEY])
+    run_cfg = OmegaConf.create(checked_run_config(ckpt[CFG_KEY], ckpt_path))  # registered classes, plain settings
     if data_dir:
         if "data_dir" in run_cfg.dataset:
             run_cfg.dataset.data_dir = data_dir
@@ -280,8 +266,8 @@ def load_run(ckpt_path: str | Path, data_dir: str | None = None, eval_overrides=
         run_cfg.eval = OmegaConf.merge(run_cfg.get("eval") or {}, eval_overrides)
     pl.seed_everything(int(run_cfg.get("seed", 0)), workers=True, verbose=False)
     dataset_name, dm = build_datamodule(run_cfg)
-    model_name, node = _split_name(run_cfg.model)
-    model = get_class(node._target_).load_from_checkpoint(str(ckpt_path), map_location="cpu", weights_only=True)
+    model_name = run_cfg.model.get("name")
+    model = restore_model(ckpt, run_cfg.model._target_, ckpt_path)
     if list(model.view_dims) != list(dm.view_dims) or model.num_classes != dm.num_classes:
         raise ValueError(f"checkpoint {ckpt_path} was trained on view dims {model.view_dims} and "
                          f"{model.num_classes} classes, but the data has {dm.view_dims} and {dm.num_classes}")
