@@ -145,3 +145,16 @@ def test_noise_on_a_constant_training_column_keeps_the_view(one_thread):
             noisy = accuracies(add_noise(dm.test_views, [v], 0.01, g))
             assert noisy[0] == pytest.approx(clean[0], abs=0.01), (v, clean, noisy)  # fused accuracy
             assert noisy[1 + v] == pytest.approx(clean[1 + v], abs=0.01), (v, clean, noisy)  # the noised view itself
+
+
+def test_constant_column_report():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from constant_columns import view_report
+
+    x = torch.tensor([[1.0, 0.0, 5.0], [3.0, 0.0, 5.0], [1.0, 0.0, 5.0], [3.0, 4.0, 5.0]])
+    rep = view_report(x)
+    assert rep["constant"] == [2] and rep["n_constant"] == 1 and rep["dim"] == 3
+    assert rep["n_floored_before"] == 1 and rep["min_std_over_median"] == pytest.approx(1.0)
