@@ -61,6 +61,23 @@ def fuse_experts(means: Tensor, variances: Tensor, weighting: str) -> tuple[Tens
     return var * (precision * means).sum(0), var
 
 
+def data_lengthscales(x: Tensor) -> Tensor:
+    """ARD lengthscales of one view, (d,): the official init_lengthscale_data, std · √d per column.
+
+    A column constant in the training rows gets the median std · √d of the view's varying columns
+    (√d if none varies) instead of the official 0 (floored at 1e-3). Neither inputs nor inducing points
+    vary there, so the ELBO's gradient for that lengthscale is exactly zero and it keeps its initial
+    value: at 1e-3 any test perturbation of the column (σ = 0.01 noise) sends the view's kernel to 0 and
+    its posterior to the prior. The median makes the column as relevant as a typical one, so noise on
+    it counts like noise on any other column; dropping the column instead would make MGP blind to it,
+    unlike the other models. Views without a constant column are unchanged (docs/method.md §3).
+    """
+    spread = x.std(0) * math.sqrt(x.shape[1])
+    varies = x.amax(0) > x.amin(0)
+    typical = spread[varies].median() if varies.any() else spread.new_tensor(math.sqrt(x.shape[1]))
+    return torch.where(varies, spread.clamp_min(1e-3), typical)
+
+
 class ViewGP(gpytorch.models.ApproximateGP):
     """K independent SVGPs on one view sharing inducing inputs and an ARD-RBF kernel."""
 
@@ -124,8 +141,8 @@ class MGP(Routine):
             x = torch.as_tensor(x, dtype=torch.float32)
             strategy = gp.variational_strategy
             strategy.inducing_points.copy_(self._inducing_from(x).to(strategy.inducing_points))
-            if self.lengthscale_init == "data":  # the official init_lengthscale_data: std · √d
-                ls = (x.std(0) * math.sqrt(x.shape[1])).clamp_min(1e-3)
+            if self.lengthscale_init == "data":
+                ls = data_lengthscales(x)
             else:
                 ls = torch.full((x.shape[1],), float(self.lengthscale_init))
             gp.covar_module.base_kernel.lengthscale = ls.to(strategy.inducing_points)

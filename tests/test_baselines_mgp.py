@@ -5,7 +5,9 @@ import gpytorch
 import pytest
 import torch
 
-from baselines.mgp import MGP, dirichlet_targets, fuse_experts
+from baselines.mgp import MGP, data_lengthscales, dirichlet_targets, fuse_experts
+from datamodules.base import TensorDataModule
+from mnp.core.protocols import add_noise
 
 
 def test_dirichlet_targets_formula():
@@ -96,3 +98,63 @@ def test_untrained_model_refuses_to_train():
     model = MGP(3, [2], num_inducing=4)
     with pytest.raises(RuntimeError, match="init_from_data"):
         model.training_loss([torch.rand(5, 2)], torch.zeros(5, dtype=torch.long))
+
+
+def test_constant_training_column_gets_a_typical_lengthscale():
+    torch.manual_seed(0)
+    x = torch.randn(50, 4) * torch.tensor([1.0, 2.0, 3.0, 0.0]) + 7.0  # column 3 constant (7.0)
+    ls = data_lengthscales(x)
+    spread = x.std(0) * 2.0  # std · √d, d = 4
+    torch.testing.assert_close(ls[:3], spread[:3])  # varying columns: the official init, unchanged
+    assert ls[3].item() == pytest.approx(spread[:3].median().item())  # not the old floor 1e-3
+    torch.testing.assert_close(data_lengthscales(torch.full((10, 9), 0.5)), torch.full((9,), 3.0))  # nothing varies: √d
+
+
+def test_noise_on_a_constant_training_column_keeps_the_view(one_thread):
+    """Digits as left/right halves: pixels 0, 16 (left) and 19 (right) are constant in the training split.
+    Their lengthscales never train, so σ = 0.01 noise must not send the view to its prior."""
+    from sklearn.datasets import load_digits
+
+    d = load_digits()
+    views = [d.images[:, :, :4].reshape(-1, 32), d.images[:, :, 4:].reshape(-1, 32)]
+    dm = TensorDataModule(views, d.target, scaling="standard", seed=0)
+    dm.setup()
+    assert all((x.amax(0) == x.amin(0)).any() for x in dm.train_views)
+    torch.manual_seed(0)
+    model = MGP(10, [32, 32], num_inducing=50, mc_samples=50)
+    model.init_from_data(dm.train_views)
+    opt = torch.optim.Adam(model.parameters(), lr=0.1)
+    for _ in range(20):
+        for idx in torch.randperm(len(dm.train_y)).split(200):
+            loss, _ = model.training_loss([x[idx] for x in dm.train_views], dm.train_y[idx])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    model.eval()
+
+    def accuracies(views):  # fused, then each view's own posterior mean
+        probs, _ = model.predict(views)
+        means, _ = model.view_posteriors(views)
+        return [(p.argmax(-1) == dm.test_y).float().mean().item() for p in (probs.mean(0), *means)]
+
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        clean = accuracies(dm.test_views)
+        assert clean[0] > 0.9
+        for v in (0, 1):
+            noisy = accuracies(add_noise(dm.test_views, [v], 0.01, g))
+            assert noisy[0] == pytest.approx(clean[0], abs=0.01), (v, clean, noisy)  # fused accuracy
+            assert noisy[1 + v] == pytest.approx(clean[1 + v], abs=0.01), (v, clean, noisy)  # the noised view itself
+
+
+def test_constant_column_report():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from constant_columns import view_report
+
+    x = torch.tensor([[1.0, 0.0, 5.0], [3.0, 0.0, 5.0], [1.0, 0.0, 5.0], [3.0, 4.0, 5.0]])
+    rep = view_report(x)
+    assert rep["constant"] == [2] and rep["n_constant"] == 1 and rep["dim"] == 3
+    assert rep["n_floored_before"] == 1 and rep["min_std_over_median"] == pytest.approx(1.0)
