@@ -28,6 +28,7 @@ from mnp.model_training import MNPTraining, SumOfSquares
 from mnp.core.routine import Routine
 from mnp.stacked import Stacks, distributed, stackable
 from mnp.step_graphs import StepGraphs, blockers
+from mnp.view_weighting import ViewWeighting
 
 
 def glorot_(module: nn.Module) -> None:
@@ -39,7 +40,7 @@ def glorot_(module: nn.Module) -> None:
                 nn.init.zeros_(m.bias)
 
 
-class MNP(ContextCache, MNPTraining, Routine):
+class MNP(ContextCache, ViewWeighting, MNPTraining, Routine):
     """Multimodal Neural Process; every deviation between paper and official code is a switch.
 
     The constructor's defaults are the paper's choices except ``lengthscale_form="l"`` (measured: with
@@ -54,6 +55,8 @@ class MNP(ContextCache, MNPTraining, Routine):
     ``lengthscale_form`` l2 (paper) | l (official); ``amplitude`` σ_f (official);
     ``attention_norm`` sparsemax | softmax.
     Aggregation: ``aggregation`` mba | mean | concat; ``sigma_as_std`` (official bug);
+    ``view_weighting`` none (paper) | distance (eq. 8′, :mod:`mnp.view_weighting`: a view's MBA weight falls as
+    the target moves away from that view's context, at inference) with ``distance_quantile`` and ``distance_power``;
     ``modality_mask`` (official random subsets of ≥ 2 modalities in training, redrawn per batch).
     Prediction and loss: ``num_samples`` S; ``ty_loss`` nll_of_mean (paper) | mean_ce (official);
     ``alpha``, ``beta``, ``tau``; ``rbf_reduce`` mean (paper) | sum (official);
@@ -84,6 +87,7 @@ class MNP(ContextCache, MNPTraining, Routine):
                  weight_init: str = "glorot", similarity: str = "rbf", lengthscale_init: float = 10.0,
                  lengthscale_param: str = "softplus", lengthscale_form: str = "l", amplitude: bool = False,
                  attention_norm: str = "sparsemax", aggregation: str = "mba", sigma_as_std: bool = False,
+                 view_weighting: str = "none", distance_quantile: float = 0.99, distance_power: float = 1.0,
                  modality_mask: bool = False, num_samples: int = 5, ty_loss: str = "nll_of_mean",
                  alpha: float = 1.0, beta: float = 1.0, tau: float = 0.25, rbf_reduce: str = "mean",
                  lengthscale_penalty: str = "norm", self_in_denominator: bool = False, memory_size: int = 100,
@@ -114,6 +118,7 @@ class MNP(ContextCache, MNPTraining, Routine):
                                            lengthscale_init=lengthscale_init, param=lengthscale_param,
                                            form=lengthscale_form, amplitude=amplitude)
         self.aggregation = build_aggregation(aggregation, len(self.view_dims), d_e)
+        self._init_view_weighting()
         self.decoder = Decoder(d_e, self.num_classes, norm, norm_eps, bn_momentum)
         if weight_init == "glorot":
             glorot_(self)
@@ -193,6 +198,11 @@ class MNP(ContextCache, MNPTraining, Routine):
 
         s*, q (the variances) and A stay float32 under autocast.
         """
+        targets, _, attn, r_star, s_star, u, q = self._attend_scores(views)
+        return targets, attn, r_star, s_star, u, q
+
+    def _attend_scores(self, views: Sequence[Tensor]):
+        """:meth:`_attend` with the similarity scores (M, B, N) before normalisation, second."""
         if self.memory.needs_data():
             raise RuntimeError("the context memory is empty: fit the model or call model.init_memory(train_views, train_y)")
         cached = self._cached_context(views[0])
@@ -203,14 +213,15 @@ class MNP(ContextCache, MNPTraining, Routine):
                 targets, (contexts, r_all, s_all, u, q) = self._project(views), cached
         with record_function("mnp.attention"):
             k = None if self.capturable else self._sparsemax_k
-            attn = normalise(self.similarity(targets, contexts), self.attention_norm, k)  # eq. 9
+            scores = self.similarity(targets, contexts)
+            attn = normalise(scores, self.attention_norm, k)  # eq. 9
             if self.hparams.fast and self.attention_norm == "sparsemax" and attn.device.type == "cpu" and \
                     not self.capturable:
                 self._sparsemax_k = topk_hint(attn)  # CPU: partial sorts beat a full sort for large N^m
             r_star = attn.to(r_all.dtype) @ r_all  # eq. 5
             with torch.autocast(attn.device.type, enabled=False):
                 s_star = attn @ s_all
-        return targets, attn, r_star, s_star, u, q
+        return targets, scores, attn, r_star, s_star, u, q
 
     def _encode(self, views: Sequence[Tensor]):
         """Project targets and context together; encode the context (eqs. 4 and 6).
@@ -289,8 +300,8 @@ class MNP(ContextCache, MNPTraining, Routine):
     # ------------------------------------------------------------------ model contract
     def predict(self, views):
         """Per-sample softmaxes (S·S, B, K) of the multimodal prediction (eq. 12) and the expected entropy."""
-        _, _, r_star, s_star, u, q = self._attend(views)
-        mu, var = self.aggregation(r_star, s_star, u, q)
+        _, scores, _, r_star, s_star, u, q = self._attend_scores(views)
+        mu, var = self.aggregation(r_star, s_star, u, q, self._view_weights(scores))  # eq. 8 (8′ when weighted)
         logits = sample_logits(self.decoder, mu, var, self.hparams.num_samples, self.hparams.sigma_as_std,
                                self.sample_generator)
         probs = logits.float().softmax(-1)

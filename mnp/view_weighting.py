@@ -1,0 +1,125 @@
+"""Distance-aware view weighting (docs/method.md §4.1, eq. 8′): a view counts less in MBA the farther a
+target is from that view's context.
+
+Sparsemax ignores a constant shift of the scores, so eq. 9's attention over a target far from every
+context point looks like the attention over a near one, and eq. 8 gives the view the same precision
+1/s* + 1/q either way: a destroyed view keeps its full weight. A GP does the opposite (far from its data
+the posterior returns to the prior), which is why MGP keeps its accuracy when a view carries no signal.
+
+Here each target i and view m get the squared RBF distance to the nearest context point,
+d²_im = min_j ‖(t_i − c_j)/λ_m‖² (= −2 log max_j G_ij, eq. 9's own distance), and a proximity
+
+    κ_im = min(1, (d²_ref,m / d²_im)^p),
+
+where d²_ref,m is the ``quantile`` of d² over the training set (rows stored in the memory excluded: their
+distance is 0). A clean target is as close to the context as a training sample (κ = 1 for all but
+about 1 − quantile of them); noise adds ‖noise/λ‖² to d² and sends κ to 0. MBA (eq. 8) then weighs view
+m's terms by w_im = κ_im / max_m′ κ_im′ (relative, so the best-supported view keeps its full weight and
+the posterior never degenerates):
+
+    σ²_z = 1 / Σ_m w_m (1/s*_m + 1/q_m),   μ_z = σ²_z Σ_m w_m (r*_m/s*_m + u_m/q_m)        (eq. 8′)
+
+which is eq. 8 with view m's observation and prior factor tempered by w_m; w = 0 is the view missing
+(the missing-view limit of a destroyed view). Applied at inference; training is unchanged.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+from torch import Tensor
+
+VIEW_WEIGHTINGS = ("none", "distance")
+CHUNK = 4096  # training rows per encoding call when the reference is computed
+
+
+def nearest_sq_dist(scores: Tensor, amplitude: Tensor | None = None) -> Tensor:
+    """d² (M, B) of each target to its nearest context point from RBF scores (M, B, N) = σ_f exp(−d²/2)."""
+    g = scores.float().max(-1).values
+    if amplitude is not None:
+        g = g / amplitude[:, None]
+    return -2.0 * g.clamp_min(torch.finfo(g.dtype).tiny).log()
+
+
+def proximity(d2: Tensor, ref: Tensor, power: float) -> Tensor:
+    """κ (M, B) = min(1, (d²_ref / d²)^p), with d²_ref (M,)."""
+    return (ref[:, None] / d2.clamp_min(torch.finfo(d2.dtype).tiny)).pow(power).clamp(max=1.0)
+
+
+def view_weights(d2: Tensor, ref: Tensor, power: float) -> Tensor:
+    """MBA weights (B, M) of eq. 8′: proximity relative to the target's best-supported view."""
+    kappa = proximity(d2, ref, power).t()
+    return kappa / kappa.max(-1, keepdim=True).values
+
+
+def reference_sq_dist(d2_of, views: Sequence[Tensor], quantile: float) -> Tensor:
+    """d²_ref (M,): the ``quantile`` of the training rows' nearest-context d², from ``d2_of(views) -> (M, B)``
+    called on chunks of the training set; a row at distance 0 (a row the memory holds) is left out."""
+    n = views[0].shape[0]
+    d2 = torch.cat([d2_of([v[i:i + CHUNK] for v in views]) for i in range(0, n, CHUNK)], dim=1)
+    refs = []
+    for row in d2:
+        away = row[row > 0]
+        refs.append(torch.quantile(away, quantile) if away.numel() else row.new_tensor(float("inf")))
+    return torch.stack(refs)
+
+
+def check_view_weighting(weighting: str, similarity: str, quantile: float, power: float) -> None:
+    """One-line errors for the switch and its settings."""
+    if weighting not in VIEW_WEIGHTINGS:
+        raise ValueError(f"unknown view_weighting '{weighting}'; choose one of {', '.join(VIEW_WEIGHTINGS)}")
+    if weighting == "distance" and similarity != "rbf":
+        raise ValueError("view_weighting=distance needs similarity=rbf (it reads the RBF kernel's distances)")
+    if not 0.0 < quantile <= 1.0:
+        raise ValueError(f"distance_quantile must lie in (0, 1], got {quantile}")
+    if not power > 0:
+        raise ValueError(f"distance_power must be positive, got {power}")
+
+
+class ViewWeighting:
+    """MNP mixin (before Routine in the MRO): the switch ``view_weighting``, the reference d²_ref (buffer
+    ``distance_ref``, in checkpoints) and the weights of eq. 8′ at inference."""
+
+    def _init_view_weighting(self) -> None:
+        hp = self.hparams
+        check_view_weighting(hp.view_weighting, hp.similarity, hp.distance_quantile, hp.distance_power)
+        if hp.view_weighting == "distance":
+            self.register_buffer("distance_ref", torch.full((len(self.view_dims),), float("nan")))
+
+    def _view_weights(self, scores: Tensor) -> Tensor | None:
+        """MBA weights (B, M) of eq. 8′ from the attention scores (M, B, N); None: eq. 8 (unweighted)."""
+        if self.hparams.view_weighting == "none" or self.training:
+            return None
+        if torch.isnan(self.distance_ref).any():  # not fitted yet (validation of the first epoch): from the training set
+            self.update_distance_reference()
+        return view_weights(nearest_sq_dist(scores, self._amplitude()), self.distance_ref,
+                            self.hparams.distance_power)
+
+    def _amplitude(self) -> Tensor | None:
+        from mnp.attention import to_positive
+        sim = self.similarity
+        return None if sim.raw_amplitude is None else to_positive(sim.raw_amplitude, sim.param).float()
+
+    @torch.no_grad()
+    def update_distance_reference(self, train_views: Sequence[Tensor] | None = None) -> None:
+        """Set d²_ref from ``train_views`` (default: the training set attached to the memory)."""
+        if train_views is None:
+            if self.memory._source is None:
+                raise RuntimeError("view_weighting=distance has no reference distance yet: fit the model, or call "
+                                   "model.update_distance_reference(train_views)")
+            train_views = self.memory._source[0]
+        was_training = self.training
+        self.eval()
+        try:
+            views = [torch.as_tensor(v, dtype=torch.float32, device=self.device) for v in train_views]
+            amp = self._amplitude()
+            ref = reference_sq_dist(lambda vs: nearest_sq_dist(self._attend_scores(vs)[1], amp), views,
+                                    self.hparams.distance_quantile)
+            self.distance_ref.copy_(ref)
+        finally:
+            self.train(was_training)
+
+    def on_train_epoch_end(self) -> None:
+        super().on_train_epoch_end()
+        if self.hparams.view_weighting == "distance" and not self._in_warmup():
+            self.update_distance_reference()  # before the epoch's checkpoint (ModelCheckpoint runs after this hook)
