@@ -353,3 +353,27 @@ def test_log_ticks_are_plain_numbers():
     assert log_ticks(0.3, 30) == [0.5, 1, 2, 5, 10, 20]
     assert log_ticks(2.1, 4.7) == [3, 4]
     assert [plain_number(t) for t in log_ticks(0.001, 2000)] == ["0.001", "0.01", "0.1", "1", "10", "100", "1000"]
+
+
+def test_update_replaces_only_the_groups_rerun(sweep, tmp_path):
+    """--update: a re-run of mnp on pie replaces that group's rows (a metric it no longer reports goes too)
+    and keeps every other group's rows and tables, without their run directories."""
+    out = tmp_path / "out"
+    report([sweep], out, plots=False)
+    before = read_csv(out / "results.csv")
+    rerun = tmp_path / "rerun"
+    for s, a in enumerate([0.5, 0.7]):
+        write_run(rerun, "paper_main", "mnp", "pie", s, a, 0.01)
+        metrics = rerun / "paper_main" / "multiruns" / f"mnp_pie_None_s{s}" / "metrics.json"
+        m = json.loads(metrics.read_text())
+        del m["time/test_s"]
+        metrics.write_text(json.dumps(m))
+    assert main([str(rerun), "--out", str(out), "--no-plots", "--update"]) == 0
+    after = read_csv(out / "results.csv")
+    r = after[("mnp", "pie", "test/acc", "paper_main", "")]
+    assert float(r["mean"]) == pytest.approx(0.6) and r["n"] == "2"
+    assert ("mnp", "pie", "time/test_s", "paper_main", "") not in after
+    assert {k: v for k, v in after.items() if k[:2] != ("mnp", "pie")} == \
+        {k: v for k, v in before.items() if k[:2] != ("mnp", "pie")}
+    md = (out / "results.md").read_text()
+    assert "with the rows of 5 other groups kept" in md and "MGP" in md.split("## Experiment", 1)[1]
