@@ -4,7 +4,9 @@ Every model (MNP and all baselines) subclasses :class:`Routine` and provides onl
 
 * ``training_loss(views, y) -> (loss, logs)``: the scalar loss and a dict of scalars to log;
 * ``predict(views) -> (probs, uncertainty)``: per-sample class probabilities (S, B, K) and an
-  uncertainty score (B,), higher meaning more uncertain.
+  uncertainty score (B,), higher meaning more uncertain. A model that handles missing views takes
+  ``predict(views, present=None)``: ``present`` (B, M) bool marks the views present in each row, whose
+  absent rows arrive zero-filled (:mod:`mnp.core.missing`).
 
 Test dataloader 0 is the clean test set; it is also run through the noise protocol (docs/method.md §5).
 Further test dataloaders are OOD sets yielding ``(views, is_ood)``; their names come from the
@@ -13,6 +15,7 @@ datamodule's ``ood_names``. Results land in ``self.test_results`` (scalars) and
 """
 from __future__ import annotations
 
+import inspect
 import logging
 import random
 import statistics
@@ -25,6 +28,7 @@ import torch
 from torch import Tensor
 
 from mnp.core import metrics
+from mnp.core.missing import present_mask
 from mnp.core.protocols import (add_noise, default_noise_levels, noise_generator, noise_subsets, noisy_copies,
                                 predict_in_chunks, resolve_noise_batch_rows, sigma_key)
 
@@ -80,8 +84,26 @@ class Routine(pl.LightningModule):
     def training_loss(self, views: list[Tensor], y: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
         raise NotImplementedError
 
-    def predict(self, views: list[Tensor]) -> tuple[Tensor, Tensor]:
+    def predict(self, views: list[Tensor], present: Tensor | None = None) -> tuple[Tensor, Tensor]:
         raise NotImplementedError
+
+    @property
+    def accepts_missing(self) -> bool:
+        """Whether this model's ``predict`` takes the ``present`` mask (models written without it do not)."""
+        return "present" in inspect.signature(self.predict).parameters
+
+    def predict_any(self, views: Sequence[Tensor], where: str = "") -> tuple[Tensor, Tensor]:
+        """``predict`` on views that may miss rows (all NaN in a view): the mask derived, those rows zero-filled."""
+        views, present = present_mask(views, self.view_dims, where)
+        if present is None:
+            return self.predict(views)
+        self.check_accepts_missing()
+        return self.predict(views, present)
+
+    def check_accepts_missing(self) -> None:
+        if not self.accepts_missing:
+            raise ValueError(f"{type(self).__name__} cannot predict with missing views: its predict takes no "
+                             "`present` mask")
 
     def extra_scores(self, probs: Tensor) -> dict[str, Tensor]:
         """Extra uncertainty scores reported alongside the default one (name -> (B,))."""
@@ -169,12 +191,12 @@ class Routine(pl.LightningModule):
         self._ood: dict[int, dict[str, list[Tensor]]] = {}
         self._test_time = 0.0
 
-    def _timed_predict(self, views: list[Tensor]) -> tuple[Tensor, Tensor]:
+    def _timed_predict(self, views: list[Tensor], where: str) -> tuple[Tensor, Tensor]:
         sync = self.device.type == "cuda"
         if sync:
             torch.cuda.synchronize(self.device)
         t0 = time.perf_counter()
-        out = self.predict(views)
+        out = self.predict_any(views, where)
         if sync:
             torch.cuda.synchronize(self.device)
         self._test_time += time.perf_counter() - t0
@@ -183,9 +205,10 @@ class Routine(pl.LightningModule):
     def test_step(self, batch, batch_idx, dataloader_idx: int = 0):
         views, target = batch
         self.sample_generator = sample_generator(self.device, self.sample_seed, dataloader_idx, batch_idx)
+        where = f"test set {dataloader_idx}, batch {batch_idx}: "
         if dataloader_idx == 0:
             self.check_views(views)
-            probs, unc = self._timed_predict(views)
+            probs, unc = self._timed_predict(views, where)
             self._clean["probs"].append(probs.mean(0).float().cpu())
             self._clean["labels"].append(target.cpu())
             self._clean["unc"].append(unc.float().cpu())
@@ -196,15 +219,15 @@ class Routine(pl.LightningModule):
                 g = noise_generator(self.device, self.noise_seed, batch_idx)
                 if rows := resolve_noise_batch_rows(self.noise_batch_rows, self.device):
                     copies = noisy_copies(views, self.noise_subsets, self.noise_levels, g)
-                    p = predict_in_chunks(self.predict, copies, rows)
+                    p = predict_in_chunks(self.predict_any, copies, rows)
                     per_sigma = p.view(len(self.noise_levels), len(self.noise_subsets), views[0].shape[0], -1).unbind(0)
                 else:
-                    per_sigma = [torch.stack([self.predict(add_noise(views, s, sigma, g))[0].mean(0).float().cpu()
+                    per_sigma = [torch.stack([self.predict_any(add_noise(views, s, sigma, g))[0].mean(0).float().cpu()
                                               for s in self.noise_subsets]) for sigma in self.noise_levels]
                 for sigma, per_subset in zip(self.noise_levels, per_sigma):
                     self._noisy[sigma].append(per_subset)  # (n_subsets, B, K)
         else:
-            probs, unc = self.predict(views)
+            probs, unc = self.predict_any(views, where)
             store = self._ood.setdefault(dataloader_idx, {"unc": [], "is_ood": [], "probs": []})
             store["unc"].append(unc.float().cpu())
             store["is_ood"].append(target.cpu())
@@ -260,16 +283,23 @@ class Routine(pl.LightningModule):
 
     # ------------------------------------------------------------------ inference helper
     @torch.no_grad()
-    def predict_proba(self, views: Sequence[Tensor], batch_size: int = 1000) -> tuple[Tensor, Tensor]:
-        """Mean predictive probabilities (N, K) and uncertainty (N,) for in-memory views."""
+    def predict_proba(self, views: Sequence[Tensor | None], batch_size: int = 1000) -> tuple[Tensor, Tensor]:
+        """Mean predictive probabilities (N, K) and uncertainty (N,) for in-memory views.
+
+        Missing views: a view given as None is missing in every row, a row all NaN in a view is missing
+        there; fusion models combine the views present, early-fusion ones impute the training means."""
         was_training = self.training
         self.eval()
-        views = [torch.as_tensor(v, dtype=torch.float32) for v in views]
+        views = [None if v is None else torch.as_tensor(v, dtype=torch.float32) for v in views]
+        views, present = present_mask(views, self.view_dims)
         self.check_views(views)
+        if present is not None:
+            self.check_accepts_missing()
         out_p, out_u = [], []
         for i in range(0, views[0].shape[0], batch_size):
             batch = [v[i:i + batch_size].to(self.device) for v in views]
-            probs, unc = self.predict(batch)
+            probs, unc = self.predict(batch) if present is None else \
+                self.predict(batch, present[i:i + batch_size].to(self.device))
             out_p.append(probs.mean(0).cpu())
             out_u.append(unc.cpu())
         self.train(was_training)
