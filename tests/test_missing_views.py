@@ -1,6 +1,8 @@
 """Missing views (docs/method.md §5): every model predicts from the views present, early fusion imputes
-the training means, the errors are one line."""
+the training means, the errors are one line, and the missing-view protocol of the test loop."""
+import json
 import logging
+import re
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +15,8 @@ from cfg_utils import CONF, compose_train
 from datamodules import TensorDataModule
 from mnp.core import metrics
 from mnp.core.checkpointing import check_fits
-from mnp.core.pipeline import build_model
+from mnp.core.pipeline import build_model, load_run, train
+from mnp.core.validate import ConfigError, validate
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # small models: one thread is fastest on 2 shared cores
 
@@ -125,6 +128,7 @@ def test_a_checkpoint_from_before_the_means_loads_and_testing_fills_them(tiny_vi
     old.configure_evaluation(noise=False)
     quiet_trainer().test(old, dm, verbose=False)
     torch.testing.assert_close(old.view_means, model.view_means)
+    assert "missing/acc@v0" in old.test_results
 
 
 # ---------------------------------------------------------------------------- fusion over the views present
@@ -193,6 +197,66 @@ def test_removing_the_informative_view_drops_to_chance(name, tmp_path):
 
 
 # ---------------------------------------------------------------------------- the test loop
+def test_train_reports_the_missing_view_protocol(tmp_path):
+    """A tiny train.py run: missing/ beside noise/, each equal to predict_proba with that view None."""
+    res = train(compose_train(tmp_path, ["model=mlp", "trainer.max_epochs=2", "dataset.num_views=2",
+                                         "dataset.n_train=200", "dataset.n_test=120"]))
+    on_disk = json.loads((tmp_path / "metrics.json").read_text())
+    keys = {"missing/acc@v0", "missing/ece@v0", "missing/acc@v1", "missing/ece@v1", "missing/acc_mean",
+            "missing/ece_mean", "missing/acc_subsets_mean"}
+    assert keys <= set(on_disk) and "noise/acc_mean" in on_disk
+    _, _, _, dm, model, _ = load_run(tmp_path / "checkpoints" / "last.ckpt")
+    for k in (0, 1):
+        views = [None if j == k else v for j, v in enumerate(dm.test_views)]
+        probs = model.predict_proba(views)[0]
+        assert on_disk[f"missing/acc@v{k}"] == pytest.approx(metrics.accuracy(probs, dm.test_y), abs=1e-6)
+        assert on_disk[f"missing/ece@v{k}"] == pytest.approx(metrics.ece(probs, dm.test_y), abs=1e-6)
+    assert res["missing/acc_mean"] == pytest.approx((res["missing/acc@v0"] + res["missing/acc@v1"]) / 2)
+    assert res["missing/acc_subsets_mean"] == pytest.approx(res["missing/acc_mean"])  # M = 2: subsets (0,), (1,)
+
+
+def test_the_protocol_is_off_by_key_and_for_a_single_view(tmp_path):
+    off = train(compose_train(tmp_path / "off", ["model=tmc", "trainer.max_epochs=1", "dataset.num_views=2",
+                                                 "dataset.n_train=100", "dataset.n_test=50", "eval.missing=false"]))
+    single = train(compose_train(tmp_path / "one", ["model=mlp", "trainer.max_epochs=1", "dataset.n_train=100",
+                                                    "dataset.n_test=50"]))
+    assert "noise/acc_mean" in off and not [k for k in off if k.startswith("missing/")]
+    assert not [k for k in single if k.startswith("missing/")]
+
+
+def three_view_dm():
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 3, 150)
+    views = [rng.normal(size=(150, d)) + s * y[:, None] for d, s in ((3, 2.0), (4, 0.7), (2, 0.3))]
+    return TensorDataModule(views, y, np.arange(100), np.arange(100, 150), eval_batch_size=20)
+
+
+def test_subsets_removed_are_the_noise_subsets_and_the_noise_metrics_stay_put():
+    """MC Dropout samples from the test generators: its clean and noisy numbers are the same with the protocol
+    off. 3 views, noise subsets of 2: acc_subsets_mean is the mean accuracy with each pair removed."""
+    from baselines.mcd import MCDropout
+    dm = three_view_dm()
+    torch.manual_seed(0)
+    model = MCDropout(3, [3, 4, 2], hidden=(16,), mc_samples=8, optim={"lr": 1e-2})
+    quiet_trainer(max_epochs=30).fit(model, dm)
+    results = {}
+    for missing in (True, False):
+        model.configure_evaluation(noise_levels=[0.1, 1.0], noise_subset_size=2, missing=missing)
+        quiet_trainer().test(model, dm, verbose=False)
+        results[missing] = {k: v for k, v in model.test_results.items() if not k.startswith("time/")}
+    on, off = results[True], results[False]
+    assert {k: v for k, v in on.items() if not k.startswith("missing/")} == off
+    assert sorted(k for k in on if k.startswith("missing/acc@")) == ["missing/acc@v0", "missing/acc@v1", "missing/acc@v2"]
+    model.mc_samples = 0  # deterministic: the protocol's numbers equal predict_proba's
+    model.configure_evaluation(noise_levels=[0.1], noise_subset_size=2)
+    quiet_trainer().test(model, dm, verbose=False)
+    res = model.test_results
+    accs = [metrics.accuracy(model.predict_proba([None if j in pair else v for j, v in enumerate(dm.test_views)])[0],
+                             dm.test_y) for pair in ((0, 1), (0, 2), (1, 2))]
+    assert res["missing/acc_subsets_mean"] == pytest.approx(np.mean(accs), abs=1e-6)
+    assert res["missing/acc@v0"] < res["missing/acc@v2"]  # view 0 carries the most information
+
+
 def test_the_test_loop_accepts_rows_missing_a_view(tiny_views):
     from baselines.tmc import TMC
     dm = tiny_dm(tiny_views)
@@ -210,7 +274,17 @@ def test_the_test_loop_accepts_rows_missing_a_view(tiny_views):
         quiet_trainer().test(model, dm, verbose=False)
 
 
-def test_a_model_without_a_present_mask_says_so():
-    from test_routine import ThresholdModel
+def test_a_model_without_a_present_mask_says_so_and_skips_the_protocol():
+    from test_routine import ThresholdModel, make_dm, run_test
+    model = ThresholdModel()
     with pytest.raises(ValueError, match=r"^ThresholdModel cannot predict with missing views: its predict takes no "):
-        ThresholdModel().predict_proba([np.zeros((4, 1)), None])
+        model.predict_proba([np.zeros((4, 1)), None])
+    res, _ = run_test(model, make_dm())
+    assert "noise/acc_mean" in res and not [k for k in res if k.startswith("missing/")]
+
+
+@pytest.mark.parametrize("value", ["1", "maybe", "null"])
+def test_validation_rejects_a_bad_missing_flag(tmp_path, value):
+    cfg = compose_train(tmp_path, ["model=mlp", f"eval.missing={value}"])
+    with pytest.raises(ConfigError, match=rf"^{re.escape('eval.missing must be true or false')}"):
+        validate(cfg)

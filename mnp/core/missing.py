@@ -1,4 +1,5 @@
-"""Missing views (docs/method.md §5): the (B, M) ``present`` mask and early fusion's mean imputation.
+"""Missing views (docs/method.md §5): the (B, M) ``present`` mask, early fusion's mean imputation and the
+pieces of the missing-view protocol that :class:`~mnp.core.routine.Routine` runs in its test loop.
 
 A view is missing for a row when the view is given as ``None`` (every row) or when the row holds only NaN
 in that view. Models receive the views with absent rows zero-filled, so tensors keep their shapes, and
@@ -10,8 +11,11 @@ from __future__ import annotations
 import logging
 from typing import Sequence
 
+import numpy as np
 import torch
 from torch import Tensor
+
+from mnp.core import metrics
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +54,51 @@ def present_mask(views: Sequence[Tensor | None], view_dims: Sequence[int],
         raise ValueError(f"{where}row {r} has no view: every view is None or NaN there; a row needs at least one view")
     return [ref.new_zeros(ref.shape[0], d) if v is None else v.masked_fill(~present[:, k, None], 0.0)
             for k, (v, d) in enumerate(zip(views, view_dims))], present
+
+
+def without(views: Sequence[Tensor], present: Tensor | None, removed: Sequence[int]) -> tuple[list[Tensor], Tensor]:
+    """The views and mask with the views in ``removed`` absent from every row (zero-filled)."""
+    mask = torch.ones(views[0].shape[0], len(views), dtype=torch.bool, device=views[0].device) \
+        if present is None else present.clone()
+    mask[:, list(removed)] = False
+    return [torch.zeros_like(v) if k in removed else v for k, v in enumerate(views)], mask
+
+
+def removal_sets(num_views: int, noise_subsets: Sequence[Sequence[int]]) -> list[tuple[int, ...]]:
+    """What the missing-view protocol removes: each view alone, then each noise-protocol subset that is not
+    one of them and leaves a view; none for a single view."""
+    if num_views < 2:
+        return []
+    singles = [(k,) for k in range(num_views)]
+    return singles + [tuple(s) for s in noise_subsets if len(s) < num_views and tuple(s) not in singles]
+
+
+def missing_flag(value) -> bool:
+    """``eval.missing``: true or false, else a ValueError naming the key."""
+    if not isinstance(value, bool):
+        raise ValueError(f"eval.missing must be true or false, got {value!r}")
+    return value
+
+
+def missing_results(stores: dict[tuple[int, ...], tuple[list[Tensor], list[Tensor]]], num_views: int,
+                    noise_subsets: Sequence[Sequence[int]], n_bins: int) -> dict[str, float]:
+    """The ``missing/`` metrics from each removal set's (probs, labels) batches: ``acc@v<k>`` and ``ece@v<k>``
+    with view k removed, their means, and ``acc_subsets_mean``, the mean accuracy with each noise-protocol
+    subset removed (the information left to a model that ignored the noised views entirely)."""
+    def scores(removed: tuple[int, ...]) -> tuple[float, float]:
+        probs, labels = (torch.cat(parts) for parts in stores[removed])
+        if not len(labels):  # every row lost its last view
+            return float("nan"), float("nan")
+        return metrics.accuracy(probs, labels), metrics.ece(probs, labels, n_bins)
+
+    results: dict[str, float] = {}
+    for k in range(num_views):
+        results[f"missing/acc@v{k}"], results[f"missing/ece@v{k}"] = scores((k,))
+    results["missing/acc_mean"] = float(np.mean([results[f"missing/acc@v{k}"] for k in range(num_views)]))
+    results["missing/ece_mean"] = float(np.mean([results[f"missing/ece@v{k}"] for k in range(num_views)]))
+    if subsets := [tuple(s) for s in noise_subsets if len(s) < num_views]:
+        results["missing/acc_subsets_mean"] = float(np.mean([scores(s)[0] for s in subsets]))
+    return results
 
 
 class MeanImputation:
