@@ -8,6 +8,9 @@
 Members are trained together but independently: the loss is the sum of the members' own
 cross-entropies, so no member sees another's gradient. ``predict`` returns the members' softmaxes
 as the sample axis (E, B, K); the routine averages them.
+
+Missing views: DE(EF) imputes a missing view's training means; DE(LF) averages the members of the
+views present (an absent view's member is replaced by that mean, so the routine's average is it).
 """
 from __future__ import annotations
 
@@ -18,16 +21,29 @@ from torch import Tensor, nn
 
 from baselines.batched import BatchedMLP, pad_views
 from mnp.core import metrics
+from mnp.core.missing import MeanImputation
 from mnp.optim import make_optimizer
 from mnp.core.routine import Routine
 
 
-def member_variance(probs: Tensor) -> Tensor:
-    """Σ_k Var_e[p_ek]: the variance across members summed over classes, (E, B, K) -> (B,)."""
-    return probs.var(0, unbiased=False).sum(-1)
+def member_variance(probs: Tensor, present: Tensor | None = None) -> Tensor:
+    """Σ_k Var_e[p_ek]: the variance across members summed over classes, (E, B, K) -> (B,); with ``present``
+    (B, E), across the members present in each row."""
+    if present is None:
+        return probs.var(0, unbiased=False).sum(-1)
+    w = present.t().unsqueeze(-1).to(probs.dtype)
+    mean = (probs * w).sum(0) / w.sum(0)
+    return ((probs - mean).pow(2) * w).sum(0).sum(-1) / w.sum(0).squeeze(-1)
 
 
-class DeepEnsemble(Routine):
+def present_members(probs: Tensor, present: Tensor) -> Tensor:
+    """(E, B, K) with every absent member's probabilities replaced by the mean of the members present."""
+    w = present.t().unsqueeze(-1)
+    mean = (probs * w.to(probs.dtype)).sum(0) / w.sum(0)
+    return torch.where(w, probs, mean)
+
+
+class DeepEnsemble(MeanImputation, Routine):
     """Uncertainty: ``variance`` (member_variance, the paper's choice) or ``entropy`` of the average."""
 
     def __init__(self, num_classes: int, view_dims: Sequence[int], fusion: str = "early", members: int = 5,
@@ -45,6 +61,8 @@ class DeepEnsemble(Routine):
             self.net = BatchedMLP(len(self.view_dims), max(self.view_dims), hidden, num_classes,
                                   fan_in=self.view_dims)
         self.optim_cfg = dict(optim or {})
+        if fusion == "early":
+            self.init_imputation()
 
     def logits(self, views: list[Tensor]) -> Tensor:
         """(E, B, K) logits of every member."""
@@ -57,10 +75,14 @@ class DeepEnsemble(Routine):
         loss = nn.functional.cross_entropy(logits.reshape(e * b, k), y.repeat(e), reduction="sum") / b
         return loss, {"acc": (logits.softmax(-1).mean(0).argmax(-1) == y).float().mean()}
 
-    def predict(self, views):
+    def predict(self, views, present=None):
+        if self.fusion == "early":
+            views, present = self.impute(views, present), None
         probs = self.logits(views).softmax(-1)
-        unc = member_variance(probs) if self.uncertainty == "variance" else metrics.entropy(probs.mean(0))
-        return probs, unc
+        unc = member_variance(probs, present) if self.uncertainty == "variance" else None
+        if present is not None:
+            probs = present_members(probs, present)
+        return probs, metrics.entropy(probs.mean(0)) if unc is None else unc
 
     def extra_scores(self, probs):
         return {"entropy": metrics.entropy(probs.mean(0)), "variance": member_variance(probs)}

@@ -23,13 +23,16 @@ from torch import Tensor, nn
 from torch.distributions import Dirichlet, kl_divergence
 
 from mnp.core import metrics
+from mnp.core.missing import MeanImputation
 from mnp.optim import make_optimizer
 from mnp.core.routine import Routine
 
 LOGIT_MIN = -15.0  # numerical guard (not in the official code): keeps α = exp(ℓ) > 0 in float32
 
 
-class ETP(Routine):
+class ETP(MeanImputation, Routine):
+    """Early fusion: a missing view takes its training means."""
+
     def __init__(self, num_classes: int, view_dims: Sequence[int], memory_size: int = 200, memory_lr: float = 0.99,
                  memory_std: float = 0.1, kl_weight: float = 1e-3, max_context: int = 50, logit_max: float = 15.0,
                  samples: int = 10, optim: dict | None = None):
@@ -43,6 +46,7 @@ class ETP(Routine):
         self.memory_lr, self.memory_std, self.kl_weight = memory_lr, memory_std, kl_weight
         self.max_context, self.logit_max, self.samples = int(max_context), logit_max, int(samples)
         self.optim_cfg = dict(optim or {})
+        self.init_imputation()
 
     def memory_sample(self, n: int) -> Tensor:
         """(n, R, K) Gaussian samples around the memory (from ``sample_generator`` in the test loops)."""
@@ -81,8 +85,8 @@ class ETP(Routine):
         loss = (fit + self.kl_weight * reg).mean()
         return loss, {"kl": reg.mean(), "acc": (logits.argmax(-1) == y).float().mean()}
 
-    def predict(self, views):
-        probs = self.forward_samples(views, self.samples)[2].softmax(-1)
+    def predict(self, views, present=None):
+        probs = self.forward_samples(self.impute(views, present), self.samples)[2].softmax(-1)
         return probs, metrics.entropy(probs.mean(0))
 
     def configure_optimizers(self):

@@ -8,12 +8,13 @@ from torch import Tensor, nn
 
 from baselines.mlp import mlp
 from mnp.core import metrics
+from mnp.core.missing import MeanImputation
 from mnp.optim import make_optimizer
 from mnp.core.routine import Routine
 
 
-class MCDropout(Routine):
-    """Early-fusion MLP with dropout kept on at prediction time.
+class MCDropout(MeanImputation, Routine):
+    """Early-fusion MLP with dropout kept on at prediction time; a missing view takes its training means.
 
     ``mc_samples`` stochastic passes are drawn in one batched forward: the layers before the first
     dropout run once on (B, d), everything after it on (S, B, h). ``mc_samples: 0`` turns sampling
@@ -29,6 +30,7 @@ class MCDropout(Routine):
         self.net = mlp(sum(self.view_dims), hidden, num_classes, dropout)
         self.mc_samples = int(mc_samples)
         self.optim_cfg = dict(optim or {})
+        self.init_imputation()
 
     def sample_logits(self, x: Tensor, samples: int) -> Tensor:
         """(S, B, K) logits with dropout active; S = 1 and dropout off when ``samples`` is 0. The masks come
@@ -50,8 +52,8 @@ class MCDropout(Routine):
         logits = self.net(torch.cat(views, dim=-1))
         return nn.functional.cross_entropy(logits, y), {"acc": (logits.argmax(-1) == y).float().mean()}
 
-    def predict(self, views):
-        probs = self.sample_logits(torch.cat(views, dim=-1), self.mc_samples).softmax(-1)
+    def predict(self, views, present=None):
+        probs = self.sample_logits(torch.cat(self.impute(views, present), dim=-1), self.mc_samples).softmax(-1)
         return probs, metrics.entropy(probs.mean(0))
 
     def configure_optimizers(self):

@@ -14,7 +14,8 @@
   training and ``test_weighting`` (entropy: w_m ∝ the negative differential entropy
   −(½ log(2π σ²_m) + ½), normalised over views as in the official ``combine_dist``) at test.
   Those weights are well defined only while every view's σ² lies on the same side of 1/(2πe);
-  ``softmax_entropy`` (also official) is always positive.
+  ``softmax_entropy`` (also official) is always positive. With missing views the product runs over
+  the views present, the weights renormalised over them.
 * Prediction: ``mc_samples`` softmax samples of the fused Gaussian. Uncertainty ``predictive``
   (official): Σ_k Var[y_k] = Σ_k (p̄_k − p̄_k²), the summed variance of the predictive
   (gpflow's Monte Carlo ``predict_mean_and_var``); ``latent``: Σ_k σ²_k of the fused Gaussian.
@@ -45,8 +46,10 @@ def dirichlet_targets(y: Tensor, num_classes: int, eps: float) -> tuple[Tensor, 
     return alpha.log() - 0.5 * s2, s2
 
 
-def fuse_experts(means: Tensor, variances: Tensor, weighting: str) -> tuple[Tensor, Tensor]:
-    """Weighted product of Gaussian experts over axis 0: (M, …) -> (…) mean and variance."""
+def fuse_experts(means: Tensor, variances: Tensor, weighting: str,
+                 present: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """Weighted product of Gaussian experts over axis 0: (M, B, K) -> (B, K) mean and variance; with
+    ``present`` (B, M), of the experts present in each row (the weights renormalised over them)."""
     if weighting == "poe":
         w = torch.ones_like(variances)
     elif weighting == "uniform":
@@ -56,6 +59,9 @@ def fuse_experts(means: Tensor, variances: Tensor, weighting: str) -> tuple[Tens
         w = neg_entropy / neg_entropy.sum(0) if weighting == "entropy" else neg_entropy.softmax(0)
     else:
         raise ValueError(f"unknown weighting '{weighting}'; choose one of {', '.join(WEIGHTINGS)}")
+    if present is not None:
+        w = w * present.t().unsqueeze(-1).to(w.dtype)
+        w = w if weighting == "poe" else w / w.sum(0)
     precision = w / variances
     var = 1.0 / precision.sum(0)
     return var * (precision * means).sum(0), var
@@ -178,8 +184,8 @@ class MGP(Routine):
         mu, _ = fuse_experts(torch.stack(means), torch.stack(variances), self.train_weighting)
         return loss, {"acc": (mu.argmax(-1) == y).float().mean()}
 
-    def predict(self, views):
-        mu, var = fuse_experts(*self.view_posteriors(views), self.test_weighting)
+    def predict(self, views, present=None):
+        mu, var = fuse_experts(*self.view_posteriors(views), self.test_weighting, present)
         eps = torch.randn(self.mc_samples, *mu.shape, device=mu.device, dtype=mu.dtype, generator=self.sample_generator)
         probs = (mu + var.sqrt() * eps).softmax(-1)
         if self.uncertainty == "predictive":

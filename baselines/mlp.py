@@ -6,6 +6,7 @@ from typing import Sequence
 import torch
 from torch import Tensor, nn
 
+from mnp.core.missing import MeanImputation
 from mnp.optim import make_optimizer
 from mnp.core.routine import Routine
 
@@ -22,8 +23,9 @@ def mlp(d_in: int, hidden: Sequence[int], d_out: int, dropout: float = 0.0) -> n
     return nn.Sequential(*layers)
 
 
-class MLP(Routine):
-    """Concatenate the views, classify with an MLP; uncertainty is the predictive entropy."""
+class MLP(MeanImputation, Routine):
+    """Concatenate the views, classify with an MLP; uncertainty is the predictive entropy. A missing view
+    takes its training means (early fusion)."""
 
     def __init__(self, num_classes: int, view_dims: Sequence[int], hidden: Sequence[int] = (512, 256),
                  dropout: float = 0.0, optim: dict | None = None):
@@ -31,6 +33,7 @@ class MLP(Routine):
         self.save_hyperparameters()
         self.net = mlp(sum(self.view_dims), hidden, num_classes, dropout)
         self.optim_cfg = dict(optim or {})
+        self.init_imputation()
 
     def logits(self, views: list[Tensor]) -> Tensor:
         return self.net(torch.cat(views, dim=-1))
@@ -40,8 +43,8 @@ class MLP(Routine):
         loss = nn.functional.cross_entropy(logits, y)
         return loss, {"acc": (logits.argmax(-1) == y).float().mean()}
 
-    def predict(self, views):
-        probs = self.logits(views).softmax(-1)[None]
+    def predict(self, views, present=None):
+        probs = self.logits(self.impute(views, present)).softmax(-1)[None]
         return probs, -(probs[0] * probs[0].clamp_min(1e-12).log()).sum(-1)
 
     def configure_optimizers(self):

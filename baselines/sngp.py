@@ -21,6 +21,7 @@ from typing import Sequence
 import torch
 from torch import Tensor, nn
 
+from mnp.core.missing import MeanImputation
 from mnp.optim import make_optimizer
 from mnp.core.routine import Routine
 
@@ -36,7 +37,9 @@ def dempster_shafer(logits: Tensor) -> Tensor:
     return torch.exp(math.log(k) - torch.logaddexp(torch.full_like(logits[:, 0], math.log(k)), logits.logsumexp(-1)))
 
 
-class SNGP(Routine):
+class SNGP(MeanImputation, Routine):
+    """Early fusion: a missing view takes its training means."""
+
     def __init__(self, num_classes: int, view_dims: Sequence[int], num_features: int = 1024,
                  kernel_scale: float | None = None, normalize_input: bool = False, ridge: float = 1.0,
                  cov_momentum: float = -1.0, mean_field_factor: float = math.pi / 8, l2: float = 1e-6,
@@ -55,6 +58,7 @@ class SNGP(Routine):
         self.num_features = num_features
         self._cov_cache: tuple[tuple, Tensor] | None = None  # ridge · P⁻¹, keyed on P's storage and version
         self.optim_cfg = dict(optim or {})
+        self.init_imputation()
 
     def features(self, views: list[Tensor]) -> Tensor:
         x = self.norm(torch.cat(views, dim=-1)) * self.input_scale
@@ -99,8 +103,8 @@ class SNGP(Routine):
         ce = nn.functional.cross_entropy(logits, y)
         return ce + self.l2 * self.beta.weight.pow(2).sum(), {"ce": ce, "acc": (logits.argmax(-1) == y).float().mean()}
 
-    def predict(self, views):
-        phi = self.features(views)
+    def predict(self, views, present=None):
+        phi = self.features(self.impute(views, present))
         logits = mean_field_logits(self.beta(phi), self.predictive_variance(phi), self.mean_field_factor)
         return logits.softmax(-1)[None], dempster_shafer(logits)
 

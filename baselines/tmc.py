@@ -6,7 +6,8 @@ fused one, summed): the evidential digamma term Σ_k y_k (ψ(S) − ψ(α_k)) pl
 annealing · KL(Dir(α̃) ‖ Dir(1)), α̃ = y + (1 − y) ⊙ α, with annealing = min(1, epoch / annealing_epochs)
 (the official code counts epochs from 1 and anneals over 50; the paper over 10).
 Prediction: α/S of the fused opinion (one sample); uncertainty u = K/S of the fused opinion.
-The per-view linear layers run as one batched layer over zero-padded views.
+The per-view linear layers run as one batched layer over zero-padded views. A missing view gives the
+vacuous opinion (α = 1: no belief, u = 1), the identity of Dempster's rule, so the views present are fused.
 """
 from __future__ import annotations
 
@@ -88,8 +89,11 @@ class TMC(Routine):
         loss = per_opinion.sum(0).mean()
         return loss, {"acc": (fused.argmax(-1) == y).float().mean(), "annealing": torch.tensor(annealing, device=y.device)}
 
-    def predict(self, views):
-        fused = dempster_combine_all(list(self.view_alphas(views)))
+    def predict(self, views, present=None):
+        alphas = self.view_alphas(views)
+        if present is not None:
+            alphas = alphas.masked_fill(~present.t().unsqueeze(-1), 1.0)
+        fused = dempster_combine_all(list(alphas))
         s = fused.sum(-1, keepdim=True)
         return (fused / s)[None], (self.num_classes / s).squeeze(-1)
 

@@ -298,10 +298,11 @@ class MNP(ContextCache, ViewWeighting, MNPTraining, Routine):
         return self.hparams.l2 * sum(w.pow(2).sum() for w in kernels)
 
     # ------------------------------------------------------------------ model contract
-    def predict(self, views):
-        """Per-sample softmaxes (S·S, B, K) of the multimodal prediction (eq. 12) and the expected entropy."""
+    def predict(self, views, present=None):
+        """Per-sample softmaxes (S·S, B, K) of the multimodal prediction (eq. 12) and the expected entropy;
+        ``present`` (B, M): eq. 8 over the views present only (its weights, mnp.core.missing)."""
         _, scores, _, r_star, s_star, u, q = self._attend_scores(views)
-        mu, var = self.aggregation(r_star, s_star, u, q, self._view_weights(scores))  # eq. 8 (8′ when weighted)
+        mu, var = self.aggregation(r_star, s_star, u, q, self._view_weights(scores, present))  # eq. 8 (8′ when weighted)
         logits = sample_logits(self.decoder, mu, var, self.hparams.num_samples, self.hparams.sigma_as_std,
                                self.sample_generator)
         probs = logits.float().softmax(-1)

@@ -46,9 +46,12 @@ def proximity(d2: Tensor, ref: Tensor, power: float) -> Tensor:
     return (ref[:, None] / d2.clamp_min(torch.finfo(d2.dtype).tiny)).pow(power).clamp(max=1.0)
 
 
-def view_weights(d2: Tensor, ref: Tensor, power: float) -> Tensor:
-    """MBA weights (B, M) of eq. 8′: proximity relative to the target's best-supported view."""
+def view_weights(d2: Tensor, ref: Tensor, power: float, present: Tensor | None = None) -> Tensor:
+    """MBA weights (B, M) of eq. 8′: proximity relative to the target's best-supported view; ``present``
+    (B, M) in {0, 1} zeroes the views a target lacks (mnp.core.missing) before that comparison."""
     kappa = proximity(d2, ref, power).t()
+    if present is not None:
+        kappa = kappa * present.to(kappa.dtype)
     return kappa / kappa.max(-1, keepdim=True).values
 
 
@@ -86,14 +89,15 @@ class ViewWeighting:
         if hp.view_weighting == "distance":
             self.register_buffer("distance_ref", torch.full((len(self.view_dims),), float("nan")))
 
-    def _view_weights(self, scores: Tensor) -> Tensor | None:
-        """MBA weights (B, M) of eq. 8′ from the attention scores (M, B, N); None: eq. 8 (unweighted)."""
+    def _view_weights(self, scores: Tensor, present: Tensor | None = None) -> Tensor | None:
+        """MBA weights (B, M) of eq. 8′ from the attention scores (M, B, N), over the ``present`` views
+        (B, M) only when given; None: eq. 8 (unweighted, every view)."""
         if self.hparams.view_weighting == "none" or self.training:
-            return None
+            return present
         if torch.isnan(self.distance_ref).any():  # not fitted yet (validation of the first epoch): from the training set
             self.update_distance_reference()
         return view_weights(nearest_sq_dist(scores, self._amplitude()), self.distance_ref,
-                            self.hparams.distance_power)
+                            self.hparams.distance_power, present)
 
     def _amplitude(self) -> Tensor | None:
         from mnp.attention import to_positive

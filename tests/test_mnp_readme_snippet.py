@@ -28,3 +28,6 @@ def test_readme_snippet_runs_and_learns():
     assert probs.shape == (60, 3) and unc.shape == (60,)
     assert np.allclose(probs.sum(1).numpy(), 1, atol=1e-5)
     assert (probs.argmax(1).numpy() == y[test_idx]).mean() > 0.7  # chance is 1/3
+    for missing in (namespace["probs_v0"], namespace["probs_rows"]):  # with view 1 missing: everywhere, in 10 rows
+        assert missing.shape == (60, 3) and np.allclose(missing.sum(1).numpy(), 1, atol=1e-5)
+    assert (namespace["probs_v0"].argmax(1).numpy() == y[test_idx]).mean() > 0.6

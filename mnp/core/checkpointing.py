@@ -169,7 +169,8 @@ def check_fits(ckpt_path: str, model: pl.LightningModule) -> None:
     """One clear error when a checkpoint holds the weights of another model, dataset or size."""
     ckpt = load_checkpoint(ckpt_path)
     theirs, ours = ckpt["state_dict"], model.state_dict()
-    diff = [f"{k} is missing" for k in sorted(ours.keys() - theirs.keys())] + \
+    added = set(getattr(model, "filled_on_load", ()))  # buffers newer than the checkpoint, filled on load
+    diff = [f"{k} is missing" for k in sorted(ours.keys() - theirs.keys() - added)] + \
         [f"{k} is not in this model" for k in sorted(theirs.keys() - ours.keys())] + \
         [f"{k} has shape {list(theirs[k].shape)} there, {list(ours[k].shape)} here"
          for k in sorted(ours.keys() & theirs.keys()) if theirs[k].shape != ours[k].shape]

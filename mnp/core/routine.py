@@ -4,15 +4,19 @@ Every model (MNP and all baselines) subclasses :class:`Routine` and provides onl
 
 * ``training_loss(views, y) -> (loss, logs)``: the scalar loss and a dict of scalars to log;
 * ``predict(views) -> (probs, uncertainty)``: per-sample class probabilities (S, B, K) and an
-  uncertainty score (B,), higher meaning more uncertain.
+  uncertainty score (B,), higher meaning more uncertain. A model that handles missing views takes
+  ``predict(views, present=None)``: ``present`` (B, M) bool marks the views present in each row, whose
+  absent rows arrive zero-filled (:mod:`mnp.core.missing`).
 
-Test dataloader 0 is the clean test set; it is also run through the noise protocol (docs/method.md §5).
+Test dataloader 0 is the clean test set; it is also run through the noise protocol and the missing-view
+protocol (docs/method.md §5).
 Further test dataloaders are OOD sets yielding ``(views, is_ood)``; their names come from the
 datamodule's ``ood_names``. Results land in ``self.test_results`` (scalars) and
 ``self.test_arrays`` (numpy arrays for predictions.npz).
 """
 from __future__ import annotations
 
+import inspect
 import logging
 import random
 import statistics
@@ -25,6 +29,7 @@ import torch
 from torch import Tensor
 
 from mnp.core import metrics
+from mnp.core.missing import missing_flag, missing_results, present_mask, removal_sets, without
 from mnp.core.protocols import (add_noise, default_noise_levels, noise_generator, noise_subsets, noisy_copies,
                                 predict_in_chunks, resolve_noise_batch_rows, sigma_key)
 
@@ -53,7 +58,8 @@ def set_rng_states(states: dict) -> None:
 def sample_generator(device: torch.device, seed: int, dataloader_idx: int, batch_idx: int) -> torch.Generator:
     """The generator a test batch's predictions sample from (Monte Carlo draws, MC dropout): seeded by the
     run's seed and the batch alone, so train-then-test, a resumed run and evaluate.py give the same numbers
-    whatever the process did before (the global RNG's state depends on how many epochs it trained)."""
+    whatever the process did before (the global RNG's state depends on how many epochs it trained). The
+    missing-view protocol's removal set i draws from the generator of ``dataloader_idx`` −(i + 1)."""
     g = torch.Generator(device=device)
     g.manual_seed(((int(seed) * 1_000_003 + int(dataloader_idx)) * 1_000_003 + int(batch_idx)) % (1 << 63))
     return g
@@ -80,8 +86,26 @@ class Routine(pl.LightningModule):
     def training_loss(self, views: list[Tensor], y: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
         raise NotImplementedError
 
-    def predict(self, views: list[Tensor]) -> tuple[Tensor, Tensor]:
+    def predict(self, views: list[Tensor], present: Tensor | None = None) -> tuple[Tensor, Tensor]:
         raise NotImplementedError
+
+    @property
+    def accepts_missing(self) -> bool:
+        """Whether this model's ``predict`` takes the ``present`` mask (models written without it do not)."""
+        return "present" in inspect.signature(self.predict).parameters
+
+    def predict_any(self, views: Sequence[Tensor], where: str = "") -> tuple[Tensor, Tensor]:
+        """``predict`` on views that may miss rows (all NaN in a view): the mask derived, those rows zero-filled."""
+        views, present = present_mask(views, self.view_dims, where)
+        if present is None:
+            return self.predict(views)
+        self.check_accepts_missing()
+        return self.predict(views, present)
+
+    def check_accepts_missing(self) -> None:
+        if not self.accepts_missing:
+            raise ValueError(f"{type(self).__name__} cannot predict with missing views: its predict takes no "
+                             "`present` mask")
 
     def extra_scores(self, probs: Tensor) -> dict[str, Tensor]:
         """Extra uncertainty scores reported alongside the default one (name -> (B,))."""
@@ -90,7 +114,7 @@ class Routine(pl.LightningModule):
     # ------------------------------------------------------------------ configuration
     def configure_evaluation(self, noise_levels: Sequence[float] | None = None, noise_subset_size: int | None = None,
                              noise_seed: int = 0, noise: bool = True, n_bins: int = 15, sample_seed: int = 0,
-                             noise_batch_rows: int | str = "auto") -> None:
+                             noise_batch_rows: int | str = "auto", missing: bool = True) -> None:
         """Set the noise protocol (docs/method.md §5); called by the pipeline from ``cfg.eval``. ``sample_seed`` (the
         run's seed) seeds the test predictions' own sampling (:func:`sample_generator`).
 
@@ -98,9 +122,13 @@ class Routine(pl.LightningModule):
         predicts all of them together, in calls of at most N rows; ``auto`` is 0 on the CPU, 65536 on a GPU
         (:func:`~mnp.core.protocols.resolve_noise_batch_rows`). The noised inputs are the same either way, so a
         model deterministic at test time gives the same noisy metrics; a sampling one (MNP, MC dropout, ...) draws
-        its samples in another layout and gives statistically equivalent, not identical, ones."""
+        its samples in another layout and gives statistically equivalent, not identical, ones.
+
+        ``missing``: the missing-view protocol, each view removed in turn and each noise subset removed
+        (:func:`~mnp.core.missing.removal_sets`); skipped for a single view."""
         self.noise_levels = list(default_noise_levels() if noise_levels is None else noise_levels)
         self.noise_subsets = noise_subsets(len(self.view_dims), noise_subset_size) if noise else []
+        self.missing_sets = removal_sets(len(self.view_dims), self.noise_subsets) if missing_flag(missing) else []
         resolve_noise_batch_rows(noise_batch_rows, torch.device("cpu"))  # a bad value fails here, not in the test
         self.noise_batch_rows = noise_batch_rows
         self.noise_seed = int(noise_seed)
@@ -168,13 +196,16 @@ class Routine(pl.LightningModule):
         self._noisy_labels: list[Tensor] = []
         self._ood: dict[int, dict[str, list[Tensor]]] = {}
         self._test_time = 0.0
+        if self.missing_sets and not self.accepts_missing:
+            log.info("%s: no missing-view protocol, its predict takes no `present` mask", type(self).__name__)
+        self._missing = {s: ([], []) for s in self.missing_sets} if self.accepts_missing else {}
 
-    def _timed_predict(self, views: list[Tensor]) -> tuple[Tensor, Tensor]:
+    def _timed_predict(self, views: list[Tensor], where: str) -> tuple[Tensor, Tensor]:
         sync = self.device.type == "cuda"
         if sync:
             torch.cuda.synchronize(self.device)
         t0 = time.perf_counter()
-        out = self.predict(views)
+        out = self.predict_any(views, where)
         if sync:
             torch.cuda.synchronize(self.device)
         self._test_time += time.perf_counter() - t0
@@ -183,9 +214,10 @@ class Routine(pl.LightningModule):
     def test_step(self, batch, batch_idx, dataloader_idx: int = 0):
         views, target = batch
         self.sample_generator = sample_generator(self.device, self.sample_seed, dataloader_idx, batch_idx)
+        where = f"test set {dataloader_idx}, batch {batch_idx}: "
         if dataloader_idx == 0:
             self.check_views(views)
-            probs, unc = self._timed_predict(views)
+            probs, unc = self._timed_predict(views, where)
             self._clean["probs"].append(probs.mean(0).float().cpu())
             self._clean["labels"].append(target.cpu())
             self._clean["unc"].append(unc.float().cpu())
@@ -196,19 +228,35 @@ class Routine(pl.LightningModule):
                 g = noise_generator(self.device, self.noise_seed, batch_idx)
                 if rows := resolve_noise_batch_rows(self.noise_batch_rows, self.device):
                     copies = noisy_copies(views, self.noise_subsets, self.noise_levels, g)
-                    p = predict_in_chunks(self.predict, copies, rows)
+                    p = predict_in_chunks(self.predict_any, copies, rows)
                     per_sigma = p.view(len(self.noise_levels), len(self.noise_subsets), views[0].shape[0], -1).unbind(0)
                 else:
-                    per_sigma = [torch.stack([self.predict(add_noise(views, s, sigma, g))[0].mean(0).float().cpu()
+                    per_sigma = [torch.stack([self.predict_any(add_noise(views, s, sigma, g))[0].mean(0).float().cpu()
                                               for s in self.noise_subsets]) for sigma in self.noise_levels]
                 for sigma, per_subset in zip(self.noise_levels, per_sigma):
                     self._noisy[sigma].append(per_subset)  # (n_subsets, B, K)
+            if self._missing:
+                self._missing_step(views, target, batch_idx)
         else:
-            probs, unc = self.predict(views)
+            probs, unc = self.predict_any(views, where)
             store = self._ood.setdefault(dataloader_idx, {"unc": [], "is_ood": [], "probs": []})
             store["unc"].append(unc.float().cpu())
             store["is_ood"].append(target.cpu())
             store["probs"].append(probs.mean(0).float().cpu())
+
+    def _missing_step(self, views: list[Tensor], target: Tensor, batch_idx: int) -> None:
+        """Each removal set's predictions, from its own generator; rows it leaves with no view are skipped."""
+        views, present = present_mask(views, self.view_dims)
+        for i, removed in enumerate(self.missing_sets):
+            kept, mask = without(views, present, removed)
+            y = target
+            if present is not None:
+                rows = mask.any(1)
+                kept, mask, y = [v[rows] for v in kept], mask[rows], target[rows]
+            self.sample_generator = sample_generator(self.device, self.sample_seed, -(i + 1), batch_idx)
+            probs = self.predict(kept, mask)[0].mean(0).float().cpu() if len(y) else torch.zeros(0, self.num_classes)
+            self._missing[removed][0].append(probs)
+            self._missing[removed][1].append(y.cpu())
 
     def _ood_names(self) -> list[str]:
         dm = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
@@ -243,6 +291,8 @@ class Routine(pl.LightningModule):
             results["noise/ece_mean"] = float(np.mean(eces))
             arrays["noise/sigma"] = np.asarray(self.noise_levels)
             arrays["noise/acc"] = np.asarray(accs)
+        if self._missing:
+            results.update(missing_results(self._missing, len(self.view_dims), self.noise_subsets, self.n_bins))
         names = self._ood_names()
         for idx, store in sorted(self._ood.items()):
             name = names[idx - 1] if idx - 1 < len(names) else f"ood{idx}"
@@ -260,16 +310,23 @@ class Routine(pl.LightningModule):
 
     # ------------------------------------------------------------------ inference helper
     @torch.no_grad()
-    def predict_proba(self, views: Sequence[Tensor], batch_size: int = 1000) -> tuple[Tensor, Tensor]:
-        """Mean predictive probabilities (N, K) and uncertainty (N,) for in-memory views."""
+    def predict_proba(self, views: Sequence[Tensor | None], batch_size: int = 1000) -> tuple[Tensor, Tensor]:
+        """Mean predictive probabilities (N, K) and uncertainty (N,) for in-memory views.
+
+        Missing views: a view given as None is missing in every row, a row all NaN in a view is missing
+        there; fusion models combine the views present, early-fusion ones impute the training means."""
         was_training = self.training
         self.eval()
-        views = [torch.as_tensor(v, dtype=torch.float32) for v in views]
+        views = [None if v is None else torch.as_tensor(v, dtype=torch.float32) for v in views]
+        views, present = present_mask(views, self.view_dims)
         self.check_views(views)
+        if present is not None:
+            self.check_accepts_missing()
         out_p, out_u = [], []
         for i in range(0, views[0].shape[0], batch_size):
             batch = [v[i:i + batch_size].to(self.device) for v in views]
-            probs, unc = self.predict(batch)
+            probs, unc = self.predict(batch) if present is None else \
+                self.predict(batch, present[i:i + batch_size].to(self.device))
             out_p.append(probs.mean(0).cpu())
             out_u.append(unc.cpu())
         self.train(was_training)

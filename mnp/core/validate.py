@@ -24,6 +24,7 @@ from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from mnp.core.accel import CUDA_GRAPH, PRECISIONS
+from mnp.core.missing import missing_flag
 from mnp.core.protocols import resolve_noise_batch_rows
 
 
@@ -176,6 +177,7 @@ def check_ranges(c: dict) -> None:
         _check_int("eval.noise_subset_size", ev["noise_subset_size"], 1)
     try:
         resolve_noise_batch_rows(ev.get("noise_batch_rows", "auto"), "cpu")
+        missing_flag(ev.get("missing", True))
     except ValueError as e:
         raise ConfigError(str(e)) from None
     check_accel(c.get("accel") or {})
