@@ -133,6 +133,10 @@ def make_case(case, d):
     if case == "unknown split":
         p = npz(d / "data.npz", views, y)
         return custom(p, "dataset.split=weird"), "unknown split 'weird'; choose one of files, stratified"
+    if case == "noise subset larger than the views":
+        p = npz(d / "data.npz", views, y)
+        return custom(p, "eval.noise=true", "eval.noise_subset_size=5"), \
+            "eval.noise_subset_size must lie in [1, 2] (the data has 2 views), got 5"
     if case == "unknown memory_update":
         return [*SMALL_MNP, "model.memory_update=weird"], \
             "unknown memory_update 'weird'; choose one of mse, ce, fifo, random"
@@ -149,7 +153,8 @@ def make_case(case, d):
 
 CASES = ["truncated npz", "truncated mat", "nan", "inf", "zero columns", "non-integer labels", "negative labels",
          "ood class out of range", "class without training samples", "row counts differ", "train/test dims differ",
-         "train/test view counts differ", "wrong sha256", "unknown scaling", "unknown split", "unknown memory_update", "unknown aggregation",
+         "train/test view counts differ", "wrong sha256", "unknown scaling", "unknown split",
+         "noise subset larger than the views", "unknown memory_update", "unknown aggregation",
          "unknown model key", "unknown dataset key"]
 
 

@@ -174,6 +174,8 @@ def check_ranges(c: dict) -> None:
         _check_int("eval.n_bins", ev["n_bins"], 1)
     if ev.get("noise_subset_size") is not None:
         _check_int("eval.noise_subset_size", ev["noise_subset_size"], 1)
+    if "noise_max_subsets" in ev:
+        _check_int("eval.noise_max_subsets", ev["noise_max_subsets"], 1)
     try:
         resolve_noise_batch_rows(ev.get("noise_batch_rows", "auto"), "cpu")
     except ValueError as e:
