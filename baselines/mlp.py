@@ -6,7 +6,8 @@ from typing import Sequence
 import torch
 from torch import Tensor, nn
 
-from mnp.optim import make_optimizer
+from mnp.core.domains import COUNT, Domain, check_domains, each
+from mnp.optim import OPTIM_DOMAINS, make_optimizer
 from mnp.core.routine import Routine
 
 
@@ -25,10 +26,13 @@ def mlp(d_in: int, hidden: Sequence[int], d_out: int, dropout: float = 0.0) -> n
 class MLP(Routine):
     """Concatenate the views, classify with an MLP; uncertainty is the predictive entropy."""
 
+    domains = dict(hidden=each(COUNT), dropout=Domain(0, 1, high_open=True), optim=OPTIM_DOMAINS)  # mnp.core.domains
+
     def __init__(self, num_classes: int, view_dims: Sequence[int], hidden: Sequence[int] = (512, 256),
                  dropout: float = 0.0, optim: dict | None = None):
         super().__init__(num_classes, view_dims)
         self.save_hyperparameters()
+        check_domains(self.domains, self.hparams)
         self.net = mlp(sum(self.view_dims), hidden, num_classes, dropout)
         self.optim_cfg = dict(optim or {})
 
