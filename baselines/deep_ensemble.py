@@ -22,7 +22,8 @@ from torch import Tensor, nn
 from baselines.batched import BatchedMLP, pad_views
 from mnp.core import metrics
 from mnp.core.missing import MeanImputation
-from mnp.optim import make_optimizer
+from mnp.core.domains import COUNT, check_domains, each
+from mnp.optim import OPTIM_DOMAINS, make_optimizer
 from mnp.core.routine import Routine
 
 
@@ -46,10 +47,13 @@ def present_members(probs: Tensor, present: Tensor) -> Tensor:
 class DeepEnsemble(MeanImputation, Routine):
     """Uncertainty: ``variance`` (member_variance, the paper's choice) or ``entropy`` of the average."""
 
+    domains = dict(members=COUNT, hidden=each(COUNT), optim=OPTIM_DOMAINS)  # mnp.core.domains
+
     def __init__(self, num_classes: int, view_dims: Sequence[int], fusion: str = "early", members: int = 5,
                  hidden: Sequence[int] = (512, 256), uncertainty: str = "variance", optim: dict | None = None):
         super().__init__(num_classes, view_dims)
         self.save_hyperparameters()
+        check_domains(self.domains, self.hparams)
         if fusion not in {"early", "late"}:
             raise ValueError(f"unknown fusion '{fusion}'; choose early or late")
         if uncertainty not in {"variance", "entropy"}:

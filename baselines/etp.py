@@ -24,7 +24,8 @@ from torch.distributions import Dirichlet, kl_divergence
 
 from mnp.core import metrics
 from mnp.core.missing import MeanImputation
-from mnp.optim import make_optimizer
+from mnp.core.domains import COUNT, NON_NEGATIVE, POSITIVE, UNIT, Domain, check_domains
+from mnp.optim import OPTIM_DOMAINS, make_optimizer
 from mnp.core.routine import Routine
 
 LOGIT_MIN = -15.0  # numerical guard (not in the official code): keeps α = exp(ℓ) > 0 in float32
@@ -32,12 +33,16 @@ LOGIT_MIN = -15.0  # numerical guard (not in the official code): keeps α = exp(
 
 class ETP(MeanImputation, Routine):
     """Early fusion: a missing view takes its training means."""
+    # mnp.core.domains; the memory update uses n in [3, max_context) targets per batch
+    domains = dict(memory_size=COUNT, memory_lr=UNIT, memory_std=NON_NEGATIVE, kl_weight=NON_NEGATIVE,
+                   max_context=Domain(4, integer=True), logit_max=POSITIVE, samples=COUNT, optim=OPTIM_DOMAINS)
 
     def __init__(self, num_classes: int, view_dims: Sequence[int], memory_size: int = 200, memory_lr: float = 0.99,
                  memory_std: float = 0.1, kl_weight: float = 1e-3, max_context: int = 50, logit_max: float = 15.0,
                  samples: int = 10, optim: dict | None = None):
         super().__init__(num_classes, view_dims)
         self.save_hyperparameters()
+        check_domains(self.domains, self.hparams)
         k = num_classes
         self.projector = nn.Linear(sum(self.view_dims), k)
         self.key = nn.Linear(k, k)

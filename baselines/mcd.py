@@ -9,7 +9,8 @@ from torch import Tensor, nn
 from baselines.mlp import mlp
 from mnp.core import metrics
 from mnp.core.missing import MeanImputation
-from mnp.optim import make_optimizer
+from mnp.core.domains import COUNT, NATURAL, Domain, check_domains, each
+from mnp.optim import OPTIM_DOMAINS, make_optimizer
 from mnp.core.routine import Routine
 
 
@@ -21,12 +22,15 @@ class MCDropout(MeanImputation, Routine):
     off: one deterministic pass with dropout disabled. Uncertainty: predictive entropy.
     """
 
+    # mnp.core.domains; mc_samples 0: one deterministic pass with dropout off
+    domains = dict(hidden=each(COUNT), dropout=Domain(0, 1, low_open=True, high_open=True), mc_samples=NATURAL,
+                   optim=OPTIM_DOMAINS)
+
     def __init__(self, num_classes: int, view_dims: Sequence[int], hidden: Sequence[int] = (512, 256),
                  dropout: float = 0.2, mc_samples: int = 100, optim: dict | None = None):
         super().__init__(num_classes, view_dims)
         self.save_hyperparameters()
-        if not 0 < dropout < 1:
-            raise ValueError(f"MC Dropout needs 0 < dropout < 1, got {dropout}")
+        check_domains(self.domains, self.hparams)
         self.net = mlp(sum(self.view_dims), hidden, num_classes, dropout)
         self.mc_samples = int(mc_samples)
         self.optim_cfg = dict(optim or {})

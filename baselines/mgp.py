@@ -33,7 +33,8 @@ import gpytorch
 import torch
 from torch import Tensor
 
-from mnp.optim import make_optimizer
+from mnp.core.domains import COUNT, NON_NEGATIVE, POSITIVE, Domain, check_domains
+from mnp.optim import OPTIM_DOMAINS, make_optimizer
 from mnp.core.routine import Routine
 
 WEIGHTINGS = ("uniform", "poe", "entropy", "softmax_entropy")
@@ -100,6 +101,10 @@ class ViewGP(gpytorch.models.ApproximateGP):
 
 
 class MGP(Routine):
+    domains = dict(num_inducing=COUNT, lengthscale_init=Domain(0, low_open=True, words=("data",)),  # mnp.core.domains
+                   outputscale_init=POSITIVE, alpha_eps=POSITIVE, kl_beta=NON_NEGATIVE, mc_samples=COUNT,
+                   optim=OPTIM_DOMAINS)
+
     def __init__(self, num_classes: int, view_dims: Sequence[int], num_inducing: int = 200,
                  inducing_init: str = "random", lengthscale_init: float | str = "data", outputscale_init: float = 1.0,
                  alpha_eps: float = 1e-7, kl_beta: float = 1.0, train_weighting: str = "uniform",
@@ -107,6 +112,7 @@ class MGP(Routine):
                  optim: dict | None = None):
         super().__init__(num_classes, view_dims)
         self.save_hyperparameters()
+        check_domains(self.domains, self.hparams)
         for w in (train_weighting, test_weighting):
             if w not in WEIGHTINGS:
                 raise ValueError(f"unknown weighting '{w}'; choose one of {', '.join(WEIGHTINGS)}")
@@ -114,8 +120,6 @@ class MGP(Routine):
             raise ValueError(f"unknown inducing_init '{inducing_init}'; choose random or kmeans")
         if uncertainty not in {"predictive", "latent"}:
             raise ValueError(f"unknown uncertainty '{uncertainty}'; choose predictive or latent")
-        if not (lengthscale_init == "data" or isinstance(lengthscale_init, (int, float))):
-            raise ValueError(f"lengthscale_init must be a number or 'data', got {lengthscale_init!r}")
         self.gps = torch.nn.ModuleList(ViewGP(num_inducing, d, num_classes) for d in self.view_dims)
         self.likelihood = gpytorch.likelihoods.FixedNoiseGaussianLikelihood(noise=torch.ones(1))  # noise per batch
         self.register_buffer("num_data", torch.tensor(0))

@@ -7,7 +7,8 @@ import torch
 from torch import Tensor, nn
 
 from mnp.core.missing import MeanImputation
-from mnp.optim import make_optimizer
+from mnp.core.domains import COUNT, Domain, check_domains, each
+from mnp.optim import OPTIM_DOMAINS, make_optimizer
 from mnp.core.routine import Routine
 
 
@@ -27,10 +28,13 @@ class MLP(MeanImputation, Routine):
     """Concatenate the views, classify with an MLP; uncertainty is the predictive entropy. A missing view
     takes its training means (early fusion)."""
 
+    domains = dict(hidden=each(COUNT), dropout=Domain(0, 1, high_open=True), optim=OPTIM_DOMAINS)  # mnp.core.domains
+
     def __init__(self, num_classes: int, view_dims: Sequence[int], hidden: Sequence[int] = (512, 256),
                  dropout: float = 0.0, optim: dict | None = None):
         super().__init__(num_classes, view_dims)
         self.save_hyperparameters()
+        check_domains(self.domains, self.hparams)
         self.net = mlp(sum(self.view_dims), hidden, num_classes, dropout)
         self.optim_cfg = dict(optim or {})
         self.init_imputation()

@@ -22,7 +22,8 @@ import torch
 from torch import Tensor, nn
 
 from mnp.core.missing import MeanImputation
-from mnp.optim import make_optimizer
+from mnp.core.domains import COUNT, NON_NEGATIVE, POSITIVE, Domain, check_domains, optional
+from mnp.optim import OPTIM_DOMAINS, make_optimizer
 from mnp.core.routine import Routine
 
 
@@ -39,6 +40,10 @@ def dempster_shafer(logits: Tensor) -> Tensor:
 
 class SNGP(MeanImputation, Routine):
     """Early fusion: a missing view takes its training means."""
+    # mnp.core.domains; cov_momentum <= 0: the precision summed over each epoch, in (0, 1): a moving average
+    domains = dict(num_features=COUNT, kernel_scale=optional(POSITIVE), ridge=POSITIVE,
+                   cov_momentum=Domain(high=1, high_open=True), mean_field_factor=NON_NEGATIVE, l2=NON_NEGATIVE,
+                   optim=OPTIM_DOMAINS)
 
     def __init__(self, num_classes: int, view_dims: Sequence[int], num_features: int = 1024,
                  kernel_scale: float | None = None, normalize_input: bool = False, ridge: float = 1.0,
@@ -46,6 +51,7 @@ class SNGP(MeanImputation, Routine):
                  optim: dict | None = None):
         super().__init__(num_classes, view_dims)
         self.save_hyperparameters()
+        check_domains(self.domains, self.hparams)
         d = sum(self.view_dims)
         # kernel_scale None: d, i.e. an RBF length-scale of √d, so distances are per-feature averages
         self.input_scale = 1.0 / math.sqrt(d if kernel_scale is None else kernel_scale)

@@ -17,7 +17,8 @@ import torch
 from torch import Tensor, nn
 
 from baselines.batched import BatchedLinear, pad_views
-from mnp.optim import make_optimizer
+from mnp.core.domains import COUNT, check_domains
+from mnp.optim import OPTIM_DOMAINS, make_optimizer
 from mnp.core.routine import Routine
 
 
@@ -66,10 +67,13 @@ def evidential_loss(alpha: Tensor, onehot: Tensor, annealing: float) -> Tensor:
 
 
 class TMC(Routine):
+    domains = dict(annealing_epochs=COUNT, optim=OPTIM_DOMAINS)  # mnp.core.domains
+
     def __init__(self, num_classes: int, view_dims: Sequence[int], annealing_epochs: int = 10,
                  optim: dict | None = None):
         super().__init__(num_classes, view_dims)
         self.save_hyperparameters()
+        check_domains(self.domains, self.hparams)
         if len(self.view_dims) < 2:
             raise ValueError("TMC fuses several views; the data has only one")
         self.evidence_net = BatchedLinear(len(self.view_dims), max(self.view_dims), num_classes, fan_in=self.view_dims)

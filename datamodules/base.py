@@ -17,7 +17,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
 from datamodules.checks import (check_numeric, describe_absent, empty_test_hint, fraction, positive_int,
-                                validate_arrays)
+                                split_indices, validate_arrays)
 from datamodules.errors import DataError
 
 log = logging.getLogger(__name__)
@@ -194,11 +194,9 @@ class MultiViewDataModule(pl.LightningDataModule):
         y = np.asarray(raw.y).ravel()
         validate_arrays(views, y, raw.source)
         y = y.astype(np.int64)
-        from_files = raw.train_idx is not None and self.use_split_files
-        if from_files:
-            train_idx, test_idx = np.asarray(raw.train_idx, dtype=np.int64), np.asarray(raw.test_idx, dtype=np.int64)
-            if train_idx.max(initial=-1) >= len(y) or test_idx.max(initial=-1) >= len(y):
-                raise DataError(f"{raw.source}: split indices exceed the {len(y)} samples")
+        from_files = self.use_split_files and (raw.train_idx is not None or raw.test_idx is not None)
+        if from_files:  # an explicitly empty test split fits only (in-memory data; files refuse one when read)
+            train_idx, test_idx = split_indices(raw.train_idx, raw.test_idx, len(y), raw.source, empty_test=True)
         else:
             train_idx, test_idx = stratified_split(y, self.test_fraction, self.seed)
         classes, y_class = np.unique(y, return_inverse=True)

@@ -61,6 +61,37 @@ def validate_arrays(views: Sequence[np.ndarray], y: np.ndarray, source: str) -> 
         raise DataError(f"{source}: labels must be non-negative, found {int(yf.min())}")
 
 
+def split_indices(train, test, n: int, source: str, empty_test: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """A given train/test split as int64 arrays, else a DataError: both given, integers in 0..n-1 (a negative
+    index is not counted from the end), each sample at most once, train and test disjoint, neither empty
+    (``empty_test``: the test indices may be empty, for in-memory data fitted alone). The one check of split
+    indices: of files (.npz keys, registered index files) and of in-memory arrays (``TensorDataModule``)."""
+    if train is None or test is None:
+        raise DataError(f"{source}: give both train_idx and test_idx, or neither")
+    out = []
+    for name, idx in (("train", train), ("test", test)):
+        idx = np.asarray(idx).ravel()
+        if len(idx) == 0 and name == "test" and empty_test:
+            out.append(np.empty(0, dtype=np.int64))
+            continue
+        if len(idx) == 0:
+            raise DataError(f"{source}: {name} indices are empty")
+        if not np.issubdtype(idx.dtype, np.integer):
+            raise DataError(f"{source}: {name} indices must be integers, got dtype {idx.dtype}")
+        if idx.min() < 0 or idx.max() >= n:
+            raise DataError(f"{source}: {name} indices span {idx.min()}..{idx.max()} but there are {n} samples "
+                            f"(expected 0-based indices in 0..{n - 1}; a negative one is not counted from the end)")
+        values, counts = np.unique(idx, return_counts=True)
+        if (counts > 1).any():
+            raise DataError(f"{source}: {int((counts > 1).sum())} samples occur more than once in the {name} indices "
+                            f"(e.g. {values[counts > 1][0]}, {counts.max()} times); give each sample once")
+        out.append(idx.astype(np.int64))
+    both = np.intersect1d(*out)
+    if len(both):
+        raise DataError(f"{source}: {len(both)} samples are in both the train and test indices (e.g. {both[0]})")
+    return out[0], out[1]
+
+
 def describe_absent(classes: np.ndarray, show: int = 5) -> str:
     """The labels of 0..max that never occur among the sorted ``classes`` ("" if none): all of them, or
     the first ``show`` and their count. The range is never built, so a label of 10⁹ costs nothing."""

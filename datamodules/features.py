@@ -13,7 +13,8 @@ import numpy as np
 
 from datamodules.base import MultiViewDataModule, RawData
 from datamodules.errors import DataError
-from datamodules.formats import read_file, read_index, split_indices
+from datamodules.checks import split_indices
+from datamodules.formats import read_file, read_index
 from datamodules.sources import DATASETS, DatasetSpec, fetch
 
 log = logging.getLogger(__name__)

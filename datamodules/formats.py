@@ -21,7 +21,7 @@ import numpy as np
 import scipy.io
 
 from datamodules.base import RawData
-from datamodules.checks import check_numeric
+from datamodules.checks import check_numeric, split_indices
 from datamodules.errors import DataError
 from datamodules.npz import ACCEPTED, load_npz
 
@@ -207,30 +207,9 @@ def read_npz(path: Path) -> RawData:
             raise DataError(f"{source}: view x{v} has shape {x.shape}; expected ({len(y)}, d) to match y")
         check_numeric(x, source, f"x{v}")
         views.append(x.astype(np.float64))
-    if ("train_idx" in d) != ("test_idx" in d):
-        raise DataError(f"{source}: give both train_idx and test_idx, or neither")
-    train_idx, test_idx = (split_indices(d["train_idx"], d["test_idx"], len(y), source)
-                           if "train_idx" in d else (None, None))
+    train_idx, test_idx = (split_indices(d.get("train_idx"), d.get("test_idx"), len(y), source)
+                           if "train_idx" in d or "test_idx" in d else (None, None))
     return RawData(views, y, train_idx, test_idx, source=source)
-
-
-def split_indices(train, test, n: int, source: str) -> tuple[np.ndarray, np.ndarray]:
-    """Validate a pair of 0-based index arrays: integer, within 0..n-1, disjoint."""
-    out = []
-    for name, idx in (("train", train), ("test", test)):
-        idx = np.asarray(idx).ravel()
-        if not np.issubdtype(idx.dtype, np.integer):
-            raise DataError(f"{source}: {name} indices must be integers, got dtype {idx.dtype}")
-        if len(idx) == 0:
-            raise DataError(f"{source}: {name} indices are empty")
-        if idx.min() < 0 or idx.max() >= n:
-            raise DataError(f"{source}: {name} indices span {idx.min()}..{idx.max()} but there are {n} samples "
-                            "(expected 0-based indices into this file)")
-        out.append(idx.astype(np.int64))
-    both = np.intersect1d(*out)
-    if len(both):
-        raise DataError(f"{source}: {len(both)} samples are in both the train and test indices (e.g. {both[0]})")
-    return out[0], out[1]
 
 
 def read_index(path: Path) -> np.ndarray:

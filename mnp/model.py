@@ -17,6 +17,7 @@ from torch import Tensor, nn
 from torch.profiler import record_function
 
 from mnp.core import metrics
+from mnp.core.domains import COUNT, NATURAL, NON_NEGATIVE, POSITIVE, UNIT, Domain, check_domains, optional
 from mnp.aggregation import build_aggregation, random_modality_mask, subset_table
 from mnp.attention import NORMALISERS, build_similarity, choice, normalise, topk_hint
 from mnp.context_cache import ContextCache
@@ -25,6 +26,7 @@ from mnp.encoders import ModalityEncoder, encode_stacked, project_stacked, stack
 from mnp.losses import predictive_nll, supervised_contrastive, unimodal_error
 from mnp.memory import ContextMemory
 from mnp.model_training import MNPTraining, SumOfSquares
+from mnp.optim import OPTIM_DOMAINS
 from mnp.core.routine import Routine
 from mnp.stacked import Stacks, distributed, stackable
 from mnp.step_graphs import StepGraphs, blockers
@@ -81,6 +83,13 @@ class MNP(ContextCache, ViewWeighting, MNPTraining, Routine):
     ``accel.cuda_graph``) replays it and the DCM update as CUDA graphs (:mod:`mnp.step_graphs`).
     """
 
+    # the numeric arguments' domains (mnp.core.domains); d_e >= 2: the decoder's hidden layer has d_e // 2 units
+    domains = dict(d_e=Domain(2, integer=True), resmlp_depth=NATURAL, y_embed_dim=COUNT, norm_eps=POSITIVE,
+                   bn_momentum=UNIT, lengthscale_init=POSITIVE, num_samples=COUNT, alpha=NON_NEGATIVE, beta=NON_NEGATIVE,
+                   tau=POSITIVE, memory_size=COUNT, warmup_epochs=NATURAL, warmup_lr=POSITIVE, warmup_end_factor=UNIT,
+                   optim=OPTIM_DOMAINS, clip_norm=optional(POSITIVE), l2=NON_NEGATIVE, lengthscale_lr_scale=POSITIVE,
+                   distance_quantile=Domain(0, 1, low_open=True), distance_power=POSITIVE)
+
     def __init__(self, num_classes: int, view_dims: Sequence[int], d_e: int = 512, projection: str = "none",
                  resmlp_depth: int = 6, merge: str = "concat", y_embed_dim: int = 32, norm: str = "layer",
                  norm_eps: float = 1e-5, bn_momentum: float = 0.1, prior: str = "separate",
@@ -98,6 +107,7 @@ class MNP(ContextCache, ViewWeighting, MNPTraining, Routine):
                  fast: bool = True, compile: bool = False):
         super().__init__(num_classes, view_dims)
         self.save_hyperparameters()
+        check_domains(self.domains, self.hparams)
         self.automatic_optimization = False
         choice("weight_init", weight_init, ("glorot", "torch"))
         choice("ty_loss", ty_loss, ("nll_of_mean", "mean_ce"))
@@ -105,10 +115,6 @@ class MNP(ContextCache, ViewWeighting, MNPTraining, Routine):
         choice("lengthscale_penalty", lengthscale_penalty, ("norm", "half_sq"))
         choice("memory_write", memory_write, ("after_step", "before_step"))
         self.attention_norm = choice("attention_norm", attention_norm, NORMALISERS)
-        if num_samples < 1:
-            raise ValueError(f"num_samples must be >= 1, got {num_samples}")
-        if lengthscale_lr_scale <= 0:
-            raise ValueError(f"lengthscale_lr_scale must be positive, got {lengthscale_lr_scale}")
         self.optim_cfg = dict(optim or {})
         enc_kwargs = dict(merge=merge, norm=norm, norm_eps=norm_eps, bn_momentum=bn_momentum, y_embed_dim=y_embed_dim)
         self.encoders = nn.ModuleList(

@@ -6,6 +6,13 @@ from typing import Iterable, Sequence
 
 import torch
 
+from mnp.core.domains import NATURAL, NON_NEGATIVE, POSITIVE, each
+
+# the documented domains of make_optimizer's numeric arguments: every model's ``optim`` keys (mnp.core.domains);
+# max_epochs is not among them, the models pass trainer.max_epochs
+OPTIM_DOMAINS = {"lr": POSITIVE, "weight_decay": NON_NEGATIVE, "eps": POSITIVE, "milestones": each(NATURAL),
+                 "values": each(NON_NEGATIVE)}
+
 
 def lr_lambda(schedule: str, milestones: Sequence[int], values: Sequence[float], base_lr: float, max_epochs: int):
     """Epoch -> multiplier of ``base_lr``.

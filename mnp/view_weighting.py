@@ -67,16 +67,12 @@ def reference_sq_dist(d2_of, views: Sequence[Tensor], quantile: float) -> Tensor
     return torch.stack(refs)
 
 
-def check_view_weighting(weighting: str, similarity: str, quantile: float, power: float) -> None:
-    """One-line errors for the switch and its settings."""
+def check_view_weighting(weighting: str, similarity: str) -> None:
+    """One-line errors for the switch (its numeric settings have domains, mnp.core.domains)."""
     if weighting not in VIEW_WEIGHTINGS:
         raise ValueError(f"unknown view_weighting '{weighting}'; choose one of {', '.join(VIEW_WEIGHTINGS)}")
     if weighting == "distance" and similarity != "rbf":
         raise ValueError("view_weighting=distance needs similarity=rbf (it reads the RBF kernel's distances)")
-    if not 0.0 < quantile <= 1.0:
-        raise ValueError(f"distance_quantile must lie in (0, 1], got {quantile}")
-    if not power > 0:
-        raise ValueError(f"distance_power must be positive, got {power}")
 
 
 class ViewWeighting:
@@ -85,7 +81,7 @@ class ViewWeighting:
 
     def _init_view_weighting(self) -> None:
         hp = self.hparams
-        check_view_weighting(hp.view_weighting, hp.similarity, hp.distance_quantile, hp.distance_power)
+        check_view_weighting(hp.view_weighting, hp.similarity)
         if hp.view_weighting == "distance":
             self.register_buffer("distance_ref", torch.full((len(self.view_dims),), float("nan")))
 

@@ -133,11 +133,23 @@ def make_case(case, d):
     if case == "unknown split":
         p = npz(d / "data.npz", views, y)
         return custom(p, "dataset.split=weird"), "unknown split 'weird'; choose one of files, stratified"
+    if case == "noise subset larger than the views":
+        p = npz(d / "data.npz", views, y)
+        return custom(p, "eval.noise=true", "eval.noise_subset_size=5"), \
+            "eval.noise_subset_size must lie in [1, 2] (the data has 2 views), got 5"
     if case == "unknown memory_update":
         return [*SMALL_MNP, "model.memory_update=weird"], \
             "unknown memory_update 'weird'; choose one of mse, ce, fifo, random"
     if case == "unknown aggregation":
         return [*SMALL_MNP, "model.aggregation=weird"], "unknown aggregation 'weird'; choose one of mba, mean, concat"
+    if case == "negative clip_norm":  # trained by gradient ascent to chance accuracy and exited 0
+        return [*SMALL_MNP, "model.clip_norm=-0.1"], "model.clip_norm must be > 0 (or null), got -0.1"
+    if case == "negative l2":  # a loss of -1e4
+        return [*SMALL_MNP, "model.l2=-1"], "model.l2 must be >= 0, got -1"
+    if case == "zero hidden units":
+        return ["model=de_ef", "model.hidden=[16,0]"], "model.hidden must be a list of integers >= 1, got [16, 0]"
+    if case == "negative learning rate":
+        return ["model=tmc", "model.optim.lr=-0.003"], "model.optim.lr must be > 0, got -0.003"
     if case == "unknown model key":
         return ["model=mlp", "+model.bogus=1"], \
             "model: unknown key 'bogus' for baselines.mlp.MLP; valid keys: hidden, dropout, optim"
@@ -149,7 +161,9 @@ def make_case(case, d):
 
 CASES = ["truncated npz", "truncated mat", "nan", "inf", "zero columns", "non-integer labels", "negative labels",
          "ood class out of range", "class without training samples", "row counts differ", "train/test dims differ",
-         "train/test view counts differ", "wrong sha256", "unknown scaling", "unknown split", "unknown memory_update", "unknown aggregation",
+         "train/test view counts differ", "wrong sha256", "unknown scaling", "unknown split",
+         "noise subset larger than the views", "negative clip_norm", "negative l2", "zero hidden units",
+         "negative learning rate", "unknown memory_update", "unknown aggregation",
          "unknown model key", "unknown dataset key"]
 
 

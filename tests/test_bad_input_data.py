@@ -156,6 +156,30 @@ def test_split_indices_out_of_range_or_overlapping(tmp_path, tiny_views):
     assert "1 samples are in both the train and test indices (e.g. 29)" in msg
 
 
+@pytest.mark.parametrize("train,test,expected", [
+    (np.arange(30), np.arange(24, 36), "6 samples are in both the train and test indices (e.g. 24)"),
+    (np.arange(-6, 30), np.arange(30, 36), "train indices span -6..29 but there are 36 samples (expected 0-based "
+                                           "indices in 0..35; a negative one is not counted from the end)"),
+    (np.arange(30), np.repeat(np.arange(30, 36), 5), "6 samples occur more than once in the test indices (e.g. 30, "
+                                                     "5 times); give each sample once"),
+    (np.arange(30), np.arange(30, 40), "test indices span 30..39 but there are 36 samples"),
+    (np.arange(36) < 30, np.arange(30, 36), "train indices must be integers, got dtype bool"),
+    (np.arange(30), np.arange(30.0, 36.0), "test indices must be integers, got dtype float64"),
+    (np.arange(30), None, "give both train_idx and test_idx, or neither"),
+    (None, np.arange(30, 36), "give both train_idx and test_idx, or neither"),
+])
+def test_an_in_memory_split_is_checked_as_a_file_split(tmp_path, tiny_views, train, test, expected):
+    """TensorDataModule used to train on test rows (overlap, negative indices wrapping round), count repeated
+    test rows several times, or fail with a TypeError; it now refuses what a .npz split refuses, with the same
+    message (datamodules.checks.split_indices)."""
+    views, y = tiny_views
+    msg = error_of(lambda: TensorDataModule(views, y, train, test))
+    assert msg.startswith(f"<memory>: {expected}"), msg
+    given = {k: v for k, v in (("train_idx", train), ("test_idx", test)) if v is not None}
+    path = npz(tmp_path, x1=views[0], x2=views[1], y=y, **given)
+    assert error_of(custom(path)) == msg.replace("<memory>", str(path))
+
+
 def test_duplicated_samples_are_kept_with_a_warning(tmp_path, tiny_views, caplog):
     """Decision: exact duplicates (equal in every view) are kept; a warning names their count and how
     many straddle the train/test split (real files have some: handwritten 6, scene15 18)."""

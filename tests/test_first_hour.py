@@ -117,6 +117,7 @@ def test_evaluate_without_a_checkpoint_is_one_line():
     ([], "error: dataset.path is required"),
     (["trainer.max_epochs=-1"], "error: trainer.max_epochs must be an integer >= 1, got -1"),
     (["model=mnp", "model.warmup_epochs=100"], "error: model.warmup_epochs=100 >= trainer.max_epochs=60"),
+    (["model=mnp", "model.clip_norm=-0.1"], "error: model.clip_norm must be > 0 (or null), got -0.1"),
 ])
 def test_config_errors_are_one_line_before_anything_is_written(tmp_path, data_file, args, message):
     path = [] if "dataset.path" in message else [f"dataset.path={data_file}"]

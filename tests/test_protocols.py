@@ -1,6 +1,9 @@
 """Noise protocol and OOD assembly (docs/method.md §5)."""
+import json
+import math
 import os
 import re
+from itertools import combinations
 
 import numpy as np
 import pytest
@@ -9,6 +12,7 @@ import torch
 
 from baselines.deep_ensemble import DeepEnsemble
 from cfg_utils import compose_train
+from cli_utils import run_cli
 from datamodules import TensorDataModule
 from datamodules.cifar10c import ood_mix
 from mnp.core import protocols
@@ -22,6 +26,68 @@ def test_noise_subsets_enumerate(m, count):
     assert len(subsets) == count
     assert all(len(s) == m // 2 for s in subsets)
     assert len(set(subsets)) == count
+
+
+def test_the_cap_keeps_every_subset_of_the_paper_datasets():
+    """Handwritten's C(6, 3) = 20 is the most any real dataset has: all kept, in the order as before."""
+    assert protocols.DEFAULT_MAX_SUBSETS >= 20
+    for m in (6, 3, 2):
+        assert protocols.noise_subsets(m, max_subsets=protocols.DEFAULT_MAX_SUBSETS, seed=5) == \
+            list(combinations(range(m), m // 2))
+
+
+@pytest.mark.parametrize("m", [8, 40, 60, 200])
+def test_many_views_draw_at_most_the_cap_without_enumerating(m):
+    """C(60, 30) ≈ 1.2e17 and C(200, 100) ≈ 9e58 subsets: 64 distinct ones are drawn, never the full list;
+    the draw depends on the seed alone."""
+    subsets = protocols.noise_subsets(m, max_subsets=64, seed=0)
+    assert len(subsets) == 64 == len(set(subsets)) and subsets == sorted(subsets)
+    assert all(len(s) == m // 2 and list(s) == sorted(set(s)) and 0 <= s[0] and s[-1] < m for s in subsets)
+    assert protocols.noise_subsets(m, max_subsets=64, seed=0) == subsets
+    assert protocols.noise_subsets(m, max_subsets=64, seed=1) != subsets
+    assert len(protocols.noise_subsets(m, size=1, max_subsets=64, seed=0)) == min(m, 64)
+
+
+def test_unrank_subset_is_the_lexicographic_order():
+    for n in range(1, 8):
+        for k in range(1, n + 1):
+            assert [protocols.unrank_subset(r, n, k) for r in range(math.comb(n, k))] == list(combinations(range(n), k))
+
+
+def test_bad_subset_size_and_cap_name_their_keys():
+    with pytest.raises(ValueError, match=r"^eval\.noise_subset_size must lie in \[1, 2\] \(the data has 2 views\), got 5$"):
+        DeepEnsemble(3, [2, 2]).configure_evaluation(noise_subset_size=5)
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(ValueError, match=r"^eval\.noise_max_subsets must be an integer >= 1"):
+            DeepEnsemble(3, [2, 2]).configure_evaluation(noise_max_subsets=bad)
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "1.5", "null"])
+def test_validation_rejects_a_bad_noise_max_subsets(tmp_path, value):
+    cfg = compose_train(tmp_path, ["model=mlp", "dataset=handwritten", f"eval.noise_max_subsets={value}"])
+    with pytest.raises(ConfigError, match=r"^eval\.noise_max_subsets must be an integer >= 1"):
+        validate(cfg)
+
+
+def test_forty_views_train_and_test_in_little_memory(tmp_path):
+    """40 views of 2 columns: C(40, 20) ≈ 1.4e11 subsets used to be listed before training (the process grew
+    until the kernel killed it). The child runs under a 5 GB address-space limit, so a regression fails
+    here with a MemoryError instead of exhausting the machine."""
+    rng = np.random.default_rng(0)
+    y = np.repeat(np.arange(3), 30)
+    path = tmp_path / "forty.npz"
+    np.savez(path, **{f"x{v + 1}": rng.normal(size=(len(y), 2)) + y[:, None] for v in range(40)}, y=y)
+    run_dir, rss = tmp_path / "run", tmp_path / "maxrss_kb"
+    limit = 5 << 30  # the child's address space; its peak resident memory is written to ``rss`` at exit
+    child = (f"import atexit, resource, runpy, sys; resource.setrlimit(resource.RLIMIT_AS, ({limit}, {limit})); "
+             f"atexit.register(lambda: open({str(rss)!r}, 'w').write(str(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))); "
+             "sys.argv = ['train.py'] + sys.argv[1:]; runpy.run_path('train.py', run_name='__main__')")
+    r = run_cli(["-c", child, "model=mlp", "trainer.max_epochs=2", "dataset=custom", f"dataset.path={path}",
+                 "logger=none", "eval.noise_levels=[0.5,2.0]", f"hydra.run.dir={run_dir}"])
+    assert r.returncode == 0, r.stderr[-2000:]
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["noise/n_subsets"] == 64 and 0 <= metrics["noise/acc_mean"] <= 1
+    assert int(rss.read_text()) < 3 << 20, f"peak resident memory {int(rss.read_text()) / 2**20:.1f} GB"
 
 
 def test_default_noise_levels():

@@ -104,8 +104,8 @@ def test_switch_errors_name_the_key(tmp_path):
     dm_cfg = compose_train(tmp_path, TWO_VIEWS)
     _, dm = build_datamodule(dm_cfg)
     for override, match in [("model.view_weighting=kernel", "unknown view_weighting 'kernel'"),
-                            ("model.distance_quantile=1.5", r"distance_quantile must lie in \(0, 1\]"),
-                            ("model.distance_power=0", "distance_power must be positive")]:
+                            ("model.distance_quantile=1.5", r"model.distance_quantile must be in \(0, 1\], got 1.5"),
+                            ("model.distance_power=0", "model.distance_power must be > 0, got 0")]:
         with pytest.raises(ValueError, match=match):
             build_model(compose_train(tmp_path, [*TWO_VIEWS, override]), dm)
     with pytest.raises(ValueError, match="view_weighting=distance needs similarity=rbf"):

@@ -1,6 +1,9 @@
 """Evaluation protocols (docs/method.md §5): noisy views and OOD set assembly."""
 from __future__ import annotations
 
+import math
+import random
+import sys
 from itertools import combinations
 from typing import Callable, Iterable, Iterator, Sequence
 
@@ -14,14 +17,46 @@ def default_noise_levels() -> list[float]:
     return [float(s) for s in np.logspace(-2, 1, 10)]
 
 
-def noise_subsets(num_views: int, size: int | None = None) -> list[tuple[int, ...]]:
-    """Every subset of ⌊M/2⌋ views (or of ``size`` views) that receives noise; none when M = 1."""
+DEFAULT_MAX_SUBSETS = 64  # eval.noise_max_subsets: every dataset of the paper keeps all its subsets (at most C(6, 3) = 20)
+
+
+def noise_subsets(num_views: int, size: int | None = None, max_subsets: int = DEFAULT_MAX_SUBSETS,
+                  seed: int = 0) -> list[tuple[int, ...]]:
+    """The subsets of ⌊M/2⌋ views (or of ``size`` views) that receive noise; none when M = 1.
+
+    All C(M, k) of them in lexicographic order when there are at most ``max_subsets``; otherwise
+    ``max_subsets`` distinct ones drawn uniformly from ``seed`` (``eval.noise_seed``), in lexicographic order.
+    The combinations are never enumerated: C(60, 30) ≈ 1.2e17 subsets cost as little as 20."""
     size = num_views // 2 if size is None else size
     if size == 0:
         return []  # a single view: no subset to corrupt, the protocol is skipped
     if not 1 <= size <= num_views:
-        raise ValueError(f"noise subset size must lie in [1, {num_views}], got {size}")
-    return list(combinations(range(num_views), size))
+        raise ValueError(f"eval.noise_subset_size must lie in [1, {num_views}] (the data has {num_views} views), got {size}")
+    if isinstance(max_subsets, bool) or not isinstance(max_subsets, int) or max_subsets < 1:
+        raise ValueError(f"eval.noise_max_subsets must be an integer >= 1, got {max_subsets!r}")
+    total = math.comb(num_views, size)
+    if total <= max_subsets:
+        return list(combinations(range(num_views), size))
+    rng = random.Random(int(seed))
+    if total < sys.maxsize:  # random.sample needs len(range(total))
+        ranks = rng.sample(range(total), max_subsets)
+    else:  # max_subsets is a vanishing fraction of total: draw ranks until that many are distinct
+        ranks = set()
+        while len(ranks) < max_subsets:
+            ranks.add(rng.randrange(total))
+    return [unrank_subset(r, num_views, size) for r in sorted(ranks)]
+
+
+def unrank_subset(rank: int, n: int, k: int) -> tuple[int, ...]:
+    """The ``rank``-th k-subset of range(n) in lexicographic order (the combinatorial number system)."""
+    out, first = [], 0
+    for left in range(k, 0, -1):
+        while rank >= (count := math.comb(n - first - 1, left - 1)):  # subsets that start with ``first``
+            rank -= count
+            first += 1
+        out.append(first)
+        first += 1
+    return tuple(out)
 
 
 def sigma_key(sigma: float) -> str:

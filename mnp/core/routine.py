@@ -30,8 +30,8 @@ from torch import Tensor
 
 from mnp.core import metrics
 from mnp.core.missing import missing_flag, missing_results, present_mask, removal_sets, without
-from mnp.core.protocols import (add_noise, default_noise_levels, noise_generator, noise_subsets, noisy_copies,
-                                predict_in_chunks, resolve_noise_batch_rows, sigma_key)
+from mnp.core.protocols import (DEFAULT_MAX_SUBSETS, add_noise, default_noise_levels, noise_generator, noise_subsets,
+                                noisy_copies, predict_in_chunks, resolve_noise_batch_rows, sigma_key)
 
 log = logging.getLogger(__name__)
 
@@ -114,9 +114,13 @@ class Routine(pl.LightningModule):
     # ------------------------------------------------------------------ configuration
     def configure_evaluation(self, noise_levels: Sequence[float] | None = None, noise_subset_size: int | None = None,
                              noise_seed: int = 0, noise: bool = True, n_bins: int = 15, sample_seed: int = 0,
-                             noise_batch_rows: int | str = "auto", missing: bool = True) -> None:
+                             noise_batch_rows: int | str = "auto", noise_max_subsets: int = DEFAULT_MAX_SUBSETS,
+                             missing: bool = True) -> None:
         """Set the noise protocol (docs/method.md §5); called by the pipeline from ``cfg.eval``. ``sample_seed`` (the
         run's seed) seeds the test predictions' own sampling (:func:`sample_generator`).
+
+        ``noise_max_subsets``: at most this many subsets of views are noised; where there are more, that many
+        distinct ones are drawn from ``noise_seed`` (:func:`~mnp.core.protocols.noise_subsets`).
 
         ``noise_batch_rows``: 0 predicts each (σ, subset) noised copy of a test batch in its own call; N > 0
         predicts all of them together, in calls of at most N rows; ``auto`` is 0 on the CPU, 65536 on a GPU
@@ -127,7 +131,8 @@ class Routine(pl.LightningModule):
         ``missing``: the missing-view protocol, each view removed in turn and each noise subset removed
         (:func:`~mnp.core.missing.removal_sets`); skipped for a single view."""
         self.noise_levels = list(default_noise_levels() if noise_levels is None else noise_levels)
-        self.noise_subsets = noise_subsets(len(self.view_dims), noise_subset_size) if noise else []
+        self.noise_subsets = noise_subsets(len(self.view_dims), noise_subset_size, noise_max_subsets,
+                                           noise_seed) if noise else []
         self.missing_sets = removal_sets(len(self.view_dims), self.noise_subsets) if missing_flag(missing) else []
         resolve_noise_batch_rows(noise_batch_rows, torch.device("cpu"))  # a bad value fails here, not in the test
         self.noise_batch_rows = noise_batch_rows
@@ -289,6 +294,7 @@ class Routine(pl.LightningModule):
                 eces.append(e)
             results["noise/acc_mean"] = float(np.mean(accs))
             results["noise/ece_mean"] = float(np.mean(eces))
+            results["noise/n_subsets"] = len(self.noise_subsets)
             arrays["noise/sigma"] = np.asarray(self.noise_levels)
             arrays["noise/acc"] = np.asarray(accs)
         if self._missing:

@@ -6,8 +6,10 @@ naming the full key, what it must be and what it got. Checked:
 * mandatory values left at ``???`` (``dataset=custom`` without ``dataset.path``);
 * the type of every ``model.*`` and ``dataset.*`` value against the annotation of the constructor
   argument it feeds (``model.tau=oops``);
+* the model's numeric values against the domains its class declares (:mod:`mnp.core.domains`, the same
+  check its constructor makes);
 * ranges: epochs, seed, batch size, fractions, the evaluation protocol, MNP's warm-up against the
-  run length, and the positive sizes of the model.
+  run length.
 
 :func:`resolve_auto` first fills in the values derived from others (MNP's warm-up as a fraction of
 the run when the dataset has no config of its own).
@@ -25,6 +27,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from mnp.core.accel import CUDA_GRAPH, PRECISIONS
 from mnp.core.missing import missing_flag
+from mnp.core.domains import check_domains
 from mnp.core.protocols import resolve_noise_batch_rows
 
 
@@ -103,11 +106,13 @@ def _hints(cls: type) -> dict:
 
 
 def check_types(group: str, node: Mapping) -> None:
+    """Each value against its constructor argument's annotation, then against the class's declared domains."""
     target = node.get("_target_")
     if not target:
         return
     try:
-        hints = _hints(get_class(target))
+        cls = get_class(target)
+        hints = _hints(cls)
     except Exception:  # noqa: BLE001 - an unknown target is reported when it is instantiated
         return
     for key, value in node.items():
@@ -115,6 +120,10 @@ def check_types(group: str, node: Mapping) -> None:
             continue
         if not conforms(value, hints[key]):
             raise ConfigError(f"{group}.{key} must be {_type_name(hints[key])}, got {value!r}")
+    try:
+        check_domains(getattr(cls, "domains", {}), node, f"{group}.")
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
 
 
 # ---------------------------------------------------------------------------- ranges
@@ -135,11 +144,6 @@ def _check_fraction(key: str, v, upper_open: bool = True, lower_open: bool = Fal
         raise ConfigError(f"{key} must be a fraction in {lo}, {hi}, got {v!r}")
 
 
-def _check_positive(key: str, v) -> None:
-    if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v <= 0:
-        raise ConfigError(f"{key} must be a positive number, got {v!r}")
-
-
 def check_ranges(c: dict) -> None:
     trainer, model, data, ev = c.get("trainer") or {}, c.get("model") or {}, c.get("dataset") or {}, c.get("eval") or {}
     epochs = trainer.get("max_epochs")
@@ -151,21 +155,11 @@ def check_ranges(c: dict) -> None:
         _check_fraction("dataset.val_fraction", data["val_fraction"])
     if "test_fraction" in data:
         _check_fraction("dataset.test_fraction", data["test_fraction"], lower_open=True)
-    for key in ("num_samples", "memory_size", "d_e"):
-        if key in model:
-            _check_int(f"model.{key}", model[key], 1)
-    for key in ("tau", "lengthscale_init", "lengthscale_lr_scale"):  # numbers here (mgp's lengthscale_init: "data")
-        if isinstance(model.get(key), (int, float)):
-            _check_positive(f"model.{key}", model[key])
-    if "lr" in (model.get("optim") or {}):
-        _check_positive("model.optim.lr", model["optim"]["lr"])
-    if "warmup_epochs" in model:
-        w = model["warmup_epochs"]
-        _check_int("model.warmup_epochs", w, 0)
-        if w >= epochs:
-            raise ConfigError(f"model.warmup_epochs={w} >= trainer.max_epochs={epochs}: every epoch would be warm-up "
-                              f"and the classifier never trains; set trainer.max_epochs > {w} "
-                              f"(e.g. trainer.max_epochs={w + max(epochs, 20)}) or model.warmup_epochs < {epochs}")
+    w = model.get("warmup_epochs")  # its domain (an integer >= 0) is checked with the model's types
+    if _is_int(w) and w >= epochs:
+        raise ConfigError(f"model.warmup_epochs={w} >= trainer.max_epochs={epochs}: every epoch would be warm-up "
+                          f"and the classifier never trains; set trainer.max_epochs > {w} "
+                          f"(e.g. trainer.max_epochs={w + max(epochs, 20)}) or model.warmup_epochs < {epochs}")
     levels = ev.get("noise_levels")
     if levels is not None:
         if not isinstance(levels, (list, tuple)) or not levels or not all(
@@ -175,6 +169,8 @@ def check_ranges(c: dict) -> None:
         _check_int("eval.n_bins", ev["n_bins"], 1)
     if ev.get("noise_subset_size") is not None:
         _check_int("eval.noise_subset_size", ev["noise_subset_size"], 1)
+    if "noise_max_subsets" in ev:
+        _check_int("eval.noise_max_subsets", ev["noise_max_subsets"], 1)
     try:
         resolve_noise_batch_rows(ev.get("noise_batch_rows", "auto"), "cpu")
         missing_flag(ev.get("missing", True))

@@ -10,7 +10,8 @@ exits 1 when a block differs from what the files give (tests/test_docs.py runs i
 * ``results/digits_c/results.csv``: ``python -m mnp.tools.report <digits_c sweep> --out results/digits_c``;
 * ``docs/goals.csv``: the goal table of the fidelity issue; ``benchmarks/custom_defaults.json``:
   ``python benchmarks/custom_defaults.py``; ``figures/figure2.json``: ``python -m mnp.tools.figure2 --out figures``;
-  ``benchmarks/step_capture_h100.json``: ``python benchmarks/device/step_capture.py`` on a GPU.
+  ``benchmarks/step_capture_h100.json``: ``python benchmarks/device/step_capture.py`` on a GPU; the models'
+  declared domains (``domains`` of each class in ``conf/model/``, mnp.core.domains) for the table of model keys.
 """
 from __future__ import annotations
 
@@ -223,11 +224,35 @@ def render_depgraph(src: dict) -> str:
                       "```"])
 
 
+def render_model_keys(src: dict) -> str:
+    """Each model class's numeric keys and the values they accept: the domains the class declares next to its
+    constructor (``domains``, mnp.core.domains), which its constructor and the config validation check."""
+    from collections.abc import Mapping
+
+    from hydra.utils import get_class
+    from omegaconf import OmegaConf
+
+    confs = {p.stem: OmegaConf.load(p) for p in sorted((ROOT / "conf" / "model").glob("*.yaml"))}
+    names: dict[type, list[str]] = {}
+    for name, node in confs.items():  # a config without a target extends the first of its defaults (mnp_official)
+        target = node.get("_target_") or confs[node.defaults[0]]["_target_"]
+        names.setdefault(get_class(target), []).append(f"`{name}`")
+    rows = ["| model | key | accepts |", "|---|---|---|"]
+    for cls, models in names.items():
+        for i, (key, domain) in enumerate(cls.domains.items()):
+            if isinstance(domain, Mapping):
+                text = ", ".join(f"`{k}` {d.text()}" for k, d in domain.items())
+                rows.append(f"| {', '.join(models) if i == 0 else ''} | `{key}.*` | {text} |")
+            else:
+                rows.append(f"| {', '.join(models) if i == 0 else ''} | `{key}` | {domain.text()} |")
+    return "\n".join(rows)
+
+
 RENDERERS = {"paper_main": render_paper_main, "goals": render_goals, "beats": render_beats,
              "baselines": render_baselines, "glance": render_glance, "switches": render_switches,
              "custom_defaults": render_custom_defaults, "figure2": render_figure2,
              "depgraph": render_depgraph, "goals_summary": render_goals_summary, "digits_c": render_digits_c,
-             "step_capture": render_step_capture}
+             "step_capture": render_step_capture, "model_keys": render_model_keys}
 
 
 # ---------------------------------------------------------------------------- files
