@@ -52,3 +52,26 @@ def test_readme_is_a_user_guide():
                     "## Sweeps, results and wandb", "## Results at a glance"):
         assert heading in text
     assert "pip install -e \".[test,optuna]\"" in text and "python -m pytest -q" in text
+
+
+def test_noise_figure_is_the_results_file_and_its_ceiling_is_the_best_removal(tmp_path):
+    """figures/noise_curves.json is what the committed results.csv gives; the ceiling is the best model's
+    accuracy with the noised subsets removed (missing/acc_subsets_mean), default variants only."""
+    import json
+
+    from mnp.tools import noise_figure
+    from mnp.tools.report_runs import read_results
+    committed = json.loads((ROOT / "figures" / "noise_curves.json").read_text())
+    assert committed == noise_figure.curves(read_results(ROOT / "results" / "paper_main" / "results.csv"))
+    csv = tmp_path / "results.csv"
+    rows = ["model,dataset,metric,mean,std,n,experiment,variant",
+            "mnp,cub,noise/acc@1,0.70,0.01,5,paper_main,", "mnp,cub,noise/acc@0.01,0.90,0.02,5,paper_main,",
+            "mnp,cub,missing/acc_subsets_mean,0.75,0.0,5,paper_main,",
+            "mgp,cub,noise/acc@1,0.80,0.0,3,paper_main,", "mgp,cub,missing/acc_subsets_mean,0.81,0.0,3,paper_main,",
+            "mnp,cub,missing/acc_subsets_mean,0.99,0.0,5,paper_main,model.tau=1"]
+    csv.write_text("\n".join(rows) + "\n")
+    data = noise_figure.curves(read_results(csv))
+    assert data["cub"]["models"]["mnp"] == {"sigma": [0.01, 1.0], "acc": [90.0, 70.0], "std": [2.0, 1.0], "n": 5}
+    assert data["cub"]["ceiling"] == {"acc": 81.0, "model": "mgp", "n": 3}
+    table = docgen.render_noise_curves({"noise_curves": data})
+    assert "| CUB | MNP | 90.0 | 70.0 | 5 |" in table and "| CUB | ceiling (MGP, noised views removed) | 81.0 | 81.0 | 3 |" in table

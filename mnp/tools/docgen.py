@@ -12,6 +12,8 @@ exits 1 when a block differs from what the files give (tests/test_docs.py runs i
   ``python benchmarks/custom_defaults.py``; ``figures/figure2.json``: ``python -m mnp.tools.figure2 --out figures``;
   ``benchmarks/step_capture_h100.json``: ``python benchmarks/device/step_capture.py`` on a GPU; the models'
   declared domains (``domains`` of each class in ``conf/model/``, mnp.core.domains) for the table of model keys.
+  ``figures/noise_curves.json`` and ``.png`` (accuracy per σ with the ceiling, :mod:`mnp.tools.noise_figure`) are
+  rewritten from ``results/paper_main/results.csv`` when they differ from it.
 """
 from __future__ import annotations
 
@@ -23,7 +25,8 @@ import sys
 from pathlib import Path
 
 from mnp.tools.report_paper import paper_values
-from mnp.tools.report_runs import dataset_label, model_label
+from mnp.tools import noise_figure
+from mnp.tools.report_runs import dataset_label, model_label, read_results
 
 ROOT = Path(__file__).resolve().parents[2]
 DATASETS = ["handwritten", "cub", "pie", "scene15"]
@@ -33,15 +36,6 @@ BLOCK = re.compile(r"(<!-- generated:(\w+) -->\n)(.*?)(<!-- /generated:\2 -->)",
 
 
 # ---------------------------------------------------------------------------- reading
-def read_results(path: Path) -> dict[tuple[str, str, str, str], dict]:
-    """(model, variant, dataset, metric) -> {mean, std, n} of a results.csv written by mnp.tools.report."""
-    if not path.exists():
-        return {}
-    with open(path, newline="") as f:
-        return {(r["model"], r["variant"], r["dataset"], r["metric"]): {"mean": float(r["mean"]), "std": float(r["std"]),
-                                                                        "n": int(r["n"])} for r in csv.DictReader(f)}
-
-
 def cell(res: dict, model: str, dataset: str, metric: str, scale: float, digits: int, variant: str = "",
          std: bool = True) -> str:
     c = res.get((model, variant, dataset, metric))
@@ -248,18 +242,37 @@ def render_model_keys(src: dict) -> str:
     return "\n".join(rows)
 
 
+def render_noise_curves(src: dict) -> str:
+    """Accuracy % per σ of MNP and MGP with the ceiling, per dataset (figures/noise_curves.json, the figure's numbers)."""
+    data = src["noise_curves"]
+    sigmas = next(iter(next(iter(data.values()))["models"].values()))["sigma"] if data else []
+    rows = ["| dataset | model | " + " | ".join(f"{s:.3g}" for s in sigmas) + " | seeds |",
+            "|---|---|" + "---|" * (len(sigmas) + 1)]
+    for d, panel in data.items():
+        for m in ("mnp", "mgp"):
+            if (c := panel["models"].get(m)) is not None:
+                rows.append(f"| {dataset_label(d)} | {model_label(m)} | " + " | ".join(f"{a:.1f}" for a in c["acc"])
+                            + f" | {c['n']} |")
+        if ceil := panel["ceiling"]:
+            rows.append(f"| {dataset_label(d)} | ceiling ({model_label(ceil['model'])}, noised views removed) | "
+                        + " | ".join(f"{ceil['acc']:.1f}" for _ in sigmas) + f" | {ceil['n']} |")
+    return "\n".join(rows)
+
+
 RENDERERS = {"paper_main": render_paper_main, "goals": render_goals, "beats": render_beats,
              "baselines": render_baselines, "glance": render_glance, "switches": render_switches,
              "custom_defaults": render_custom_defaults, "figure2": render_figure2,
              "depgraph": render_depgraph, "goals_summary": render_goals_summary, "digits_c": render_digits_c,
-             "step_capture": render_step_capture, "model_keys": render_model_keys}
+             "step_capture": render_step_capture, "model_keys": render_model_keys,
+             "noise_curves": render_noise_curves}
 
 
 # ---------------------------------------------------------------------------- files
 def sources(root: Path = ROOT) -> dict:
     bench = root / "benchmarks" / "custom_defaults.json"
     capture = root / "benchmarks" / "step_capture_h100.json"
-    return {"paper_main": read_results(root / "results" / "paper_main" / "results.csv"),
+    paper_main = read_results(root / "results" / "paper_main" / "results.csv")
+    return {"paper_main": paper_main, "noise_curves": noise_figure.curves(paper_main),
             "switches": read_results(root / "results" / "switches" / "results.csv"),
             "digits_c": read_results(root / "results" / "digits_c" / "results.csv"),
             "custom_defaults": json.loads(bench.read_text()) if bench.exists() else {},
@@ -292,6 +305,11 @@ def main(argv: list[str] | None = None) -> int:
             stale.append(path.relative_to(ROOT).as_posix())
             if not args.check:
                 path.write_text(new)
+    figure = ROOT / "figures" / "noise_curves.json"
+    if not figure.is_file() or json.loads(figure.read_text()) != src["noise_curves"]:
+        stale.append(figure.relative_to(ROOT).as_posix())
+        if not args.check:
+            noise_figure.write()
     if args.check and stale:
         print(f"out of date: {', '.join(stale)}; run python -m mnp.tools.docgen", file=sys.stderr)
         return 1

@@ -2,6 +2,7 @@
 the paper's order of methods and datasets, and their display names."""
 from __future__ import annotations
 
+import csv
 import json
 import logging
 import math
@@ -163,3 +164,12 @@ def row_label(row: tuple[str, str | None]) -> str:
 
 def dataset_label(d: str) -> str:
     return DATASET_NAMES.get(d, d)
+
+
+def read_results(path: Path) -> dict[tuple[str, str, str, str], dict]:
+    """(model, variant, dataset, metric) -> {mean, std, n} of a results.csv written by mnp.tools.report."""
+    if not path.exists():
+        return {}
+    with open(path, newline="") as f:
+        return {(r["model"], r["variant"], r["dataset"], r["metric"]): {"mean": float(r["mean"]), "std": float(r["std"]),
+                                                                        "n": int(r["n"])} for r in csv.DictReader(f)}
