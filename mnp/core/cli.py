@@ -10,7 +10,7 @@ from pathlib import Path
 
 from mnp.core.console import quiet
 from mnp.core.errors import USER_ERRORS
-from mnp.core.summary import STATUS_ENV, sweep_summary
+from mnp.core.summary import STATUS_ENV, sweep_incomplete, sweep_summary
 
 log = logging.getLogger("mnp")
 
@@ -43,8 +43,8 @@ def one_line(e: BaseException) -> str:
 
 def main_guarded(main) -> None:
     """Run a ``@hydra.main`` entry point; Hydra's own errors (an unknown config key, a missing
-    config option, a malformed override) and a sweep's failed job end in one line
-    ``error: <message>`` and exit status 1, like the errors :func:`run_guarded` handles."""
+    config option, a malformed override), a sweep's failed job and a sweep with skipped jobs end in one
+    line ``error: <message>`` and exit status 1, like the errors :func:`run_guarded` handles."""
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
@@ -71,6 +71,8 @@ def main_guarded(main) -> None:
             found = re.search(r"Missing mandatory value: ([\w.]+)", str(e))
             _fail(f"{found.group(1)} is required: add {found.group(1)}=<value> to the command" if found else one_line(e))
         _print_sweep(status)
+        if sweep_incomplete(status):  # skipped jobs: the sweep ran, but its results are not all there
+            _fail(sweep_incomplete(status))
     finally:
         status.unlink(missing_ok=True)
 

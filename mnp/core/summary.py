@@ -79,11 +79,15 @@ def record_job(status: str, out_dir: Path, message: str = "") -> None:
         f.write(line + "\n")
 
 
+def _jobs(status_file: Path) -> list[dict]:
+    if not status_file.exists():
+        return []
+    return [json.loads(x) for x in status_file.read_text().splitlines() if x.strip()]
+
+
 def sweep_summary(status_file: Path) -> str:
     """One line per job of the sweep, and the report command that aggregates it."""
-    if not status_file.exists():
-        return ""
-    jobs = [json.loads(x) for x in status_file.read_text().splitlines() if x.strip()]
+    jobs = _jobs(status_file)
     if not jobs:
         return ""
     counts: dict[str, int] = {}
@@ -95,3 +99,13 @@ def sweep_summary(status_file: Path) -> str:
     head = "Sweep finished: " + ", ".join(f"{n} {s}" for s, n in counts.items())
     tail = [f"Aggregate with: python -m mnp.tools.report {' '.join(sweep_dirs)} --out results/<name>"]
     return "\n".join([head, *lines, *tail])
+
+
+def sweep_incomplete(status_file: Path) -> str:
+    """``""`` when every job of the sweep has its metrics, else the sweep's error line: how many did not."""
+    jobs = _jobs(status_file)
+    missing = [j["status"] for j in jobs if j["status"] not in ("ok", "done before")]
+    if not missing:
+        return ""
+    counts = ", ".join(f"{missing.count(s)} {s}" for s in dict.fromkeys(missing))
+    return f"{len(missing)} of {len(jobs)} jobs of the sweep have no metrics ({counts}); the lines above say why"

@@ -7,13 +7,14 @@ command exits non-zero. :func:`run_job` keeps to that contract:
 
 * success: returns the metrics (or ``metrics[optimized_metric]`` for the Optuna sweeper) and
   removes a ``failed.json`` / ``skipped.json`` left by an earlier attempt;
-* the dataset's files are absent: writes ``skipped.json`` with the reason and returns normally,
-  so the job counts as done (exit status 0 when nothing else failed);
+* a built-in dataset's files are absent: writes ``skipped.json`` with the reason and returns normally,
+  so the other jobs run (a file the config names, ``dataset.path``, that is not there is a failure: a typo);
 * any other error: writes ``failed.json`` (type, message, traceback) and re-raises it as a plain
   ``Exception``, so Hydra records the failure and the remaining jobs still run.
 
 Re-running the same sweep (``skip_if_done: true``) skips jobs whose ``metrics.json`` exists and
-re-runs the failed and skipped ones.
+re-runs the failed and skipped ones. A sweep with a failed or skipped job exits non-zero
+(:func:`mnp.core.cli.main_guarded`); its summary names them.
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ from typing import Any, Callable
 
 import pytorch_lightning as pl
 from hydra.experimental.callback import Callback as HydraCallback
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 import datamodules
 from datamodules.errors import DataError
@@ -110,7 +111,7 @@ def run_job(fn: Callable[[DictConfig], dict], cfg: DictConfig) -> Any:
         value = _objective(cfg, fn(cfg) or {})
     except Exception as e:  # noqa: BLE001 - every error is recorded, then handed to Hydra
         msg = " ".join(str(e).split()) or type(e).__name__
-        if is_missing_data(e):
+        if is_missing_data(e) and not OmegaConf.select(cfg, "dataset.path", default=None):
             path = _record(out_dir, SKIPPED, cfg, status="skipped", reason=msg)
             (out_dir / FAILED).unlink(missing_ok=True)
             log.warning("skipped (data not available): %s [%s]", msg, path)
