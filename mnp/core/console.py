@@ -3,11 +3,13 @@
 Dropped: Lightning's GPU/TPU availability lines and its litlogger tip, its ``LeafSpec is deprecated``
 warning (raised inside Lightning itself), the ``torch.jit.script`` deprecation raised when gpytorch is
 imported (MGP), wandb's ``The anonymous setting has no effect``, and on a resume Lightning's notes that the
-checkpoint directory is not empty and that states were restored (the pipeline logs one line instead).
+checkpoint directory is not empty and that states were restored (the pipeline logs one line instead), and its
+note of a SIGTERM (the run's error line says it).
 """
 from __future__ import annotations
 
 import logging
+import re
 import warnings
 
 # (message start, category) of warnings raised inside libraries, not by anything the user did
@@ -19,12 +21,13 @@ NOISY_WARNINGS = [
 ]
 # Lightning's info lines that describe the machine or advertise a product
 NOISY_LINES = ("GPU available:", "TPU available:", "HPU available:", "💡 Tip:",
-               "Restoring states from the checkpoint path", "Restored all states from the checkpoint")
+               "Restoring states from the checkpoint path", "Restored all states from the checkpoint",
+               "Received SIGTERM")  # "[rank: 0] Received SIGTERM: 15": the run's error line says what happens next
 
 
 class _DropLines(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.getMessage()).startswith(NOISY_LINES)
+        return not re.sub(r"^\[rank: \d+\] ", "", str(record.getMessage())).startswith(NOISY_LINES)
 
 
 def quiet() -> None:
@@ -34,7 +37,8 @@ def quiet() -> None:
     logging.raiseExceptions = False
     for message, category in NOISY_WARNINGS:
         warnings.filterwarnings("ignore", message=message, category=category or Warning)
-    for name in ("pytorch_lightning.utilities.rank_zero", "lightning.pytorch.utilities.rank_zero", "wandb"):
+    for name in ("pytorch_lightning.utilities.rank_zero", "lightning.pytorch.utilities.rank_zero", "wandb",
+                 "pytorch_lightning.trainer.connectors.signal_connector"):
         logger = logging.getLogger(name)
         if not any(isinstance(f, _DropLines) for f in logger.filters):
             logger.addFilter(_DropLines())

@@ -22,6 +22,7 @@ from hydra.errors import InstantiationException
 from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from mnp.core import signals
 from mnp.core.accel import configure as configure_accel, matmul_precision
 from mnp.core.checkpointing import (CFG_KEY, AtomicCheckpointIO, CsvHistory, atomic_write, check_fits, check_writable,
                                checkpoint_callbacks, holds_run_dir, keep_csv_history, load_checkpoint,
@@ -228,7 +229,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     # written once everything is built: a bad config or bad data leaves no output behind
     atomic_write(out_dir / "config.yaml", lambda tmp: OmegaConf.save(cfg, tmp, resolve=True))
     try:
-        with matmul_precision(accel.get("matmul_precision")):
+        with matmul_precision(accel.get("matmul_precision")), signals.resumable(trainer, out_dir / "checkpoints"):
             trainer.fit(model, datamodule=dm, ckpt_path=resume_from)
             if trainer.interrupted:
                 raise KeyboardInterrupt("training was interrupted")

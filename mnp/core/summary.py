@@ -96,7 +96,8 @@ def sweep_summary(status_file: Path) -> str:
         counts[j["status"]] = counts.get(j["status"], 0) + 1
         lines.append(f"  {j['status']:<11} {Path(j['dir']).name}" + (f": {j['message']}" if j["message"] else ""))
     sweep_dirs = sorted({str(Path(j["dir"]).parent) for j in jobs})
-    head = "Sweep finished: " + ", ".join(f"{n} {s}" for s, n in counts.items())
+    head = ("Sweep stopped: " if "interrupted" in counts else "Sweep finished: ") + \
+        ", ".join(f"{n} {s}" for s, n in counts.items())
     tail = [f"Aggregate with: python -m mnp.tools.report {' '.join(sweep_dirs)} --out results/<name>"]
     return "\n".join([head, *lines, *tail])
 

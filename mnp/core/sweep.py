@@ -9,6 +9,7 @@ command exits non-zero. :func:`run_job` keeps to that contract:
   removes a ``failed.json`` / ``skipped.json`` left by an earlier attempt;
 * a built-in dataset's files are absent: writes ``skipped.json`` with the reason and returns normally,
   so the other jobs run (a file the config names, ``dataset.path``, that is not there is a failure: a typo);
+* SIGTERM: records the job as interrupted and stops the sweep (:mod:`mnp.core.signals`);
 * any other error: writes ``failed.json`` (type, message, traceback) and re-raises it as a plain
   ``Exception``, so Hydra records the failure and the remaining jobs still run.
 
@@ -27,12 +28,14 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytorch_lightning as pl
+from pytorch_lightning.utilities.exceptions import SIGTERMException
 from hydra.experimental.callback import Callback as HydraCallback
 from omegaconf import DictConfig, OmegaConf
 
 import datamodules
 from datamodules.errors import DataError
 from mnp.core.outputs import write_json
+from mnp.core.signals import Terminated, message, stop_if_worker
 from mnp.core.summary import record_job
 
 log = logging.getLogger(__name__)
@@ -109,6 +112,10 @@ def run_job(fn: Callable[[DictConfig], dict], cfg: DictConfig) -> Any:
     done_before = metrics.exists()
     try:
         value = _objective(cfg, fn(cfg) or {})
+    except (Terminated, SIGTERMException) as e:  # the sweep stops here; a re-run resumes this job
+        record_job("interrupted", out_dir, message(e))
+        stop_if_worker()
+        raise Terminated(message(e)) from None
     except Exception as e:  # noqa: BLE001 - every error is recorded, then handed to Hydra
         msg = " ".join(str(e).split()) or type(e).__name__
         if is_missing_data(e) and not OmegaConf.select(cfg, "dataset.path", default=None):
