@@ -77,3 +77,46 @@ def test_sigterm_stops_a_sweep_whose_summary_names_the_interrupted_job(tmp_path)
     assert job.startswith("mnp_synthetic_s0")
     assert "Sweep stopped: 1 interrupted" in out and f"  interrupted {job}: terminated by SIGTERM" in out, out[-2000:]
     assert [p.name for p in (tmp_path / "logs" / "default" / "multiruns").glob("mnp_*")] == [job]  # seed 1 never ran
+
+
+def live_processes() -> dict[int, int]:
+    """pid -> parent pid of every live process (from /proc), zombies not counted."""
+    parent = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            state, ppid = stat.read_text().rsplit(")", 1)[1].split()[:2]
+        except (OSError, IndexError, ValueError):
+            continue
+        if state not in "ZX":
+            parent[int(stat.parent.name)] = int(ppid)
+    return parent
+
+
+def descendants(pid: int) -> set[int]:
+    parent, found, todo = live_processes(), set(), [pid]
+    while todo:
+        below = todo.pop()
+        kids = [p for p, pp in parent.items() if pp == below]
+        found.update(kids)
+        todo += kids
+    return found
+
+
+def test_sigterm_to_a_joblib_sweep_ends_its_workers_and_names_their_jobs(tmp_path):
+    proc = start(tmp_path, "-m", "launcher=joblib", "seed=0,1")
+    end = time.monotonic() + 120
+    while len(list(tmp_path.glob("logs/default/multiruns/*/checkpoints/last.ckpt"))) < 2:  # both workers train
+        assert proc.poll() is None and time.monotonic() < end, proc.communicate() if proc.poll() is not None else ""
+        time.sleep(0.1)
+    workers = descendants(proc.pid)
+    assert len(workers) >= 2, workers
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err[-2000:]
+    time.sleep(3)
+    assert not workers & set(live_processes()), "workers left running"  # none outlives its parent
+    lines = error_lines(err)
+    assert len(lines) == 1 and lines[0].startswith("error: terminated by SIGTERM"), err[-2000:]
+    assert "Sweep stopped: 2 interrupted" in out, out[-2000:]
+    for seed in (0, 1):
+        assert re.search(rf"  interrupted mnp_synthetic_s{seed}\S*: terminated by SIGTERM", out), out[-2000:]

@@ -4,7 +4,8 @@ resumable ``last.ckpt`` and exits with status 143 and one line saying where to r
 While a Trainer runs, Lightning's own handler notes the signal and raises ``SIGTERMException`` at the next
 batch or epoch end; that exception is a ``SystemExit`` with status 0, so it is turned into
 :class:`Terminated` here. Outside the Trainer (setup, between the jobs of a sweep), :func:`handled`'s
-handler raises :class:`Terminated` at once. A sweep stops, and its summary names the interrupted job.
+handler raises :class:`Terminated` at once, after it has passed SIGTERM on to the workers of a parallel sweep
+(:func:`end_children`), so none is left behind. A sweep stops, and its summary names the interrupted jobs.
 """
 from __future__ import annotations
 
@@ -13,11 +14,13 @@ import os
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 
 EXIT_CODE = 128 + signal.SIGTERM  # 143: what a shell reports for a process ended by SIGTERM
 PLAIN = "terminated by SIGTERM; re-run the same command to continue (it resumes from checkpoints/last.ckpt)"
 MAIN_PID = "MNP_MAIN_PID"  # the process the user started; a sweep's workers inherit it
+GRACE_S = 10.0  # how long a sweep's workers get to record their jobs and end before they are killed
 
 
 class Terminated(BaseException):
@@ -41,7 +44,43 @@ def handled():
 def _on_sigterm(signum, frame) -> None:
     if signal.getsignal(signal.SIGTERM) is not _on_sigterm:
         return  # called from Lightning's handler, which a running Trainer installed: it stops at the next batch
+    end_children()
     raise Terminated(PLAIN)
+
+
+def _stat(pid: int) -> tuple[str, int] | None:
+    """``(state, parent pid)`` of a live process from ``/proc/<pid>/stat``; None when it is gone or a zombie."""
+    try:
+        state, ppid = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[:2]
+    except (OSError, IndexError, ValueError):
+        return None
+    return None if state in "ZX" else (state, int(ppid))
+
+
+def _ignores_sigterm(pid: int) -> bool:
+    try:
+        line = next(ln for ln in Path(f"/proc/{pid}/status").read_text().splitlines() if ln.startswith("SigIgn:"))
+    except (OSError, StopIteration):
+        return True
+    return bool(int(line.split()[1], 16) >> (signal.SIGTERM - 1) & 1)
+
+
+def end_children(grace: float = GRACE_S) -> None:
+    """Pass SIGTERM on to this process's children (a parallel sweep's workers: each records its job as
+    interrupted and ends), wait up to ``grace`` seconds, then SIGKILL those left. Children that ignore
+    SIGTERM (resource trackers, which end with this process) are left alone. Needs ``/proc`` (Linux)."""
+    me = os.getpid()
+    pids = [int(d.name) for d in Path("/proc").glob("[0-9]*") if (_stat(int(d.name)) or ("", 0))[1] == me]
+    pids = [pid for pid in pids if not _ignores_sigterm(pid)]
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in pids:
+            with contextlib.suppress(OSError):
+                os.kill(pid, sig)
+        end = time.monotonic() + grace
+        while time.monotonic() < end and (pids := [pid for pid in pids if _stat(pid)]):
+            time.sleep(0.05)
+        if not pids:
+            return
 
 
 def message(e: BaseException) -> str:

@@ -70,7 +70,7 @@ STATUS_ENV = "MNP_SWEEP_STATUS"  # a JSON-lines file every job of this sweep app
 
 
 def record_job(status: str, out_dir: Path, message: str = "") -> None:
-    """Append one job's outcome (ok, done earlier, skipped, failed) to the sweep's status file."""
+    """Append one job's start or outcome (ok, done before, skipped, failed, interrupted) to the sweep's status file."""
     path = os.environ.get(STATUS_ENV)
     if not path:
         return
@@ -80,9 +80,17 @@ def record_job(status: str, out_dir: Path, message: str = "") -> None:
 
 
 def _jobs(status_file: Path) -> list[dict]:
+    """Each job's last record, in the order the jobs started; a job that started and recorded nothing more
+    (its worker was killed) is interrupted."""
     if not status_file.exists():
         return []
-    return [json.loads(x) for x in status_file.read_text().splitlines() if x.strip()]
+    last: dict[str, dict] = {}
+    for line in status_file.read_text().splitlines():
+        if line.strip():
+            job = json.loads(line)
+            last[job["dir"]] = job
+    return [j if j["status"] != "started" else {**j, "status": "interrupted", "message": "stopped before it finished"}
+            for j in last.values()]
 
 
 def sweep_summary(status_file: Path) -> str:

@@ -110,6 +110,7 @@ def run_job(fn: Callable[[DictConfig], dict], cfg: DictConfig) -> Any:
     out_dir = Path(cfg.paths.output_dir)
     metrics = out_dir / "metrics.json"
     done_before = metrics.exists()
+    record_job("started", out_dir)  # a job whose worker is killed stays "started": the summary names it
     try:
         value = _objective(cfg, fn(cfg) or {})
     except (Terminated, SIGTERMException) as e:  # the sweep stops here; a re-run resumes this job
