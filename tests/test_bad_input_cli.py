@@ -164,6 +164,25 @@ def test_bad_input_gives_one_line_exit_1_and_no_outputs(tmp_path, capsys, case):
     assert_no_outputs(out)
 
 
+UNTRAINED = "the run would train on no batch and report an untrained model"
+
+
+@pytest.mark.parametrize("override,expected", [
+    ("+trainer.limit_train_batches=0", f"trainer.limit_train_batches must be an integer >= 1 (batches) or a fraction "
+                                       f"in (0, 1], got 0: {UNTRAINED}"),
+    ("+trainer.limit_train_batches=0.0", f"in (0, 1], got 0.0: {UNTRAINED}"),
+    ("+trainer.limit_train_batches=0.001", "trainer.limit_train_batches=0.001 keeps 0 of the 5 training batches per "
+                                           f"epoch: {UNTRAINED}; set it to at least 0.2 or leave it out"),
+    ("+trainer.max_steps=0", f"trainer.max_steps must be -1 (no limit) or an integer >= 1, got 0: {UNTRAINED}"),
+])
+def test_a_run_that_would_train_on_no_batch_is_refused(tmp_path, capsys, override, expected):
+    """Before training: metrics of an untrained model (labelled with the epochs it did not train) never appear."""
+    out = tmp_path / "run"
+    line = guarded_error(train, compose_train(out, ["model=mlp", *FAST, override]), capsys)
+    assert expected in line
+    assert_no_outputs(out)
+
+
 # ---------------------------------------------------------------------------- checkpoint vs data
 def test_checkpoint_and_data_with_other_views_fail_in_evaluate(tmp_path, capsys):
     views, y = tiny()

@@ -7,7 +7,7 @@ naming the full key, what it must be and what it got. Checked:
 * the type of every ``model.*`` and ``dataset.*`` value against the annotation of the constructor
   argument it feeds (``model.tau=oops``);
 * ranges: epochs, seed, batch size, fractions, the evaluation protocol, MNP's warm-up against the
-  run length, and the positive sizes of the model.
+  run length, the positive sizes of the model, and at least one training batch (:func:`check_train_batches`).
 
 :func:`resolve_auto` first fills in the values derived from others (MNP's warm-up as a fraction of
 the run when the dataset has no config of its own).
@@ -178,10 +178,32 @@ def check_ranges(c: dict) -> None:
         resolve_noise_batch_rows(ev.get("noise_batch_rows", "auto"), "cpu")
     except ValueError as e:
         raise ConfigError(str(e)) from None
+    check_train_batches(trainer)
     check_accel(c.get("accel") or {})
     ckpt = (c.get("callbacks") or {}).get("checkpoint") or {}
     if "every_n_epochs" in ckpt:
         _check_int("callbacks.checkpoint.every_n_epochs", ckpt["every_n_epochs"], 0)
+
+
+def check_train_batches(trainer: Mapping, n_batches: int | None = None) -> None:
+    """The run trains on at least one batch, else its metrics would be an untrained model's:
+    ``trainer.limit_train_batches`` is an integer >= 1 or a fraction in (0, 1] that keeps at least one of the
+    ``n_batches`` training batches per epoch (checked again once the data is loaded), and ``trainer.max_steps``
+    is -1 (no limit) or >= 1."""
+    untrained = "the run would train on no batch and report an untrained model"
+    limit = trainer.get("limit_train_batches")
+    if limit is not None:
+        fraction = isinstance(limit, float) and math.isfinite(limit) and 0 < limit <= 1
+        if not fraction and not (_is_int(limit) and limit >= 1):
+            raise ConfigError(f"trainer.limit_train_batches must be an integer >= 1 (batches) or a fraction in (0, 1], "
+                              f"got {limit!r}" + (f": {untrained}" if limit == 0 else ""))
+        if fraction and n_batches is not None and int(n_batches * limit) < 1:
+            raise ConfigError(f"trainer.limit_train_batches={limit} keeps 0 of the {n_batches} training batches per "
+                              f"epoch: {untrained}; set it to at least {math.ceil(1000 / n_batches) / 1000} or leave it out")
+    steps = trainer.get("max_steps", -1)
+    if steps is not None and steps != -1 and not (_is_int(steps) and steps >= 1):
+        raise ConfigError(f"trainer.max_steps must be -1 (no limit) or an integer >= 1, got {steps!r}"
+                          + (f": {untrained}" if steps == 0 else ""))
 
 
 def check_accel(accel: Mapping) -> None:
