@@ -183,6 +183,23 @@ def test_a_run_that_would_train_on_no_batch_is_refused(tmp_path, capsys, overrid
     assert_no_outputs(out)
 
 
+def test_trainer_keys_a_manual_optimisation_cannot_honour_are_refused_for_mnp_only(tmp_path, capsys):
+    """MNP runs its own optimisation step: Lightning's accumulation and clipping would raise in fit (a 60-line
+    traceback) or be ignored; the line names the key and model.clip_norm. The MLP (automatic) accepts them."""
+    why = "cannot apply to model mnp, which runs its own optimisation step; remove it"
+    for override, expected in [
+            ("+trainer.accumulate_grad_batches=2", f"trainer.accumulate_grad_batches=2 {why} (a larger dataset.batch_size"),
+            ("+trainer.gradient_clip_val=1.0", f"trainer.gradient_clip_val=1.0 {why} and set model.clip_norm=<max norm>"),
+            ("+trainer.gradient_clip_algorithm=value", f"trainer.gradient_clip_algorithm=value {why} and set model.clip_norm")]:
+        out = tmp_path / override.split(".")[1].split("=")[0]
+        line = guarded_error(train, compose_train(out, [*SMALL_MNP, *FAST, override]), capsys)
+        assert line.startswith(f"error: {expected}"), line
+        assert_no_outputs(out)
+    mlp = train(compose_train(tmp_path / "mlp", ["model=mlp", *FAST, "+trainer.accumulate_grad_batches=2",
+                                                 "+trainer.gradient_clip_val=1.0"]))
+    assert mlp["epochs"] == 1
+
+
 # ---------------------------------------------------------------------------- checkpoint vs data
 def test_checkpoint_and_data_with_other_views_fail_in_evaluate(tmp_path, capsys):
     views, y = tiny()

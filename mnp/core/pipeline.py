@@ -32,7 +32,7 @@ from mnp.core.outputs import write_json, write_npz
 from mnp.core.progress import progress_callbacks
 from mnp.core.rundir import check_reuse, eval_dir, hydra_variant
 from mnp.core.summary import log_run_summary
-from mnp.core.validate import check_train_batches, resolve_auto, validate
+from mnp.core.validate import check_manual_optimization, check_train_batches, resolve_auto, validate
 
 log = logging.getLogger(__name__)
 
@@ -213,6 +213,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     dataset_name, dm = build_datamodule(cfg)
     check_train_batches(cfg.trainer, len(dm.train_dataloader()))  # a fraction of them that rounds to none
     model_name, model = build_model(cfg, dm)
+    check_manual_optimization(cfg.trainer, model_name, model.automatic_optimization)
     if resume_from:
         check_fits(resume_from, model)
     has_val = len(getattr(dm, "val_y", [])) > 0

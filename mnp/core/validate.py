@@ -10,7 +10,8 @@ naming the full key, what it must be and what it got. Checked:
   run length, the positive sizes of the model, and at least one training batch (:func:`check_train_batches`).
 
 :func:`resolve_auto` first fills in the values derived from others (MNP's warm-up as a fraction of
-the run when the dataset has no config of its own).
+the run when the dataset has no config of its own). Once the model is built,
+:func:`check_manual_optimization` refuses the Trainer keys a model's own optimisation step cannot honour.
 """
 from __future__ import annotations
 
@@ -204,6 +205,23 @@ def check_train_batches(trainer: Mapping, n_batches: int | None = None) -> None:
     if steps is not None and steps != -1 and not (_is_int(steps) and steps >= 1):
         raise ConfigError(f"trainer.max_steps must be -1 (no limit) or an integer >= 1, got {steps!r}"
                           + (f": {untrained}" if steps == 0 else ""))
+
+
+def check_manual_optimization(trainer: Mapping, model_name: str, automatic: bool) -> None:
+    """A model that runs its own optimisation step (MNP: two optimisers, per-tensor clipping) cannot honour
+    the Trainer's gradient accumulation or clipping; Lightning would refuse the first two in ``fit`` with a
+    traceback and ignore ``gradient_clip_algorithm``."""
+    if automatic:
+        return
+    why = f"cannot apply to model {model_name}, which runs its own optimisation step"
+    accumulate = trainer.get("accumulate_grad_batches", 1)
+    if accumulate not in (1, None):
+        raise ConfigError(f"trainer.accumulate_grad_batches={accumulate} {why}; remove it (a larger "
+                          "dataset.batch_size gives each step more samples)")
+    for key in ("gradient_clip_val", "gradient_clip_algorithm"):
+        if trainer.get(key) not in (None, 0, 0.0):
+            raise ConfigError(f"trainer.{key}={trainer[key]} {why}; remove it and set model.clip_norm=<max norm> "
+                              "instead (each gradient tensor clipped to that norm)")
 
 
 def check_accel(accel: Mapping) -> None:
