@@ -19,6 +19,7 @@ from omegaconf import OmegaConf
 
 from cfg_utils import compose_train
 from cli_utils import assert_no_outputs, guarded_error, hydra_only, run_cli
+from mnp.core.cli import run_guarded
 from datamodules.custom import CustomDataModule
 from mnp.core.pipeline import evaluate, train
 
@@ -283,7 +284,7 @@ def test_constant_views_duplicates_small_class_and_label_gap_train_with_warnings
 
 
 # ---------------------------------------------------------------------------- the real CLI
-def test_cli_truncated_file_one_line_exit_1_no_outputs(tmp_path):
+def test_cli_truncated_file_one_line_exit_1_no_outputs_traceback_in_train_log(tmp_path):
     views, y = tiny()
     path = truncated(npz(tmp_path / "data.npz", views, y))
     run_dir = tmp_path / "run"
@@ -292,9 +293,35 @@ def test_cli_truncated_file_one_line_exit_1_no_outputs(tmp_path):
     assert r.returncode == 1
     err = r.stderr.strip().splitlines()
     assert err[-1].startswith(f"error: {path}: file is corrupt or truncated (") and \
-        err[-1].endswith("); re-download or replace it")
-    assert "Traceback" not in r.stderr
+        err[-1].endswith(f"); re-download or replace it (traceback in {run_dir / 'train.log'})")
+    assert "Traceback" not in r.stderr + r.stdout  # on the console: one line
+    log = (run_dir / "train.log").read_text()  # in the log: where it was raised, should it be a bug
+    assert "Traceback (most recent call last):" in log and 'datamodules/formats.py", line' in log
     assert hydra_only(run_dir)
+
+
+def test_every_failure_leaves_its_traceback_in_the_log_file(tmp_path, capsys):
+    """A one-line error (an internal bug raising KeyError looks like a user error) names the log file that
+    holds its traceback; an unexpected error type propagates and is logged there too."""
+    def bug(cfg):
+        return {}["model"]
+
+    def crash(cfg):
+        raise RuntimeError("boom")
+    log_file = tmp_path / "train.log"
+    handler = logging.FileHandler(log_file)
+    logging.getLogger().addHandler(handler)  # what Hydra's job logging attaches in a real run
+    try:
+        line = guarded_error(bug, OmegaConf.create({}), capsys)
+        assert line == f"error: 'model' (traceback in {log_file})"
+        with pytest.raises(RuntimeError, match="boom"):
+            run_guarded(crash, OmegaConf.create({}))
+    finally:
+        logging.getLogger().removeHandler(handler)
+        handler.close()
+    text = log_file.read_text()
+    assert text.count("Traceback (most recent call last):") == 2
+    assert "return {}[\"model\"]" in text and "KeyError: 'model'" in text and "RuntimeError: boom" in text
 
 
 @pytest.mark.parametrize("override,expected", [

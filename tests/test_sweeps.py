@@ -248,6 +248,7 @@ def test_multirun_isolates_failures_skips_absent_data_and_resumes(tmp_path):
     assert first.returncode != 0, first.stderr[-2000:]  # a failed job makes the sweep exit non-zero ...
     rec = json.loads((jobs / ("broken_synthetic_s0" + SUFFIX) / FAILED).read_text())
     assert rec["model"] == "broken" and "dropout probability" in rec["message"], rec
+    assert "Traceback (most recent call last)" in (jobs / ("broken_synthetic_s0" + SUFFIX) / "train.log").read_text()
     assert (jobs / ("mlp_synthetic_s0" + SUFFIX) / "metrics.json").is_file()  # ... after the later jobs ran
     for model in ("broken", "mlp"):
         assert "absent.npz not found" in json.loads((jobs / f"{model}_typo_s0{SUFFIX}" / FAILED).read_text())["message"]

@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 
 from mnp.core import signals
-from mnp.core.console import quiet
+from mnp.core.console import quiet, traceback_to_log_file
 from mnp.core.errors import USER_ERRORS
 from mnp.core.summary import STATUS_ENV, sweep_incomplete, sweep_summary
 
@@ -109,7 +109,7 @@ def _print_sweep(status: Path) -> None:
 
 
 def run_guarded(fn, cfg):
-    """Call ``fn(cfg)``; on a user error print ``error: <message>`` and exit 1.
+    """Call ``fn(cfg)``; on a user error print ``error: <message> (traceback in <run dir>/train.log)`` and exit 1.
 
     With HYDRA_FULL_ERROR=1 the exception propagates with its full traceback. In a multirun,
     Hydra records the failed job and the other jobs go on.
@@ -127,10 +127,13 @@ def run_guarded(fn, cfg):
     except (signals.Terminated, SIGTERMException) as e:
         log.error("%s", signals.message(e))
         _fail(signals.message(e), signals.EXIT_CODE)
-    except USER_ERRORS as e:
+    except USER_ERRORS as e:  # one line; the traceback (an internal bug raises these types too) goes to train.log
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        log.error("%s: %s", type(e).__name__, msg)
-        _fail(msg)
+        where = traceback_to_log_file(e)
+        _fail(msg + (f" (traceback in {where})" if where else ""))
+    except Exception as e:  # an unexpected error keeps its traceback on the console, and in train.log too
+        traceback_to_log_file(e)
+        raise
 
 
 def _fail(msg: str, status: int = 1) -> None:

@@ -4,13 +4,16 @@ Dropped: Lightning's GPU/TPU availability lines and its litlogger tip, its ``Lea
 warning (raised inside Lightning itself), the ``torch.jit.script`` deprecation raised when gpytorch is
 imported (MGP), wandb's ``The anonymous setting has no effect``, and on a resume Lightning's notes that the
 checkpoint directory is not empty and that states were restored (the pipeline logs one line instead), and its
-note of a SIGTERM (the run's error line says it).
+note of a SIGTERM (the run's error line says it). A failed run's traceback goes to its log file only
+(:func:`traceback_to_log_file`).
 """
 from __future__ import annotations
 
 import logging
+import os
 import re
 import warnings
+from pathlib import Path
 
 # (message start, category) of warnings raised inside libraries, not by anything the user did
 NOISY_WARNINGS = [
@@ -42,3 +45,15 @@ def quiet() -> None:
         logger = logging.getLogger(name)
         if not any(isinstance(f, _DropLines) for f in logger.filters):
             logger.addFilter(_DropLines())
+
+
+def traceback_to_log_file(e: BaseException) -> Path | None:
+    """Write ``e``'s full traceback to the run's log file (Hydra's ``<run dir>/<job name>.log``, a handler of
+    the root logger) and not to the console; return that file, or None when the process has none."""
+    files = [h for h in logging.getLogger().handlers if isinstance(h, logging.FileHandler) and
+             h.baseFilename != os.devnull]  # pytest attaches one on /dev/null
+    record = logging.getLogger("mnp").makeRecord("mnp", logging.ERROR, __file__, 0, "run failed: %s: %s",
+                                                 (type(e).__name__, e), (type(e), e, e.__traceback__))
+    for handler in files:
+        handler.handle(record)
+    return Path(files[0].baseFilename) if files else None

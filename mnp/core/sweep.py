@@ -34,6 +34,7 @@ from omegaconf import DictConfig, OmegaConf
 
 import datamodules
 from datamodules.errors import DataError
+from mnp.core.console import traceback_to_log_file
 from mnp.core.outputs import write_json
 from mnp.core.signals import Terminated, message, stop_if_worker
 from mnp.core.summary import record_job
@@ -127,6 +128,7 @@ def run_job(fn: Callable[[DictConfig], dict], cfg: DictConfig) -> Any:
             return math.nan if cfg.get("optimized_metric") else {"skipped": msg}
         path = _record(out_dir, FAILED, cfg, status="failed", error=type(e).__name__, message=msg,
                        traceback="".join(traceback.format_exception(e)))
+        traceback_to_log_file(e)
         log.error("job failed: %s: %s [%s]", type(e).__name__, msg, path)
         record_job("failed", out_dir, f"{type(e).__name__}: {msg}")
         raise JobFailed(f"{type(e).__name__}: {msg} (recorded in {path})") from e
