@@ -18,14 +18,13 @@ import time
 from pathlib import Path
 
 EXIT_CODE = 128 + signal.SIGTERM  # 143: what a shell reports for a process ended by SIGTERM
-PLAIN = "terminated by SIGTERM; re-run the same command to continue (it resumes from checkpoints/last.ckpt)"
+PLAIN = "terminated by SIGTERM; re-run the same command to continue (training resumes from checkpoints/last.ckpt)"
 MAIN_PID = "MNP_MAIN_PID"  # the process the user started; a sweep's workers inherit it
 GRACE_S = 10.0  # how long a sweep's workers get to record their jobs and end before they are killed
 
 
 class Terminated(BaseException):
     """The process got SIGTERM. Not an ``Exception``: a sweep's launcher must stop, not start the next job."""
-
 
 
 @contextlib.contextmanager
@@ -48,13 +47,13 @@ def _on_sigterm(signum, frame) -> None:
     raise Terminated(PLAIN)
 
 
-def _stat(pid: int) -> tuple[str, int] | None:
-    """``(state, parent pid)`` of a live process from ``/proc/<pid>/stat``; None when it is gone or a zombie."""
+def _parent(pid: int) -> int | None:
+    """The parent pid of a live process (``/proc/<pid>/stat``); None when it is gone or a zombie."""
     try:
         state, ppid = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[:2]
     except (OSError, IndexError, ValueError):
         return None
-    return None if state in "ZX" else (state, int(ppid))
+    return None if state in "ZX" else int(ppid)
 
 
 def _ignores_sigterm(pid: int) -> bool:
@@ -70,14 +69,14 @@ def end_children(grace: float = GRACE_S) -> None:
     interrupted and ends), wait up to ``grace`` seconds, then SIGKILL those left. Children that ignore
     SIGTERM (resource trackers, which end with this process) are left alone. Needs ``/proc`` (Linux)."""
     me = os.getpid()
-    pids = [int(d.name) for d in Path("/proc").glob("[0-9]*") if (_stat(int(d.name)) or ("", 0))[1] == me]
+    pids = [int(d.name) for d in Path("/proc").glob("[0-9]*") if _parent(int(d.name)) == me]
     pids = [pid for pid in pids if not _ignores_sigterm(pid)]
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for pid in pids:
             with contextlib.suppress(OSError):
                 os.kill(pid, sig)
         end = time.monotonic() + grace
-        while time.monotonic() < end and (pids := [pid for pid in pids if _stat(pid)]):
+        while time.monotonic() < end and (pids := [pid for pid in pids if _parent(pid) is not None]):
             time.sleep(0.05)
         if not pids:
             return
@@ -108,7 +107,8 @@ def resume_message(stage: str, ckpt_dir: Path, max_epochs: int) -> str:
 
 @contextlib.contextmanager
 def resumable(trainer, ckpt_dir: Path):
-    """Around ``trainer.fit`` and ``trainer.test``: SIGTERM ends in :class:`Terminated` naming the epoch to resume from."""
+    """Around ``trainer.fit`` and ``trainer.test``: SIGTERM ends in :class:`Terminated` naming the epoch to resume
+    from."""
     from pytorch_lightning.trainer.states import TrainerFn
     from pytorch_lightning.utilities.exceptions import SIGTERMException
 

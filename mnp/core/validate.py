@@ -196,11 +196,12 @@ def check_train_batches(trainer: Mapping, n_batches: int | None = None) -> None:
     if limit is not None:
         fraction = isinstance(limit, float) and math.isfinite(limit) and 0 < limit <= 1
         if not fraction and not (_is_int(limit) and limit >= 1):
-            raise ConfigError(f"trainer.limit_train_batches must be an integer >= 1 (batches) or a fraction in (0, 1], "
-                              f"got {limit!r}" + (f": {untrained}" if limit == 0 else ""))
+            raise ConfigError("trainer.limit_train_batches must be an integer >= 1 (batches) or a fraction in "
+                              f"(0, 1], got {limit!r}" + (f": {untrained}" if limit == 0 else ""))
         if fraction and n_batches is not None and int(n_batches * limit) < 1:
-            raise ConfigError(f"trainer.limit_train_batches={limit} keeps 0 of the {n_batches} training batches per "
-                              f"epoch: {untrained}; set it to at least {math.ceil(1000 / n_batches) / 1000} or leave it out")
+            least = math.ceil(1000 / n_batches) / 1000
+            raise ConfigError(f"trainer.limit_train_batches={limit} keeps 0 of the {n_batches} training batches "
+                              f"per epoch: {untrained}; set it to at least {least} or leave it out")
     steps = trainer.get("max_steps", -1)
     if steps is not None and steps != -1 and not (_is_int(steps) and steps >= 1):
         raise ConfigError(f"trainer.max_steps must be -1 (no limit) or an integer >= 1, got {steps!r}"
