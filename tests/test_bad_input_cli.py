@@ -19,6 +19,7 @@ from omegaconf import OmegaConf
 
 from cfg_utils import compose_train
 from cli_utils import assert_no_outputs, guarded_error, hydra_only, run_cli
+from mnp.core.cli import run_guarded
 from datamodules.custom import CustomDataModule
 from mnp.core.pipeline import evaluate, train
 
@@ -178,6 +179,42 @@ def test_bad_input_gives_one_line_exit_1_and_no_outputs(tmp_path, capsys, case):
     assert_no_outputs(out)
 
 
+UNTRAINED = "the run would train on no batch and report an untrained model"
+
+
+@pytest.mark.parametrize("override,expected", [
+    ("+trainer.limit_train_batches=0", f"trainer.limit_train_batches must be an integer >= 1 (batches) or a fraction "
+                                       f"in (0, 1], got 0: {UNTRAINED}"),
+    ("+trainer.limit_train_batches=0.0", f"in (0, 1], got 0.0: {UNTRAINED}"),
+    ("+trainer.limit_train_batches=0.001", "trainer.limit_train_batches=0.001 keeps 0 of the 5 training batches per "
+                                           f"epoch: {UNTRAINED}; set it to at least 0.2 or leave it out"),
+    ("+trainer.max_steps=0", f"trainer.max_steps must be -1 (no limit) or an integer >= 1, got 0: {UNTRAINED}"),
+])
+def test_a_run_that_would_train_on_no_batch_is_refused(tmp_path, capsys, override, expected):
+    """Before training: metrics of an untrained model (labelled with the epochs it did not train) never appear."""
+    out = tmp_path / "run"
+    line = guarded_error(train, compose_train(out, ["model=mlp", *FAST, override]), capsys)
+    assert expected in line
+    assert_no_outputs(out)
+
+
+def test_trainer_keys_a_manual_optimisation_cannot_honour_are_refused_for_mnp_only(tmp_path, capsys):
+    """MNP runs its own optimisation step: Lightning's accumulation and clipping would raise in fit (a 60-line
+    traceback) or be ignored; the line names the key and model.clip_norm. The MLP (automatic) accepts them."""
+    why = "cannot apply to model mnp, which runs its own optimisation step; remove it"
+    for override, expected in [
+            ("+trainer.accumulate_grad_batches=2", f"trainer.accumulate_grad_batches=2 {why} (a larger dataset.batch_size"),
+            ("+trainer.gradient_clip_val=1.0", f"trainer.gradient_clip_val=1.0 {why} and set model.clip_norm=<max norm>"),
+            ("+trainer.gradient_clip_algorithm=value", f"trainer.gradient_clip_algorithm=value {why} and set model.clip_norm")]:
+        out = tmp_path / override.split(".")[1].split("=")[0]
+        line = guarded_error(train, compose_train(out, [*SMALL_MNP, *FAST, override]), capsys)
+        assert line.startswith(f"error: {expected}"), line
+        assert_no_outputs(out)
+    mlp = train(compose_train(tmp_path / "mlp", ["model=mlp", *FAST, "+trainer.accumulate_grad_batches=2",
+                                                 "+trainer.gradient_clip_val=1.0"]))
+    assert mlp["epochs"] == 1
+
+
 # ---------------------------------------------------------------------------- checkpoint vs data
 def test_checkpoint_and_data_with_other_views_fail_in_evaluate(tmp_path, capsys):
     views, y = tiny()
@@ -261,7 +298,7 @@ def test_constant_views_duplicates_small_class_and_label_gap_train_with_warnings
 
 
 # ---------------------------------------------------------------------------- the real CLI
-def test_cli_truncated_file_one_line_exit_1_no_outputs(tmp_path):
+def test_cli_truncated_file_one_line_exit_1_no_outputs_traceback_in_train_log(tmp_path):
     views, y = tiny()
     path = truncated(npz(tmp_path / "data.npz", views, y))
     run_dir = tmp_path / "run"
@@ -270,9 +307,35 @@ def test_cli_truncated_file_one_line_exit_1_no_outputs(tmp_path):
     assert r.returncode == 1
     err = r.stderr.strip().splitlines()
     assert err[-1].startswith(f"error: {path}: file is corrupt or truncated (") and \
-        err[-1].endswith("); re-download or replace it")
-    assert "Traceback" not in r.stderr
+        err[-1].endswith(f"); re-download or replace it (traceback in {run_dir / 'train.log'})")
+    assert "Traceback" not in r.stderr + r.stdout  # on the console: one line
+    log = (run_dir / "train.log").read_text()  # in the log: where it was raised, should it be a bug
+    assert "Traceback (most recent call last):" in log and 'datamodules/formats.py", line' in log
     assert hydra_only(run_dir)
+
+
+def test_every_failure_leaves_its_traceback_in_the_log_file(tmp_path, capsys):
+    """A one-line error (an internal bug raising KeyError looks like a user error) names the log file that
+    holds its traceback; an unexpected error type propagates and is logged there too."""
+    def bug(cfg):
+        return {}["model"]
+
+    def crash(cfg):
+        raise RuntimeError("boom")
+    log_file = tmp_path / "train.log"
+    handler = logging.FileHandler(log_file)
+    logging.getLogger().addHandler(handler)  # what Hydra's job logging attaches in a real run
+    try:
+        line = guarded_error(bug, OmegaConf.create({}), capsys)
+        assert line == f"error: 'model' (traceback in {log_file})"
+        with pytest.raises(RuntimeError, match="boom"):
+            run_guarded(crash, OmegaConf.create({}))
+    finally:
+        logging.getLogger().removeHandler(handler)
+        handler.close()
+    text = log_file.read_text()
+    assert text.count("Traceback (most recent call last):") == 2
+    assert "return {}[\"model\"]" in text and "KeyError: 'model'" in text and "RuntimeError: boom" in text
 
 
 @pytest.mark.parametrize("override,expected", [

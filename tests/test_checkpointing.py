@@ -9,6 +9,7 @@ import stat
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -42,11 +43,14 @@ def cli(*args, wait=True):
 
 
 def one_line(returncode, stderr):
-    """The CLI's failure: exit status 1 and one ``error: ...`` line on stderr, no traceback."""
+    """The CLI's failure: exit status 1 and one ``error: ...`` line on stderr, no traceback; returned without the
+    ``(traceback in <run log>)`` it ends with when the run has a log file, which must hold the traceback."""
     assert returncode == 1 and "Traceback" not in stderr, stderr[-3000:]
     lines = stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), stderr[-3000:]
-    return lines[0]
+    line, found, log = lines[0].partition(" (traceback in ")
+    assert not found or "Traceback (most recent call last)" in Path(log[:-1]).read_text()
+    return line
 
 
 def guarded(fn, cfg, capsys):

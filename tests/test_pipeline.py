@@ -89,7 +89,8 @@ def test_cli_train_then_evaluate(tmp_path):
 def test_cli_missing_checkpoint_one_line(tmp_path):
     r = _run(["evaluate.py", f"ckpt_path={tmp_path}/none.ckpt", f"hydra.run.dir={tmp_path}"], ROOT)
     assert r.returncode == 1
-    assert r.stderr.strip().splitlines()[-1] == f"error: checkpoint {tmp_path}/none.ckpt does not exist"
+    assert r.stderr.strip().splitlines()[-1] == \
+        f"error: checkpoint {tmp_path}/none.ckpt does not exist (traceback in {tmp_path}/evaluate.log)"
     assert "Traceback" not in r.stderr
 
 

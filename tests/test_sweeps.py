@@ -15,6 +15,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf
 
 from datamodules.custom import CustomDataModule
+from datamodules.features import FeatureDataModule
 from datamodules.errors import DataError
 from mnp.core.rundir import register_resolver
 from mnp.core.sweep import FAILED, SKIPPED, JobFailed, ValidationMetrics, is_missing_data, run_job
@@ -150,6 +151,10 @@ def missing_data(tmp_path):
     CustomDataModule(path=str(tmp_path / "absent.npz")).setup()
 
 
+def missing_builtin_data(tmp_path):
+    FeatureDataModule(dataset="cub", data_dir=str(tmp_path / "empty"), download=False).setup()
+
+
 def test_run_job_records_a_failure_and_raises_a_plain_exception(tmp_path):
     def boom(cfg):
         raise RuntimeError("CUDA out of memory")
@@ -165,10 +170,18 @@ def test_run_job_records_a_failure_and_raises_a_plain_exception(tmp_path):
 
 
 def test_run_job_skips_absent_data(tmp_path):
-    out = run_job(lambda cfg: missing_data(tmp_path), job_cfg(tmp_path))
+    out = run_job(lambda cfg: missing_builtin_data(tmp_path), job_cfg(tmp_path))
     rec = json.loads((tmp_path / SKIPPED).read_text())
-    assert rec["status"] == "skipped" and "absent.npz not found" in rec["reason"]
+    assert rec["status"] == "skipped" and "not found in" in rec["reason"] and "empty/cub" in rec["reason"]
     assert out == {"skipped": rec["reason"]} and not (tmp_path / FAILED).exists()
+
+
+def test_run_job_fails_on_a_file_the_config_names(tmp_path):
+    cfg = job_cfg(tmp_path, dataset={"path": str(tmp_path / "absent.npz")})  # a typo'd dataset.path
+    with pytest.raises(JobFailed, match="absent.npz not found"):
+        run_job(lambda c: missing_data(tmp_path), cfg)
+    assert json.loads((tmp_path / FAILED).read_text())["status"] == "failed"
+    assert not (tmp_path / SKIPPED).exists()
 
 
 def test_only_absent_data_files_count_as_missing(tmp_path):
@@ -221,31 +234,43 @@ def test_multirun_isolates_failures_skips_absent_data_and_resumes(tmp_path):
     conf = tmp_path / "conf"
     (conf / "dataset").mkdir(parents=True)
     (conf / "model").mkdir()
-    (conf / "dataset" / "absent.yaml").write_text(
-        f"_target_: datamodules.custom.CustomDataModule\nname: absent\npath: {tmp_path}/absent.npz\nseed: ${{seed}}\n")
+    (conf / "dataset" / "typo.yaml").write_text(  # dataset.path names a file that is not there: a failure
+        f"_target_: datamodules.custom.CustomDataModule\nname: typo\npath: {tmp_path}/absent.npz\nseed: ${{seed}}\n")
+    (conf / "dataset" / "nodata.yaml").write_text(  # a built-in dataset whose files are not there: skipped
+        f"_target_: datamodules.features.FeatureDataModule\nname: nodata\ndataset: cub\n"
+        f"data_dir: {tmp_path}/empty\ndownload: false\nseed: ${{seed}}\n")
     broken = "_target_: baselines.mlp.MLP\nname: broken\nhidden: [16]\ndropout: {}\n"
-    (conf / "model" / "broken.yaml").write_text(broken.format(2.0))  # nn.Dropout(2.0) raises
+    (conf / "model" / "broken.yaml").write_text(broken.format(2.0))  # outside model.dropout's domain: the job fails
     sweep = [f"hydra.searchpath=[file://{conf}]", "model=broken,mlp"]
     jobs = tmp_path / "logs" / "default" / "multiruns"
 
-    first = train_multirun(tmp_path, *sweep, "dataset=absent,synthetic")
+    first = train_multirun(tmp_path, *sweep, "dataset=typo,nodata,synthetic")
     assert first.returncode != 0, first.stderr[-2000:]  # a failed job makes the sweep exit non-zero ...
     rec = json.loads((jobs / ("broken_synthetic_s0" + SUFFIX) / FAILED).read_text())
-    assert rec["model"] == "broken" and "dropout probability" in rec["message"], rec
+    assert rec["model"] == "broken" and "model.dropout must be" in rec["message"], rec
+    assert "Traceback (most recent call last)" in (jobs / ("broken_synthetic_s0" + SUFFIX) / "train.log").read_text()
     assert (jobs / ("mlp_synthetic_s0" + SUFFIX) / "metrics.json").is_file()  # ... after the later jobs ran
-    for job in ("broken_absent_s0" + SUFFIX, "mlp_absent_s0" + SUFFIX):
-        assert "absent.npz not found" in json.loads((jobs / job / SKIPPED).read_text())["reason"]
-        assert not (jobs / job / FAILED).exists()
+    assert "absent.npz not found" in json.loads((jobs / f"mlp_typo_s0{SUFFIX}" / FAILED).read_text())["message"]
+    assert not (jobs / f"mlp_typo_s0{SUFFIX}" / SKIPPED).exists()
+    assert "not found in" in json.loads((jobs / f"mlp_nodata_s0{SUFFIX}" / SKIPPED).read_text())["reason"]
+    assert not (jobs / f"mlp_nodata_s0{SUFFIX}" / FAILED).exists()
+    for dataset in ("typo", "nodata"):  # the broken model's config fails before any data is read
+        assert "model.dropout must be" in json.loads((jobs / f"broken_{dataset}_s0{SUFFIX}" / FAILED).read_text())["message"]
+    assert [ln for ln in first.stdout.splitlines() if ln.startswith("  failed")] and \
+        [ln for ln in first.stdout.splitlines() if ln.startswith("  skipped")], first.stdout[-2000:]
 
-    # resume: the fixed model re-runs, the finished job is not retrained, absent data is still skipped
+    # resume: the fixed model re-runs, the finished job is not retrained, absent data is still skipped, and a
+    # sweep with a skipped job exits non-zero in one line that says so
     (conf / "model" / "broken.yaml").write_text(broken.format(0.0))
     done = (jobs / ("mlp_synthetic_s0" + SUFFIX) / "metrics.json").stat().st_mtime_ns
-    second = train_multirun(tmp_path, *sweep, "dataset=absent,synthetic")
-    assert second.returncode == 0, second.stderr[-2000:]
+    second = train_multirun(tmp_path, *sweep, "dataset=nodata,synthetic")
+    assert second.returncode == 1, second.stderr[-2000:]
+    assert [ln for ln in second.stderr.splitlines() if "error" in ln.lower()] == [
+        "error: 2 of 4 jobs of the sweep have no metrics (2 skipped); the lines above say why"], second.stderr[-2000:]
     assert (jobs / ("mlp_synthetic_s0" + SUFFIX) / "metrics.json").stat().st_mtime_ns == done
     assert (jobs / ("broken_synthetic_s0" + SUFFIX) / "metrics.json").is_file()
     assert not (jobs / ("broken_synthetic_s0" + SUFFIX) / FAILED).exists()
-    assert (jobs / ("mlp_absent_s0" + SUFFIX) / SKIPPED).is_file()
+    assert (jobs / ("mlp_nodata_s0" + SUFFIX) / SKIPPED).is_file()
 
 
 def test_submitit_local_sweep(tmp_path):

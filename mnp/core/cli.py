@@ -8,9 +8,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from mnp.core.console import quiet
+from mnp.core import signals
+from mnp.core.console import quiet, traceback_to_log_file
 from mnp.core.errors import USER_ERRORS
-from mnp.core.summary import STATUS_ENV, sweep_summary
+from mnp.core.summary import STATUS_ENV, sweep_incomplete, sweep_summary
 
 log = logging.getLogger("mnp")
 
@@ -43,36 +44,47 @@ def one_line(e: BaseException) -> str:
 
 def main_guarded(main) -> None:
     """Run a ``@hydra.main`` entry point; Hydra's own errors (an unknown config key, a missing
-    config option, a malformed override) and a sweep's failed job end in one line
-    ``error: <message>`` and exit status 1, like the errors :func:`run_guarded` handles."""
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
-    from mnp.core.sweep import JobFailed
-
+    config option, a malformed override), a sweep's failed job and a sweep with skipped jobs end in one
+    line ``error: <message>`` and exit status 1, like the errors :func:`run_guarded` handles; SIGTERM
+    ends in one line and exit status 143 (:mod:`mnp.core.signals`)."""
     quiet()
     sys.argv[1:] = [quote_path_value(a) for a in sys.argv[1:]]
     status = Path(tempfile.mkstemp(prefix="mnp-sweep-", suffix=".jsonl")[1])
     os.environ[STATUS_ENV] = str(status)  # the jobs of a sweep append their outcomes (inherited by workers)
     try:
-        if full_error_requested():
-            return main()
-        os.environ["HYDRA_FULL_ERROR"] = os.environ[_GUARDED] = "1"  # Hydra re-raises; we print
-        try:
-            main()
-        except (HydraException, JobFailed) as e:
-            _print_sweep(status)
-            _fail(one_line(e))
-        except OSError as e:  # Hydra creates the run directory (and saves its config) before the job runs
-            where = f" {e.filename}" if e.filename else ""
-            _fail(f"cannot create the run directory{where}: {e.strerror or e}; set paths.log_dir or hydra.run.dir "
-                  "to a writable place")
-        except OmegaConfBaseException as e:  # e.g. a ??? value that Hydra's own config (hydra.run.dir) needs
-            found = re.search(r"Missing mandatory value: ([\w.]+)", str(e))
-            _fail(f"{found.group(1)} is required: add {found.group(1)}=<value> to the command" if found else one_line(e))
-        _print_sweep(status)
+        with signals.handled():
+            _run_main(main, status)
     finally:
         status.unlink(missing_ok=True)
+
+
+def _run_main(main, status: Path) -> None:
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from mnp.core.sweep import JobFailed
+
+    if full_error_requested():
+        return main()
+    os.environ["HYDRA_FULL_ERROR"] = os.environ[_GUARDED] = "1"  # Hydra re-raises; we print
+    try:
+        main()
+    except signals.Terminated as e:  # a sweep stops at once; its summary names the interrupted job
+        _print_sweep(status)
+        _fail(signals.message(e), signals.EXIT_CODE)
+    except (HydraException, JobFailed) as e:
+        _print_sweep(status)
+        _fail(one_line(e))
+    except OSError as e:  # Hydra creates the run directory (and saves its config) before the job runs
+        where = f" {e.filename}" if e.filename else ""
+        _fail(f"cannot create the run directory{where}: {e.strerror or e}; set paths.log_dir or hydra.run.dir "
+              "to a writable place")
+    except OmegaConfBaseException as e:  # e.g. a ??? value that Hydra's own config (hydra.run.dir) needs
+        found = re.search(r"Missing mandatory value: ([\w.]+)", str(e))
+        _fail(f"{found.group(1)} is required: add {found.group(1)}=<value> to the command" if found else one_line(e))
+    _print_sweep(status)
+    if sweep_incomplete(status):  # skipped jobs: the sweep ran, but its results are not all there
+        _fail(sweep_incomplete(status))
 
 
 PATH_KEYS = ("ckpt_path", "dataset.path", "data_dir", "output_dir", "dataset.data_dir", "paths.log_dir",
@@ -97,11 +109,13 @@ def _print_sweep(status: Path) -> None:
 
 
 def run_guarded(fn, cfg):
-    """Call ``fn(cfg)``; on a user error print ``error: <message>`` and exit 1.
+    """Call ``fn(cfg)``; on a user error print ``error: <message> (traceback in <run dir>/train.log)`` and exit 1.
 
     With HYDRA_FULL_ERROR=1 the exception propagates with its full traceback. In a multirun,
     Hydra records the failed job and the other jobs go on.
     """
+    from pytorch_lightning.utilities.exceptions import SIGTERMException
+
     from mnp.core.sweep import in_multirun, run_job
     quiet()  # also in a sweep's worker processes
     if in_multirun():  # failed.json / skipped.json, never SystemExit (it would abort the sweep)
@@ -110,13 +124,19 @@ def run_guarded(fn, cfg):
         return fn(cfg)
     try:
         return fn(cfg)
-    except USER_ERRORS as e:
+    except (signals.Terminated, SIGTERMException) as e:
+        log.error("%s", signals.message(e))
+        _fail(signals.message(e), signals.EXIT_CODE)
+    except USER_ERRORS as e:  # one line; the traceback (an internal bug raises these types too) goes to train.log
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        log.error("%s: %s", type(e).__name__, msg)
-        _fail(msg)
+        where = traceback_to_log_file(e)
+        _fail(msg + (f" (traceback in {where})" if where else ""))
+    except Exception as e:  # an unexpected error keeps its traceback on the console, and in train.log too
+        traceback_to_log_file(e)
+        raise
 
 
-def _fail(msg: str) -> None:
-    """The CLIs' one way out on an error: ``error: <msg>`` on stderr, exit status 1."""
+def _fail(msg: str, status: int = 1) -> None:
+    """The CLIs' one way out on an error: ``error: <msg>`` on stderr, exit status 1 (143 after SIGTERM)."""
     print(f"error: {msg}", file=sys.stderr)
-    sys.exit(1)
+    sys.exit(status)

@@ -3,12 +3,17 @@
 Dropped: Lightning's GPU/TPU availability lines and its litlogger tip, its ``LeafSpec is deprecated``
 warning (raised inside Lightning itself), the ``torch.jit.script`` deprecation raised when gpytorch is
 imported (MGP), wandb's ``The anonymous setting has no effect``, and on a resume Lightning's notes that the
-checkpoint directory is not empty and that states were restored (the pipeline logs one line instead).
+checkpoint directory is not empty and that states were restored (the pipeline logs one line instead), and its
+note of a SIGTERM (the run's error line says it). A failed run's traceback goes to its log file only
+(:func:`traceback_to_log_file`).
 """
 from __future__ import annotations
 
 import logging
+import os
+import re
 import warnings
+from pathlib import Path
 
 # (message start, category) of warnings raised inside libraries, not by anything the user did
 NOISY_WARNINGS = [
@@ -19,12 +24,13 @@ NOISY_WARNINGS = [
 ]
 # Lightning's info lines that describe the machine or advertise a product
 NOISY_LINES = ("GPU available:", "TPU available:", "HPU available:", "💡 Tip:",
-               "Restoring states from the checkpoint path", "Restored all states from the checkpoint")
+               "Restoring states from the checkpoint path", "Restored all states from the checkpoint",
+               "Received SIGTERM")  # "[rank: 0] Received SIGTERM: 15": the run's error line says what happens next
 
 
 class _DropLines(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.getMessage()).startswith(NOISY_LINES)
+        return not re.sub(r"^\[rank: \d+\] ", "", str(record.getMessage())).startswith(NOISY_LINES)
 
 
 def quiet() -> None:
@@ -34,7 +40,20 @@ def quiet() -> None:
     logging.raiseExceptions = False
     for message, category in NOISY_WARNINGS:
         warnings.filterwarnings("ignore", message=message, category=category or Warning)
-    for name in ("pytorch_lightning.utilities.rank_zero", "lightning.pytorch.utilities.rank_zero", "wandb"):
+    for name in ("pytorch_lightning.utilities.rank_zero", "lightning.pytorch.utilities.rank_zero", "wandb",
+                 "pytorch_lightning.trainer.connectors.signal_connector"):
         logger = logging.getLogger(name)
         if not any(isinstance(f, _DropLines) for f in logger.filters):
             logger.addFilter(_DropLines())
+
+
+def traceback_to_log_file(e: BaseException) -> Path | None:
+    """Write ``e``'s full traceback to the run's log file (Hydra's ``<run dir>/<job name>.log``, a handler of
+    the root logger) and not to the console; return that file, or None when the process has none."""
+    files = [h for h in logging.getLogger().handlers if isinstance(h, logging.FileHandler) and
+             h.baseFilename != os.devnull]  # pytest attaches one on /dev/null
+    record = logging.getLogger("mnp").makeRecord("mnp", logging.ERROR, __file__, 0, "run failed: %s: %s",
+                                                 (type(e).__name__, e), (type(e), e, e.__traceback__))
+    for handler in files:
+        handler.handle(record)
+    return Path(files[0].baseFilename) if files else None

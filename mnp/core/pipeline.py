@@ -21,6 +21,7 @@ from hydra.errors import InstantiationException
 from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from mnp.core import signals
 from mnp.core.accel import configure as configure_accel, matmul_precision
 from mnp.core.checkpointing import (CFG_KEY, AtomicCheckpointIO, CsvHistory, atomic_write, check_fits, check_writable,
                                checkpoint_callbacks, holds_run_dir, keep_csv_history, load_checkpoint,
@@ -31,7 +32,7 @@ from mnp.core.progress import progress_callbacks
 from mnp.core.rundir import check_reuse, eval_dir, hydra_variant
 from mnp.core.stored_config import checked_run_config, init_keys, restore_model
 from mnp.core.summary import log_run_summary
-from mnp.core.validate import resolve_auto, validate
+from mnp.core.validate import check_manual_optimization, check_train_batches, resolve_auto, validate
 
 log = logging.getLogger(__name__)
 
@@ -196,7 +197,9 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     set_threads(cfg.get("torch_threads"))
     pl.seed_everything(int(cfg.seed), workers=True, verbose=False)
     dataset_name, dm = build_datamodule(cfg)
+    check_train_batches(cfg.trainer, len(dm.train_dataloader()))  # a fraction of them that rounds to none
     model_name, model = build_model(cfg, dm)
+    check_manual_optimization(cfg.trainer, model_name, model.automatic_optimization)
     if resume_from:
         check_fits(resume_from, model)
     has_val = len(getattr(dm, "val_y", [])) > 0
@@ -214,7 +217,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     # written once everything is built: a bad config or bad data leaves no output behind
     atomic_write(out_dir / "config.yaml", lambda tmp: OmegaConf.save(cfg, tmp, resolve=True))
     try:
-        with matmul_precision(accel.get("matmul_precision")):
+        with matmul_precision(accel.get("matmul_precision")), signals.resumable(trainer, out_dir / "checkpoints"):
             trainer.fit(model, datamodule=dm, ckpt_path=resume_from)
             if trainer.interrupted:
                 raise KeyboardInterrupt("training was interrupted")

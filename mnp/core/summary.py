@@ -70,7 +70,7 @@ STATUS_ENV = "MNP_SWEEP_STATUS"  # a JSON-lines file every job of this sweep app
 
 
 def record_job(status: str, out_dir: Path, message: str = "") -> None:
-    """Append one job's outcome (ok, done earlier, skipped, failed) to the sweep's status file."""
+    """Append one job's start or outcome (ok, done before, skipped, failed, interrupted) to the sweep's status file."""
     path = os.environ.get(STATUS_ENV)
     if not path:
         return
@@ -79,11 +79,23 @@ def record_job(status: str, out_dir: Path, message: str = "") -> None:
         f.write(line + "\n")
 
 
+def _jobs(status_file: Path) -> list[dict]:
+    """Each job's last record, in the order the jobs started; a job that started and recorded nothing more
+    (its worker was killed) is interrupted."""
+    if not status_file.exists():
+        return []
+    last: dict[str, dict] = {}
+    for line in status_file.read_text().splitlines():
+        if line.strip():
+            job = json.loads(line)
+            last[job["dir"]] = job
+    return [j if j["status"] != "started" else {**j, "status": "interrupted", "message": "stopped before it finished"}
+            for j in last.values()]
+
+
 def sweep_summary(status_file: Path) -> str:
     """One line per job of the sweep, and the report command that aggregates it."""
-    if not status_file.exists():
-        return ""
-    jobs = [json.loads(x) for x in status_file.read_text().splitlines() if x.strip()]
+    jobs = _jobs(status_file)
     if not jobs:
         return ""
     counts: dict[str, int] = {}
@@ -92,6 +104,17 @@ def sweep_summary(status_file: Path) -> str:
         counts[j["status"]] = counts.get(j["status"], 0) + 1
         lines.append(f"  {j['status']:<11} {Path(j['dir']).name}" + (f": {j['message']}" if j["message"] else ""))
     sweep_dirs = sorted({str(Path(j["dir"]).parent) for j in jobs})
-    head = "Sweep finished: " + ", ".join(f"{n} {s}" for s, n in counts.items())
+    head = ("Sweep stopped: " if "interrupted" in counts else "Sweep finished: ") + \
+        ", ".join(f"{n} {s}" for s, n in counts.items())
     tail = [f"Aggregate with: python -m mnp.tools.report {' '.join(sweep_dirs)} --out results/<name>"]
     return "\n".join([head, *lines, *tail])
+
+
+def sweep_incomplete(status_file: Path) -> str:
+    """``""`` when every job of the sweep has its metrics, else the sweep's error line: how many did not."""
+    jobs = _jobs(status_file)
+    missing = [j["status"] for j in jobs if j["status"] not in ("ok", "done before")]
+    if not missing:
+        return ""
+    counts = ", ".join(f"{missing.count(s)} {s}" for s in dict.fromkeys(missing))
+    return f"{len(missing)} of {len(jobs)} jobs of the sweep have no metrics ({counts}); the lines above say why"

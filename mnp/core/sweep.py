@@ -7,13 +7,15 @@ command exits non-zero. :func:`run_job` keeps to that contract:
 
 * success: returns the metrics (or ``metrics[optimized_metric]`` for the Optuna sweeper) and
   removes a ``failed.json`` / ``skipped.json`` left by an earlier attempt;
-* the dataset's files are absent: writes ``skipped.json`` with the reason and returns normally,
-  so the job counts as done (exit status 0 when nothing else failed);
+* a built-in dataset's files are absent: writes ``skipped.json`` with the reason and returns normally,
+  so the other jobs run (a file the config names, ``dataset.path``, that is not there is a failure: a typo);
+* SIGTERM: records the job as interrupted and stops the sweep (:mod:`mnp.core.signals`);
 * any other error: writes ``failed.json`` (type, message, traceback) and re-raises it as a plain
   ``Exception``, so Hydra records the failure and the remaining jobs still run.
 
 Re-running the same sweep (``skip_if_done: true``) skips jobs whose ``metrics.json`` exists and
-re-runs the failed and skipped ones.
+re-runs the failed and skipped ones. A sweep with a failed or skipped job exits non-zero
+(:func:`mnp.core.cli.main_guarded`); its summary names them.
 """
 from __future__ import annotations
 
@@ -26,12 +28,15 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytorch_lightning as pl
+from pytorch_lightning.utilities.exceptions import SIGTERMException
 from hydra.experimental.callback import Callback as HydraCallback
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 import datamodules
 from datamodules.errors import DataError
+from mnp.core.console import traceback_to_log_file
 from mnp.core.outputs import write_json
+from mnp.core.signals import Terminated, message, stop_if_worker
 from mnp.core.summary import record_job
 
 log = logging.getLogger(__name__)
@@ -106,11 +111,16 @@ def run_job(fn: Callable[[DictConfig], dict], cfg: DictConfig) -> Any:
     out_dir = Path(cfg.paths.output_dir)
     metrics = out_dir / "metrics.json"
     done_before = metrics.exists()
+    record_job("started", out_dir)  # a job whose worker is killed stays "started": the summary names it
     try:
         value = _objective(cfg, fn(cfg) or {})
+    except (Terminated, SIGTERMException) as e:  # the sweep stops here; a re-run resumes this job
+        record_job("interrupted", out_dir, message(e))
+        stop_if_worker()
+        raise Terminated(message(e)) from None
     except Exception as e:  # noqa: BLE001 - every error is recorded, then handed to Hydra
         msg = " ".join(str(e).split()) or type(e).__name__
-        if is_missing_data(e):
+        if is_missing_data(e) and not OmegaConf.select(cfg, "dataset.path", default=None):
             path = _record(out_dir, SKIPPED, cfg, status="skipped", reason=msg)
             (out_dir / FAILED).unlink(missing_ok=True)
             log.warning("skipped (data not available): %s [%s]", msg, path)
@@ -118,6 +128,7 @@ def run_job(fn: Callable[[DictConfig], dict], cfg: DictConfig) -> Any:
             return math.nan if cfg.get("optimized_metric") else {"skipped": msg}
         path = _record(out_dir, FAILED, cfg, status="failed", error=type(e).__name__, message=msg,
                        traceback="".join(traceback.format_exception(e)))
+        traceback_to_log_file(e)
         log.error("job failed: %s: %s [%s]", type(e).__name__, msg, path)
         record_job("failed", out_dir, f"{type(e).__name__}: {msg}")
         raise JobFailed(f"{type(e).__name__}: {msg} (recorded in {path})") from e

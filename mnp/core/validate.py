@@ -9,10 +9,11 @@ naming the full key, what it must be and what it got. Checked:
 * the model's numeric values against the domains its class declares (:mod:`mnp.core.domains`, the same
   check its constructor makes);
 * ranges: epochs, seed, batch size, fractions, the evaluation protocol, MNP's warm-up against the
-  run length.
+  run length, and at least one training batch (:func:`check_train_batches`).
 
 :func:`resolve_auto` first fills in the values derived from others (MNP's warm-up as a fraction of
-the run when the dataset has no config of its own).
+the run when the dataset has no config of its own). Once the model is built,
+:func:`check_manual_optimization` refuses the Trainer keys a model's own optimisation step cannot honour.
 """
 from __future__ import annotations
 
@@ -176,10 +177,50 @@ def check_ranges(c: dict) -> None:
         missing_flag(ev.get("missing", True))
     except ValueError as e:
         raise ConfigError(str(e)) from None
+    check_train_batches(trainer)
     check_accel(c.get("accel") or {})
     ckpt = (c.get("callbacks") or {}).get("checkpoint") or {}
     if "every_n_epochs" in ckpt:
         _check_int("callbacks.checkpoint.every_n_epochs", ckpt["every_n_epochs"], 0)
+
+
+def check_train_batches(trainer: Mapping, n_batches: int | None = None) -> None:
+    """The run trains on at least one batch, else its metrics would be an untrained model's:
+    ``trainer.limit_train_batches`` is an integer >= 1 or a fraction in (0, 1] that keeps at least one of the
+    ``n_batches`` training batches per epoch (checked again once the data is loaded), and ``trainer.max_steps``
+    is -1 (no limit) or >= 1."""
+    untrained = "the run would train on no batch and report an untrained model"
+    limit = trainer.get("limit_train_batches")
+    if limit is not None:
+        fraction = isinstance(limit, float) and math.isfinite(limit) and 0 < limit <= 1
+        if not fraction and not (_is_int(limit) and limit >= 1):
+            raise ConfigError("trainer.limit_train_batches must be an integer >= 1 (batches) or a fraction in "
+                              f"(0, 1], got {limit!r}" + (f": {untrained}" if limit == 0 else ""))
+        if fraction and n_batches is not None and int(n_batches * limit) < 1:
+            least = math.ceil(1000 / n_batches) / 1000
+            raise ConfigError(f"trainer.limit_train_batches={limit} keeps 0 of the {n_batches} training batches "
+                              f"per epoch: {untrained}; set it to at least {least} or leave it out")
+    steps = trainer.get("max_steps", -1)
+    if steps is not None and steps != -1 and not (_is_int(steps) and steps >= 1):
+        raise ConfigError(f"trainer.max_steps must be -1 (no limit) or an integer >= 1, got {steps!r}"
+                          + (f": {untrained}" if steps == 0 else ""))
+
+
+def check_manual_optimization(trainer: Mapping, model_name: str, automatic: bool) -> None:
+    """A model that runs its own optimisation step (MNP: two optimisers, per-tensor clipping) cannot honour
+    the Trainer's gradient accumulation or clipping; Lightning would refuse the first two in ``fit`` with a
+    traceback and ignore ``gradient_clip_algorithm``."""
+    if automatic:
+        return
+    why = f"cannot apply to model {model_name}, which runs its own optimisation step"
+    accumulate = trainer.get("accumulate_grad_batches", 1)
+    if accumulate not in (1, None):
+        raise ConfigError(f"trainer.accumulate_grad_batches={accumulate} {why}; remove it (a larger "
+                          "dataset.batch_size gives each step more samples)")
+    for key in ("gradient_clip_val", "gradient_clip_algorithm"):
+        if trainer.get(key) not in (None, 0, 0.0):
+            raise ConfigError(f"trainer.{key}={trainer[key]} {why}; remove it and set model.clip_norm=<max norm> "
+                              "instead (each gradient tensor clipped to that norm)")
 
 
 def check_accel(accel: Mapping) -> None:
