@@ -34,12 +34,13 @@ from mnp.core.protocols import add_noise, noise_subsets
 DEFAULT_SIGMAS = (0.0, 0.1, 0.46, 1.0, 2.15, 10.0)
 
 
-def _probs(model, r_star, s_star, u, q, seed: int = 0):
-    """p̂ (B, K) and the unimodal p̂^m (M, B, K) from target-specific representations (eqs. 8, 11–13).
+def _probs(model, r_star, s_star, u, q, weights=None, seed: int = 0):
+    """p̂ (B, K) and the unimodal p̂^m (M, B, K) from target-specific representations (eqs. 8 or 8′ with
+    ``weights`` (B, M), 11–13).
 
     The Monte Carlo draws come from ``seed`` in a forked RNG, so two calls compare paired samples.
     """
-    mu, var = model.aggregation(r_star, s_star, u, q)
+    mu, var = model.aggregation(r_star, s_star, u, q, weights)
     mu_m, var_m = model.aggregation.unimodal(r_star, s_star, u, q)
     mu_all = torch.cat([mu[None], mu_m])
     var_all = None if var is None else torch.cat([var[None], var_m])
@@ -54,16 +55,18 @@ def _probs(model, r_star, s_star, u, q, seed: int = 0):
 @torch.no_grad()
 def measure(model, views: list[torch.Tensor], y: torch.Tensor, subset: tuple[int, ...]) -> dict:
     """Diagnostics of one (noised) evaluation of ``views``; ``subset`` names the noised views."""
-    targets, (contexts, r_all, s_all, u, q) = model._encode(views)
-    _, attn, r_star, s_star, _, _ = model._attend(views)
-    scores = model.similarity(targets, contexts)
-    p, p_m = _probs(model, r_star, s_star, u, q)
+    _, (_, r_all, s_all, _, _) = model._encode(views)
+    _, scores, attn, r_star, s_star, u, q = model._attend_scores(views)
+    weights = model._view_weights(scores)  # eq. 8′ with view_weighting=distance, else None (eq. 8)
+    p, p_m = _probs(model, r_star, s_star, u, q, weights)
     r_u, s_u = r_star.clone(), s_star.clone()
     for m in subset:  # uniform attention: the context mean of r and s
         r_u[m] = r_all[m].mean(0).to(r_u.dtype)
         s_u[m] = s_all[m].mean(0)
-    p_u, _ = _probs(model, r_u, s_u, u, q)
+    p_u, _ = _probs(model, r_u, s_u, u, q, weights)
     precision = (1.0 / s_star + 1.0 / q).mean(-1)  # (M, B), eq. 8
+    if weights is not None:
+        precision = precision * weights.t()  # eq. 8′
     share = precision[list(subset)].sum(0) / precision.sum(0) if subset else torch.zeros_like(y, dtype=torch.float)
     mba = model.hparams.aggregation == "mba"
     return {"acc": (p.argmax(-1) == y).float().mean().item(),

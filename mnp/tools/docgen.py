@@ -13,7 +13,8 @@ exits 1 when a block differs from what the files give (tests/test_docs.py runs i
   ``benchmarks/step_capture_h100.json``: ``python benchmarks/device/step_capture.py`` on a GPU; the models'
   declared domains (``domains`` of each class in ``conf/model/``, mnp.core.domains) for the table of model keys.
   ``figures/noise_curves.json`` and ``.png`` (accuracy per σ with the ceiling, :mod:`mnp.tools.noise_figure`) are
-  rewritten from ``results/paper_main/results.csv`` when they differ from it.
+  rewritten from ``results/paper_main/results.csv`` when they differ from it; ``benchmarks/view_weighting_<dataset>.json``:
+  ``python benchmarks/view_weighting.py <mnp run dirs> --out ...``.
 """
 from __future__ import annotations
 
@@ -259,12 +260,27 @@ def render_noise_curves(src: dict) -> str:
     return "\n".join(rows)
 
 
+def render_view_weighting(src: dict) -> str:
+    """Eq. 8 against eq. 8′ at test time on the same trained runs (benchmarks/view_weighting_<dataset>.json)."""
+    rows = ["| dataset | view weighting | acc % | ECE | noisy acc % | acc % at σ ≥ 1 | noised views removed, acc % | seeds |",
+            "|---|---|---|---|---|---|---|---|"]
+    for d in DATASETS:
+        if (bench := src["view_weighting"].get(d)) is None:
+            continue
+        for name, m in bench["mean"].items():
+            high = [v for k, v in m.items() if k.startswith("noise/acc@") and float(k.split("@")[1]) >= 1]
+            rows.append(f"| {dataset_label(d)} | {name} | {100 * m['test/acc']:.2f} | {m['test/ece']:.3f} | "
+                        f"{100 * m['noise/acc_mean']:.2f} | {100 * sum(high) / len(high):.1f} | "
+                        f"{100 * m['missing/acc_subsets_mean']:.1f} | {len(bench['seeds'])} |")
+    return "\n".join(rows)
+
+
 RENDERERS = {"paper_main": render_paper_main, "goals": render_goals, "beats": render_beats,
              "baselines": render_baselines, "glance": render_glance, "switches": render_switches,
              "custom_defaults": render_custom_defaults, "figure2": render_figure2,
              "depgraph": render_depgraph, "goals_summary": render_goals_summary, "digits_c": render_digits_c,
              "step_capture": render_step_capture, "model_keys": render_model_keys,
-             "noise_curves": render_noise_curves}
+             "noise_curves": render_noise_curves, "view_weighting": render_view_weighting}
 
 
 # ---------------------------------------------------------------------------- files
@@ -272,7 +288,9 @@ def sources(root: Path = ROOT) -> dict:
     bench = root / "benchmarks" / "custom_defaults.json"
     capture = root / "benchmarks" / "step_capture_h100.json"
     paper_main = read_results(root / "results" / "paper_main" / "results.csv")
-    return {"paper_main": paper_main, "noise_curves": noise_figure.curves(paper_main),
+    weighting = {p.stem.removeprefix("view_weighting_"): json.loads(p.read_text())
+                 for p in sorted((root / "benchmarks").glob("view_weighting_*.json"))}
+    return {"paper_main": paper_main, "noise_curves": noise_figure.curves(paper_main), "view_weighting": weighting,
             "switches": read_results(root / "results" / "switches" / "results.csv"),
             "digits_c": read_results(root / "results" / "digits_c" / "results.csv"),
             "custom_defaults": json.loads(bench.read_text()) if bench.exists() else {},
