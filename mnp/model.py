@@ -342,12 +342,15 @@ class MNP(ContextCache, ViewWeighting, MNPTraining, Routine):
         with record_function("mnp.losses"):
             ty = nll[0] + nll[1:].mean()  # eq. 14
             rbf = self._rbf_loss(targets, y)
-            loss = ty + hp.beta * rbf + self._l2_penalty()
+            l2 = self._l2_penalty()
+            loss = ty + hp.beta * rbf + l2
         probs = logits.detach().float().softmax(-1).mean(0)  # p̂ and p̂^m, (1 + M, B, K)
         if hp.memory_update in ("mse", "ce", "fifo"):
             err = unimodal_error(probs[1:], y, hp.memory_update) if hp.memory_update != "fifo" else None
             self._dcm_batch = ([v.detach() if v.requires_grad else v for v in views], y, attn.detach().sum(1), err)
         logs = {"ty": ty.detach(), "rbf": rbf.detach(), "acc": (probs[0].argmax(-1) == y).float().mean()}
+        if hp.l2:
+            logs["l2"] = l2.detach()
         if hp.similarity == "rbf":
             stacked = self.similarity.stacked_lengthscales()
             logs["lengthscale"] = torch.cat([l.detach() for l in self.similarity.lengthscales()]).mean() \

@@ -181,6 +181,7 @@ class MNPTraining:
     def on_train_epoch_end(self) -> None:
         if self.check_finite_every > 1:  # the steps since the last periodic read, before the epoch's checkpoint
             self._raise_if_nonfinite(None, self.global_step - 1)
+        self.log("train/phase", 0.0 if self._in_warmup() else 1.0)  # 0: the warm-up (L_RBF alone), 1: main
         super().on_train_epoch_end()
         if not self._in_warmup():
             for s in self._schedulers():

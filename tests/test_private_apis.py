@@ -72,6 +72,11 @@ def test_lightning_private_apis_the_project_uses(tmp_path):
         signal.signal(signal.SIGTERM, before)
     assert connector.received_sigterm and calls == ["ours"]
 
+    # mnp.core.wandb_utils.RunLogger: WandbLogger keeps wandb.init's kwargs in _wandb_init, anonymous among them
+    from pytorch_lightning.loggers import WandbLogger
+    assert WandbLogger(project="mnp", save_dir=str(tmp_path))._wandb_init["anonymous"] is None
+    assert "wandb.init(**self._wandb_init)" in inspect.getsource(WandbLogger.experiment.fget)
+
 
 # ---------------------------------------------------------------------------- torch
 def test_torch_private_apis_the_project_uses():

@@ -2,10 +2,9 @@
 
 Dropped: Lightning's GPU/TPU availability lines and its litlogger tip, its ``LeafSpec is deprecated``
 warning (raised inside Lightning itself), the ``torch.jit.script`` deprecation raised when gpytorch is
-imported (MGP), wandb's ``The anonymous setting has no effect``, and on a resume Lightning's notes that the
-checkpoint directory is not empty and that states were restored (the pipeline logs one line instead), and its
-note of a SIGTERM (the run's error line says it). A failed run's traceback goes to its log file only
-(:func:`traceback_to_log_file`).
+imported (MGP), and on a resume Lightning's notes that the checkpoint directory is not empty and that
+states were restored (the pipeline logs one line instead), and its note of a SIGTERM (the run's error line
+says it). A failed run's traceback goes to its log file only (:func:`traceback_to_log_file`).
 """
 from __future__ import annotations
 
@@ -19,7 +18,6 @@ from pathlib import Path
 NOISY_WARNINGS = [
     (r"`isinstance\(treespec, LeafSpec\)` is deprecated", None),
     (r"`torch.jit.script` is deprecated", FutureWarning),
-    (r"The anonymous setting has no effect", None),
     (r"Checkpoint directory .* exists and is not empty", None),  # every resume; the run says it resumes
 ]
 # Lightning's info lines that describe the machine or advertise a product

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytorch_lightning as pl
 from pytorch_lightning.callbacks import ModelCheckpoint
+from pytorch_lightning.loggers import WandbLogger
 import torch
 from hydra.errors import InstantiationException
 from hydra.utils import get_class, instantiate
@@ -33,6 +34,7 @@ from mnp.core.rundir import check_reuse, eval_dir, hydra_variant
 from mnp.core.stored_config import checked_run_config, init_keys, restore_model
 from mnp.core.summary import log_run_summary
 from mnp.core.validate import check_manual_optimization, check_train_batches, resolve_auto, validate
+from mnp.core.wandb_utils import log_summary, run_identity
 
 log = logging.getLogger(__name__)
 
@@ -104,11 +106,13 @@ def build_callbacks(cfg: DictConfig, out_dir: Path, has_val: bool) -> list[pl.Ca
 
 
 def build_loggers(cfg: DictConfig) -> list:
+    """The ``logger`` group's loggers; a wandb run's name, group and tags come from the run
+    (:func:`mnp.core.wandb_utils.run_identity`) where its config leaves them null."""
     loggers = []
     for key, node in (cfg.get("logger") or {}).items():
         if node is None:
             continue
-        loggers.append(instantiate(node))
+        loggers.append(instantiate(node, **run_identity(cfg, node)))
     keep_csv_history(loggers)
     return loggers
 
@@ -238,9 +242,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             if results:
                 log_run_summary(results, out_dir)
             for lg in loggers:
-                if hasattr(lg, "experiment") and type(lg).__name__ == "WandbLogger":
-                    from mnp.core.wandb_utils import log_summary
-                    log_summary(lg, results, out_dir)
+                if isinstance(lg, WandbLogger):
+                    log_summary(lg, results, out_dir, model.n_bins)
             return results
     finally:
         finish_wandb()

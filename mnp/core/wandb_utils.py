@@ -1,16 +1,68 @@
-"""Weights & Biases extras for a finished job (``logger=wandb``).
+"""Weights & Biases for train.py (``logger=wandb``) and the report (``mnp.tools.report --wandb-project``).
 
-The per-epoch curves (``train/*``, ``val/*``, ``time/epoch_s``) come from Lightning's
-``WandbLogger``; the pipeline calls :func:`log_summary` after the test and ``wandb.finish()``
-after every job, so a multirun makes one wandb run per job. conf/logger/wandb.yaml sets
-group = experiment name, job_type = model and tags model / dataset / seed.
+A run's identity (:func:`run_identity`): name = the run directory's name (``mnp_cub_s2``), group =
+``<experiment>/<model>_<dataset>[_<variant>]`` (its seeds, one cell of the paper's tables), tags = model,
+dataset and experiment; conf/logger/wandb.yaml sets job_type = train. The resolved run config is logged
+whole (nested, shown as dotted keys: ``model.tau``, ``dataset.batch_size``) by :class:`RunLogger`. The
+per-epoch curves (``train/*``, ``val/*``, ``time/epoch_s``) come from Lightning; :func:`log_summary` adds
+the final metrics, the test-time tables (:mod:`mnp.core.wandb_tables`) with their charts, and the
+reliability and noise images. The pipeline calls ``wandb.finish()`` after every job: one run per job.
 """
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 
 import numpy as np
+from hydra.utils import get_class
+from omegaconf import DictConfig
+from pytorch_lightning.loggers import WandbLogger
+
+from mnp.core.wandb_tables import run_tables
+
+
+def mode() -> str:
+    """wandb's mode: ``WANDB_MODE`` (online, offline, disabled), else offline (no server needed)."""
+    return os.environ.get("WANDB_MODE") or "offline"
+
+
+class RunLogger(WandbLogger):
+    """Lightning's WandbLogger, as train.py uses it.
+
+    - It sets no ``anonymous`` setting (Lightning passes one, which wandb warns about on every run).
+    - :meth:`log_hyperparams` logs its first call's params, the resolved run config that the pipeline logs
+      before fitting; Lightning's own calls at fit and test repeat the model's hyperparameters (already
+      under ``model.*``) as top-level keys and are dropped.
+    """
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self._wandb_init.pop("anonymous", None)
+        self._config_logged = False
+
+    def log_hyperparams(self, params, *args, **kwargs) -> None:
+        if not self._config_logged:
+            self._config_logged = True
+            super().log_hyperparams(params, *args, **kwargs)
+
+
+def group_name(experiment: str, model: str, dataset: str, variant: str | None = None) -> str:
+    """``<experiment>/<model>_<dataset>[_<variant>]``: the runs whose mean over seeds is one table cell."""
+    return f"{experiment}/{model}_{dataset}" + (f"_{variant}" if variant else "")
+
+
+def run_identity(cfg: DictConfig, node: DictConfig) -> dict:
+    """``name``, ``group`` and ``tags`` of a wandb logger config ``node`` that leaves them null, from the
+    run config (see the module doc); nothing for other loggers."""
+    if not issubclass(get_class(node._target_), WandbLogger):
+        return {}
+    experiment = str(cfg.get("experiment_name", "default"))
+    model, dataset = str(cfg.model.get("name")), str(cfg.dataset.get("name"))
+    identity = {"name": Path(cfg.paths.output_dir).name,
+                "group": group_name(experiment, model, dataset, cfg.get("variant")),
+                "tags": [model, dataset, experiment]}
+    return {k: v for k, v in identity.items() if node.get(k) is None}
 
 
 def summary_items(results: dict) -> dict:
@@ -26,12 +78,28 @@ def summary_items(results: dict) -> dict:
     return out
 
 
-def log_summary(wandb_logger, results: dict, out_dir: str | Path) -> None:
-    """Put the final metrics into ``run.summary`` and experiment/model/dataset/seed into ``run.config``;
-    log the reliability diagram and the noise curve.
+def table_logs(tables: dict, prefix: str = "tables") -> dict:
+    """What ``run.log`` takes to log each :class:`~mnp.core.wandb_tables.Table` as ``<prefix>/<name>`` and
+    its charts as ``charts/<name>/<y>`` (``wandb.plot.line`` / ``wandb.plot.bar``)."""
+    import wandb
 
-    Images are logged as ``plots/reliability`` and ``plots/noise`` (wandb.Image) and also saved as
-    PNG next to metrics.json. Does nothing on non-zero ranks (empty ``results``).
+    logged = {}
+    for name, t in tables.items():
+        table = wandb.Table(columns=t.columns, data=t.rows)
+        logged[f"{prefix}/{name}"] = table
+        for kind, x, y in t.charts:
+            plot = wandb.plot.line(table, x, y, title=f"{name}: {y}") if kind == "line" else \
+                wandb.plot.bar(table, x, y, title=f"{name}: {y}")
+            logged[f"charts/{name}/{y}"] = plot
+    return logged
+
+
+def log_summary(wandb_logger, results: dict, out_dir: str | Path, n_bins: int = 15) -> None:
+    """Put the final metrics into ``run.summary``; log the tables (noise curve, reliability bins,
+    missing-view metrics, OOD AUROC) with their charts, and the reliability diagram and noise curve as
+    images ``plots/reliability`` and ``plots/noise`` (also saved as PNG next to metrics.json).
+
+    Does nothing on non-zero ranks (empty ``results``).
     """
     if not results:
         return
@@ -42,24 +110,25 @@ def log_summary(wandb_logger, results: dict, out_dir: str | Path) -> None:
 
     run = wandb_logger.experiment
     run.summary.update(summary_items(results))
-    # config keys, so that the UI can group runs by model and dataset (tags cannot be grouped on)
-    run.config.update({k: results.get(k) for k in ("experiment", "model", "dataset", "seed")}, allow_val_change=True)
     out_dir = Path(out_dir)
     title = f"{results.get('model')} / {results.get('dataset')} / seed {results.get('seed')}"
-    figures = {}
+    probs = labels = None
     pred_path = out_dir / "predictions.npz"
     if pred_path.is_file():
         with np.load(pred_path) as z:
             if "test/probs" in z.files:
-                figures["reliability"] = reliability_figure(z["test/probs"], z["test/labels"], title)
+                probs, labels = z["test/probs"], z["test/labels"]
+    figures = {}
+    if probs is not None:
+        figures["reliability"] = reliability_figure(probs, labels, title, n_bins)
     noise = noise_figure(results, title)
     if noise is not None:
         figures["noise"] = noise
-    images = {}
+    logged = table_logs(run_tables(results, probs, labels, n_bins))
     for name, fig in figures.items():
         path = out_dir / f"{name}.png"
         fig.savefig(path, dpi=100)
         plt.close(fig)
-        images[f"plots/{name}"] = wandb.Image(str(path), caption=title)
-    if images:
-        run.log(images)
+        logged[f"plots/{name}"] = wandb.Image(str(path), caption=title)
+    if logged:
+        run.log(logged)

@@ -15,7 +15,8 @@ table it reproduces ("cf. paper Table 5"; paper: 1 accuracy, 2 ECE, 3 noisy accu
 
 Outputs: ``results.md``, ``results.tex``, ``results.csv`` (one row per experiment × model ×
 variant × dataset × metric), with ``--paper`` also ``paper_comparison.csv`` and a comparison
-section (:mod:`mnp.tools.report_paper`), and PNG plots under ``plots/`` (see :mod:`mnp.tools.plots`).
+section (:mod:`mnp.tools.report_paper`), and PNG plots under ``plots/`` (see :mod:`mnp.tools.plots`); with
+``--wandb-project NAME`` also a wandb run holding the aggregate (:mod:`mnp.tools.report_wandb`).
 """
 from __future__ import annotations
 
@@ -129,11 +130,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--relabel", action="store_true",
                     help="label runs by today's defaults: variant = where the saved config differs from them, "
                          "experiment = the directory that holds the run (mnp.tools.relabel)")
+    ap.add_argument("--wandb-project", metavar="NAME",
+                    help="also log the aggregate table to this wandb project as a run of its own (job_type=report; "
+                         "offline under <out>/wandb unless WANDB_MODE=online; mnp.tools.report_wandb)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
         res = report(args.dirs, args.out, paper=args.paper, plots=not args.no_plots, models=args.models, seeds=args.seeds,
                      relabel=args.relabel, update=args.update)
+        if args.wandb_project:
+            from mnp.tools.report_wandb import push
+            print(f"wandb run: {push(res['aggregate'], args.out, args.wandb_project, args.dirs)}")
     except (FileNotFoundError, ValueError) as e:
         print(f"error: {e}")
         return 1
