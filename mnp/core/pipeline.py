@@ -29,7 +29,7 @@ from mnp.core.checkpointing import (CFG_KEY, AtomicCheckpointIO, CsvHistory, ato
 from mnp.core.errors import USER_ERRORS
 from mnp.core.outputs import write_json, write_npz
 from mnp.core.progress import progress_callbacks
-from mnp.core.rundir import check_reuse, eval_dir, hydra_variant
+from mnp.core.rundir import check_reuse, data_hashes, eval_dir, hydra_variant, warn_if_data_changed
 from mnp.core.summary import log_run_summary
 from mnp.core.validate import resolve_auto, validate
 
@@ -74,9 +74,14 @@ def _split_name(node: DictConfig) -> tuple[str, DictConfig]:
     return name, OmegaConf.create(node)
 
 
-def build_datamodule(cfg: DictConfig) -> tuple[str, pl.LightningDataModule]:
+def make_datamodule(cfg: DictConfig) -> tuple[str, pl.LightningDataModule]:
+    """The dataset's name and datamodule, not set up yet (nothing read)."""
     name, node = _split_name(cfg.dataset)
-    dm = build("dataset", node)
+    return name, build("dataset", node)
+
+
+def build_datamodule(cfg: DictConfig) -> tuple[str, pl.LightningDataModule]:
+    name, dm = make_datamodule(cfg)
     dm.setup("fit")
     return name, dm
 
@@ -191,12 +196,13 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     out_dir = Path(cfg.paths.output_dir)
     metrics_path = out_dir / "metrics.json"
     resume_from = resume_checkpoint(cfg.get("ckpt_path"), out_dir)
+    dataset_name, dm = make_datamodule(cfg)
     if metrics_path.exists() or resume_from:  # a finished or resumable run of another config is never reused
         stored = None  # no config.yaml beside the checkpoint: compare with the config stored inside it
         if resume_from and cfg.get("ckpt_path") == "last" and not (out_dir / "config.yaml").is_file():
             stored = load_checkpoint(resume_from).get(CFG_KEY)
         check_reuse(out_dir, OmegaConf.to_container(cfg, resolve=True), resuming=not metrics_path.exists(),
-                    stored=stored)
+                    stored=stored, data_files=dm.data_files())
     if cfg.get("skip_if_done", False) and metrics_path.exists():
         log.info("skipping: %s already exists", metrics_path)
         return json.loads(metrics_path.read_text())
@@ -209,7 +215,9 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             cfg.variant = variant
     set_threads(cfg.get("torch_threads"))
     pl.seed_everything(int(cfg.seed), workers=True, verbose=False)
-    dataset_name, dm = build_datamodule(cfg)
+    dm.setup("fit")
+    with open_dict(cfg):  # the sha256 of every data file read: config.yaml and the checkpoints record it
+        cfg.data_hash = data_hashes(dm.data_files())
     model_name, model = build_model(cfg, dm)
     if resume_from:
         check_fits(resume_from, model)
@@ -296,6 +304,7 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     out_dir = Path(cfg.output_dir) if cfg.get("output_dir") else Path(eval_dir(str(ckpt_path)))
     data_dir = os.path.abspath(os.path.expanduser(cfg.data_dir)) if cfg.get("data_dir") else None
     run_cfg, model_name, dataset_name, dm, model, ckpt = load_run(ckpt_path, data_dir, cfg.get("eval"))
+    warn_if_data_changed(run_cfg, dm.data_files(), ckpt_path)
     check_writable(out_dir)
     trainer = pl.Trainer(accelerator=cfg.trainer.accelerator, devices=cfg.trainer.devices, logger=False,
                          enable_checkpointing=False, enable_model_summary=False)

@@ -1,0 +1,76 @@
+"""A run's records against later jobs, run as a user runs them (train.py and evaluate.py as subprocesses):
+a data file changed since the run."""
+import json
+
+import numpy as np
+
+from cli_utils import run_cli
+
+
+def write_data(path, seed=0, noise=False):
+    """A small 3-class, 2-view ``.npz``; ``noise``: the same shapes and labels, the views pure noise."""
+    rng = np.random.default_rng(seed)
+    y = np.repeat(np.arange(3), 40)
+    shift = 0.0 if noise else 1.0
+    np.savez(path, x1=rng.normal(size=(120, 6)) + 2.0 * shift * y[:, None],
+             x2=rng.normal(size=(120, 4)) + shift * y[:, None], y=y)
+    return path
+
+
+def g(data, run_dir, *extra, model="mlp", epochs=2):
+    """``python train.py model=mlp trainer.max_epochs=2 dataset=custom dataset.path=<data>`` into ``run_dir``."""
+    return run_cli(["train.py", f"model={model}", f"trainer.max_epochs={epochs}", "dataset=custom",
+                    f"dataset.path={data}", f"hydra.run.dir={run_dir}", *extra])
+
+
+def error_line(res) -> str:
+    """The CLI's refusal: exit status 1, no traceback, one ``error: ...`` line on stderr."""
+    lines = res.stderr.strip().splitlines()
+    assert res.returncode == 1 and "Traceback" not in res.stdout + res.stderr, res.stderr[-3000:]
+    assert len(lines) == 1 and lines[0].startswith("error: "), res.stderr[-3000:]
+    return lines[0]
+
+
+def evaluate(ckpt, *extra):
+    return run_cli(["evaluate.py", f"ckpt_path={ckpt}", *extra])
+
+
+# ---------------------------------------------------------------------------- 7: a changed data file
+def test_a_changed_data_file_is_noticed_by_the_rerun_and_by_evaluate(tmp_path):
+    data, run = write_data(tmp_path / "data.npz"), tmp_path / "run"
+    assert g(data, run).returncode == 0
+    ckpt = run / "checkpoints" / "last.ckpt"
+    same = evaluate(ckpt)  # the data as trained on: no warning
+    assert same.returncode == 0 and "differ from those" not in same.stdout + same.stderr
+    (tmp_path / "copy").mkdir()  # the same bytes elsewhere (another machine's data_dir): still the same data
+    (tmp_path / "copy" / "data.npz").write_bytes(data.read_bytes())
+    moved = evaluate(ckpt, f"data_dir={tmp_path / 'copy'}", f"output_dir={tmp_path / 'eval_copy'}")
+    assert moved.returncode == 0 and "differ from those" not in moved.stdout + moved.stderr
+    metrics = (run / "metrics.json").read_bytes()
+
+    write_data(data, seed=1, noise=True)
+    line = error_line(g(data, run))  # not "skipping" with the old metrics
+    assert line.startswith(f"error: {run} holds a run of other data: {data} has changed since")
+    assert "it was left as it is" in line and (run / "metrics.json").read_bytes() == metrics
+
+    res = evaluate(ckpt)
+    assert res.returncode == 0, res.stderr[-2000:]
+    warned = [ln for ln in (res.stdout + res.stderr).splitlines() if "differ from those" in ln]
+    assert len(warned) == 1 and f"the data differ from those {ckpt} was trained on: {data} has changed" in warned[0]
+    assert json.loads((run / "eval" / "metrics.json").read_text())["test/acc"] < 0.8  # scored on the noise
+
+
+def test_a_real_datasets_record_holds_its_data_file_and_split_files(tmp_path, real_file):
+    """PIE: the .mat and the two split-index files, each with its sha256 (as a run records them)."""
+    import hashlib
+
+    from cfg_utils import compose_train
+    from mnp.core.pipeline import make_datamodule
+    from mnp.core.rundir import data_hashes
+
+    files = [real_file("pie", name) for name in ("PIE_face_10.mat", "PIE_face_10_train_idx.npy",
+                                                 "PIE_face_10_test_idx.npy")]
+    cfg = compose_train(tmp_path, ["model=mlp", "dataset=pie", f"paths.data_dir={files[0].parent.parent}"])
+    _, dm = make_datamodule(cfg)
+    assert dm.data_files() == files
+    assert data_hashes(dm.data_files()) == {str(f): hashlib.sha256(f.read_bytes()).hexdigest() for f in files}
