@@ -1,8 +1,10 @@
 """A run's records against later jobs, run as a user runs them (train.py and evaluate.py as subprocesses):
-a data file changed since the run."""
+a data file changed since the run, a refused re-run that must leave every byte of the finished run as it
+was, and a resume that raises ``trainer.max_epochs``."""
 import json
 
 import numpy as np
+import pytest
 
 from cli_utils import run_cli
 
@@ -35,6 +37,11 @@ def evaluate(ckpt, *extra):
     return run_cli(["evaluate.py", f"ckpt_path={ckpt}", *extra])
 
 
+def snapshot(run_dir) -> dict:
+    """Every path under ``run_dir``, with the bytes of each file (``None`` for a folder)."""
+    return {p.relative_to(run_dir).as_posix(): p.read_bytes() if p.is_file() else None for p in run_dir.rglob("*")}
+
+
 # ---------------------------------------------------------------------------- 7: a changed data file
 def test_a_changed_data_file_is_noticed_by_the_rerun_and_by_evaluate(tmp_path):
     data, run = write_data(tmp_path / "data.npz"), tmp_path / "run"
@@ -58,6 +65,37 @@ def test_a_changed_data_file_is_noticed_by_the_rerun_and_by_evaluate(tmp_path):
     warned = [ln for ln in (res.stdout + res.stderr).splitlines() if "differ from those" in ln]
     assert len(warned) == 1 and f"the data differ from those {ckpt} was trained on: {data} has changed" in warned[0]
     assert json.loads((run / "eval" / "metrics.json").read_text())["test/acc"] < 0.8  # scored on the noise
+
+
+# ---------------------------------------------------------------------------- 8: a refused re-run changes nothing
+def test_a_refused_or_skipped_rerun_leaves_every_byte_of_the_finished_run(tmp_path):
+    """Hydra writes its record (.hydra/) and opens train.log before the job runs; a job refused for
+    another config, or skipped as done, must still leave the finished run exactly as it was."""
+    data, run = write_data(tmp_path / "data.npz"), tmp_path / "run"
+    assert g(data, run).returncode == 0
+    before = snapshot(run)
+    assert {".hydra/config.yaml", ".hydra/overrides.yaml", "train.log", "metrics.json", "config.yaml"} <= set(before)
+    line = error_line(g(data, run, "seed=1"))
+    assert line.startswith(f"error: {run} holds a run of another config (differs at dataset.seed)")
+    assert "it was left as it is" in line
+    assert snapshot(run) == before
+    skipped = g(data, run)  # the same job: skipped as done, nothing rewritten
+    assert skipped.returncode == 0 and "skipping" in skipped.stdout + skipped.stderr
+    assert snapshot(run) == before
+
+
+@pytest.mark.parametrize("trained", [4, 3])
+def test_a_resume_with_fewer_epochs_than_trained_is_one_line_and_changes_nothing(tmp_path, trained):
+    """Lightning stops a resume of 4 trained epochs at max_epochs=2 with a traceback, and one of 3 trained
+    epochs tests the 3-epoch model as a run of 2; both stop in one line before anything is written."""
+    data, run = write_data(tmp_path / "data.npz"), tmp_path / "run"
+    assert g(data, run, "test=false", epochs=trained).returncode == 0  # trained, not tested: resumable
+    before = snapshot(run)
+    line = error_line(g(data, run, epochs=2))
+    last = run / "checkpoints" / "last.ckpt"
+    assert line.startswith(f"error: cannot resume from {last}: it has trained {trained} epochs, more than "
+                           "trainer.max_epochs=2; nothing was changed")
+    assert snapshot(run) == before
 
 
 def test_a_real_datasets_record_holds_its_data_file_and_split_files(tmp_path, real_file):

@@ -163,6 +163,16 @@ def resume_checkpoint(ckpt_path: str | None, out_dir: Path) -> str | None:
     return str(prev)
 
 
+def check_epochs(ckpt_path: str, max_epochs: int) -> None:
+    """One clear error, before anything is written, when a checkpoint has trained more epochs than the run may
+    (Lightning would stop inside ``fit`` with a traceback)."""
+    trained = int(load_checkpoint(ckpt_path)["epoch"]) + 1
+    if trained > max_epochs:
+        raise ValueError(f"cannot resume from {ckpt_path}: it has trained {trained} epochs, more than "
+                         f"trainer.max_epochs={max_epochs}; nothing was changed. Set trainer.max_epochs >= {trained} "
+                         "to train on, or ckpt_path=null to start afresh")
+
+
 def check_fits(ckpt_path: str, model: pl.LightningModule) -> None:
     """One clear error when a checkpoint holds the weights of another model, dataset or size."""
     ckpt = load_checkpoint(ckpt_path)

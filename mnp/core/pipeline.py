@@ -23,12 +23,13 @@ from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from mnp.core.accel import configure as configure_accel, matmul_precision
-from mnp.core.checkpointing import (CFG_KEY, AtomicCheckpointIO, CsvHistory, atomic_write, check_fits, check_writable,
-                               checkpoint_callbacks, holds_run_dir, keep_csv_history, load_checkpoint,
-                               resume_checkpoint)
+from mnp.core.checkpointing import (CFG_KEY, AtomicCheckpointIO, CsvHistory, atomic_write, check_epochs, check_fits,
+                               check_writable, checkpoint_callbacks, holds_run_dir, keep_csv_history,
+                               load_checkpoint, resume_checkpoint)
 from mnp.core.errors import USER_ERRORS
 from mnp.core.outputs import write_json, write_npz
 from mnp.core.progress import progress_callbacks
+from mnp.core.runrecord import accept, staged
 from mnp.core.rundir import check_reuse, data_hashes, eval_dir, hydra_variant, warn_if_data_changed
 from mnp.core.summary import log_run_summary
 from mnp.core.validate import resolve_auto, validate
@@ -183,6 +184,7 @@ def _identity(cfg: DictConfig, model_name: str | None, dataset_name: str | None,
 
 
 # ---------------------------------------------------------------------------- entry points
+@staged
 @holds_run_dir
 def train(cfg: DictConfig) -> dict[str, Any]:
     """Train, then test; write metrics.json, predictions.npz, config.yaml and checkpoints.
@@ -207,7 +209,9 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         log.info("skipping: %s already exists", metrics_path)
         return json.loads(metrics_path.read_text())
     if resume_from:
+        check_epochs(resume_from, cfg.trainer.max_epochs)
         log.info("resuming from %s", resume_from)
+    accept()  # from here on the job is the run directory's: Hydra's record and train.log are written
     check_writable(out_dir)
     variant = hydra_variant()
     if cfg.get("variant") is None and variant:  # report rows tell ad-hoc override runs apart

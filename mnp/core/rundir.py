@@ -22,10 +22,13 @@ from typing import Any, Iterable
 
 from omegaconf import OmegaConf
 
+from mnp.core.runrecord import pending_subdir
+
 log = logging.getLogger(__name__)
 
 RESOLVER = "mnp_run_suffix"
 EVAL_RESOLVER = "mnp_eval_dir"
+PENDING_RESOLVER = "mnp_pending_record"
 # keys that cannot change a run's numbers: these exactly (group choices, bookkeeping) ...
 NON_RESULT_KEYS = frozenset({
     "model", "dataset", "seed", "data_hash", "experiment", "experiment_name", "variant", "launcher", "logger", "callbacks",
@@ -63,12 +66,14 @@ def run_suffix(overrides: Iterable[str]) -> str:
 
 
 def register_resolver() -> None:
-    """``${mnp_run_suffix:${hydra.overrides.task}}`` in conf/hydra/default.yaml and
-    ``${mnp_eval_dir:${ckpt_path}}`` in conf/evaluate.yaml."""
+    """``${mnp_run_suffix:${hydra.overrides.task}}`` in conf/hydra/default.yaml,
+    ``${mnp_eval_dir:${ckpt_path}}`` in conf/evaluate.yaml and ``${mnp_pending_record:}`` in conf/train.yaml."""
     if not OmegaConf.has_resolver(RESOLVER):
         OmegaConf.register_new_resolver(RESOLVER, lambda overrides: run_suffix(list(overrides or [])))
     if not OmegaConf.has_resolver(EVAL_RESOLVER):
         OmegaConf.register_new_resolver(EVAL_RESOLVER, eval_dir)
+    if not OmegaConf.has_resolver(PENDING_RESOLVER):
+        OmegaConf.register_new_resolver(PENDING_RESOLVER, pending_subdir)
 
 
 def eval_dir(ckpt_path: str) -> str:
