@@ -1,10 +1,12 @@
 """A run's records against later jobs, run as a user runs them (train.py and evaluate.py as subprocesses):
 a data file changed since the run, a refused re-run that must leave every byte of the finished run as it
-was, and a resume that raises ``trainer.max_epochs``."""
+was, and a resume that raises ``trainer.max_epochs`` of a run with a derived warm-up."""
 import json
+import re
 
 import numpy as np
 import pytest
+from omegaconf import OmegaConf
 
 from cli_utils import run_cli
 
@@ -96,6 +98,29 @@ def test_a_resume_with_fewer_epochs_than_trained_is_one_line_and_changes_nothing
     assert line.startswith(f"error: cannot resume from {last}: it has trained {trained} epochs, more than "
                            "trainer.max_epochs=2; nothing was changed")
     assert snapshot(run) == before
+
+
+# ---------------------------------------------------------------------------- 10: a resume raising max_epochs
+def test_a_resume_may_raise_max_epochs_of_an_mnp_run_with_its_derived_warmup(tmp_path):
+    """MNP on custom data derives its warm-up from trainer.max_epochs (a quarter, rounded: 0 of 2, 1 of 3 or
+    4). A resume is compared by what the user set: raising max_epochs resumes (twice in a row), keeping the
+    run's warm-up; a warm-up the user sets is still compared."""
+    data, run = write_data(tmp_path / "data.npz"), tmp_path / "run"
+    small = ["model.d_e=16", "model.num_samples=2", "eval.noise=false"]
+    assert g(data, run, *small, "test=false", model="mnp").returncode == 0  # 2 epochs, then stopped before testing
+    line = error_line(g(data, run, *small, "model.warmup_epochs=1", model="mnp", epochs=4))
+    assert line.startswith(f"error: {run} holds a run of another config (differs at model.warmup_epochs)")
+    again = g(data, run, *small, "test=false", model="mnp", epochs=3)
+    assert again.returncode == 0, again.stderr[-2000:]
+    res = g(data, run, *small, model="mnp", epochs=4)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert f"resuming from {run / 'checkpoints' / 'last.ckpt'}" in res.stdout
+    assert json.loads((run / "metrics.json").read_text())["epochs"] == 4
+    saved = OmegaConf.load(run / "config.yaml")
+    assert saved.trainer.max_epochs == 4 and saved.model.warmup_epochs == 0  # the run's own warm-up
+    assert re.findall(r"main epoch (\d)/4", res.stdout) == ["4"]  # only the 4th epoch was trained here
+    line = error_line(g(data, run, *small, model="mnp", epochs=6))  # a finished run is not extended
+    assert line.startswith(f"error: {run} holds a run of another config (differs at trainer.max_epochs);")
 
 
 def test_a_real_datasets_record_holds_its_data_file_and_split_files(tmp_path, real_file):

@@ -30,7 +30,8 @@ from mnp.core.errors import USER_ERRORS
 from mnp.core.outputs import write_json, write_npz
 from mnp.core.progress import progress_callbacks
 from mnp.core.runrecord import accept, staged
-from mnp.core.rundir import check_reuse, data_hashes, eval_dir, hydra_variant, warn_if_data_changed
+from mnp.core.rundir import (check_reuse, data_hashes, eval_dir, hydra_variant, keep_derived, stored_config,
+                             warn_if_data_changed)
 from mnp.core.summary import log_run_summary
 from mnp.core.validate import resolve_auto, validate
 
@@ -183,6 +184,21 @@ def _identity(cfg: DictConfig, model_name: str | None, dataset_name: str | None,
             "experiment": cfg.get("experiment_name", "default")}
 
 
+def check_run_dir(cfg: DictConfig, out_dir: Path, resume_from: str | None, finished: bool, data_files) -> None:
+    """The run in ``out_dir`` is reused (skipped as finished, or resumed) only by a job of its config and data
+    (else :class:`RunDirConflict`); a resume keeps the values derived for the run."""
+    inside = None  # no config.yaml beside the checkpoint: compare with the config stored inside it
+    if resume_from and cfg.get("ckpt_path") == "last" and not (out_dir / "config.yaml").is_file():
+        inside = load_checkpoint(resume_from).get(CFG_KEY)
+    stored = stored_config(out_dir, inside)
+    if stored is None:
+        return
+    check_reuse(out_dir, OmegaConf.to_container(cfg, resolve=True), stored, not finished, data_files)
+    if not finished:
+        keep_derived(cfg, stored)
+        validate(cfg)
+
+
 # ---------------------------------------------------------------------------- entry points
 @staged
 @holds_run_dir
@@ -200,11 +216,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     resume_from = resume_checkpoint(cfg.get("ckpt_path"), out_dir)
     dataset_name, dm = make_datamodule(cfg)
     if metrics_path.exists() or resume_from:  # a finished or resumable run of another config is never reused
-        stored = None  # no config.yaml beside the checkpoint: compare with the config stored inside it
-        if resume_from and cfg.get("ckpt_path") == "last" and not (out_dir / "config.yaml").is_file():
-            stored = load_checkpoint(resume_from).get(CFG_KEY)
-        check_reuse(out_dir, OmegaConf.to_container(cfg, resolve=True), resuming=not metrics_path.exists(),
-                    stored=stored, data_files=dm.data_files())
+        check_run_dir(cfg, out_dir, resume_from, metrics_path.exists(), dm.data_files())
     if cfg.get("skip_if_done", False) and metrics_path.exists():
         log.info("skipping: %s already exists", metrics_path)
         return json.loads(metrics_path.read_text())

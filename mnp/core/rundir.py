@@ -31,13 +31,13 @@ EVAL_RESOLVER = "mnp_eval_dir"
 PENDING_RESOLVER = "mnp_pending_record"
 # keys that cannot change a run's numbers: these exactly (group choices, bookkeeping) ...
 NON_RESULT_KEYS = frozenset({
-    "model", "dataset", "seed", "data_hash", "experiment", "experiment_name", "variant", "launcher", "logger", "callbacks",
+    "model", "dataset", "seed", "data_hash", "declared", "experiment", "experiment_name", "variant", "launcher", "logger", "callbacks",
     "trainer", "paths", "hydra", "skip_if_done", "ckpt_path", "test", "torch_threads", "optimized_metric",
     "dataset.data_dir", "dataset.download", "dataset.checksum", "trainer.enable_progress_bar",
     "trainer.enable_model_summary", "trainer.log_every_n_steps", "trainer.accelerator", "trainer.devices",
     "trainer.num_nodes", "trainer.strategy"})
 # ... and everything under these
-NON_RESULT_PREFIXES = ("logger.", "launcher.", "callbacks.", "paths.", "hydra.", "data_hash.")
+NON_RESULT_PREFIXES = ("logger.", "launcher.", "callbacks.", "paths.", "hydra.", "data_hash.", "declared.")
 MAX_SUFFIX = 100
 
 
@@ -101,6 +101,25 @@ def flatten(d: Any, prefix: str = "") -> dict[str, Any]:
     return out
 
 
+def declared_in_both(a: dict, b: dict) -> set[str]:
+    """Keys :func:`mnp.core.validate.resolve_auto` filled in or consumed in both configs (their ``declared``)."""
+    return (a.get("declared") or {}).keys() & (b.get("declared") or {}).keys()
+
+
+def as_declared(config: dict, keys: Iterable[str]) -> dict:
+    """``config`` flattened, with ``keys`` as the config gave them before they were derived: what the user set."""
+    return {**flatten(config), **{k: config["declared"][k] for k in keys}}
+
+
+def keep_derived(cfg, run: dict) -> None:
+    """A resume keeps the values derived for the run (``run``: its config), MNP's warm-up from the run's first
+    ``trainer.max_epochs`` say, where this job derives them too: only what the user sets changes a run."""
+    flat = flatten(run)
+    for key in declared_in_both(run, OmegaConf.to_container(cfg)):
+        if key in flat:  # a derived value, not an input resolve_auto consumed
+            OmegaConf.update(cfg, key, flat[key])
+
+
 def config_drift(saved: dict, current: dict) -> list[str]:
     """Result keys whose values differ between a run's saved config and the job's (both resolved).
 
@@ -154,21 +173,21 @@ class RunDirConflict(ValueError):
     """The run directory holds a run of another config."""
 
 
-def check_reuse(out_dir, current: dict, resuming: bool = False, stored: dict | None = None,
-                data_files: list[Path] = ()) -> None:
-    """Raise :class:`RunDirConflict` when ``out_dir/config.yaml`` is not ``current``, or the job's
-    ``data_files`` are not the data it recorded (see module doc).
+def stored_config(out_dir, inside_checkpoint: dict | None = None) -> dict | None:
+    """The config of the run in ``out_dir``: its ``config.yaml``, else the one kept inside its checkpoint."""
+    path = Path(out_dir) / "config.yaml"
+    return (OmegaConf.to_container(OmegaConf.load(path)) or {}) if path.is_file() else inside_checkpoint
+
+
+def check_reuse(out_dir, current: dict, stored: dict, resuming: bool = False, data_files: list[Path] = ()) -> None:
+    """Raise :class:`RunDirConflict` when ``current`` is not the config of the run in ``out_dir`` (``stored``)
+    in what the user set, or the job's ``data_files`` are not the data it recorded (see module doc).
 
     ``resuming`` (no metrics.json yet, a last.ckpt to continue from) allows a new
-    ``trainer.max_epochs``: training an unfinished run for longer is what a resume is for. ``stored``:
-    the config kept inside the checkpoint, compared when ``config.yaml`` is missing.
+    ``trainer.max_epochs``: training an unfinished run for longer is what a resume is for.
     """
-    path = Path(out_dir) / "config.yaml"
-    if path.is_file():
-        stored = OmegaConf.to_container(OmegaConf.load(path)) or {}
-    if stored is None:
-        return
-    drift = config_drift(stored, current)
+    keys = declared_in_both(stored, current)
+    drift = config_drift(as_declared(stored, keys), as_declared(current, keys))
     if resuming:
         drift = [k for k in drift if k != "trainer.max_epochs"]
     if drift:

@@ -10,7 +10,7 @@ naming the full key, what it must be and what it got. Checked:
   run length, and the positive sizes of the model.
 
 :func:`resolve_auto` first fills in the values derived from others (MNP's warm-up as a fraction of
-the run when the dataset has no config of its own).
+the run when the dataset has no config of its own) and records what the config gave for them.
 """
 from __future__ import annotations
 
@@ -33,16 +33,23 @@ class ConfigError(ValueError):
 
 # ---------------------------------------------------------------------------- derived values
 def resolve_auto(cfg: DictConfig) -> None:
-    """``model.warmup_epochs: null`` means ``round(model.warmup_fraction × trainer.max_epochs)``."""
+    """``model.warmup_epochs: null`` means ``round(model.warmup_fraction × trainer.max_epochs)``.
+
+    What the config gave for the keys changed here is kept in ``declared`` (``{dotted key: value}``), so
+    a re-run is compared with a run by what the user set, not by derived values (mnp/core/rundir.py).
+    """
     model = cfg.get("model") or {}
     if "warmup_fraction" not in model:
         return
     with open_dict(cfg):
         frac = cfg.model.pop("warmup_fraction")
+        declared = {"model.warmup_fraction": frac}
         if cfg.model.get("warmup_epochs") is None:
             _check_fraction("model.warmup_fraction", frac, upper_open=True)
             epochs = cfg.trainer.get("max_epochs")
+            declared["model.warmup_epochs"] = None
             cfg.model.warmup_epochs = int(round(frac * epochs)) if isinstance(epochs, int) and epochs > 0 else 0
+        cfg.declared = declared
 
 
 # ---------------------------------------------------------------------------- types
