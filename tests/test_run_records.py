@@ -123,6 +123,20 @@ def test_a_resume_may_raise_max_epochs_of_an_mnp_run_with_its_derived_warmup(tmp
     assert line.startswith(f"error: {run} holds a run of another config (differs at trainer.max_epochs);")
 
 
+# ---------------------------------------------------------------------------- the checkpoint folder
+def test_a_file_named_checkpoints_is_one_line_before_training(tmp_path):
+    """Not "is the disk full?" after the first epoch: the file is named, before anything is trained."""
+    data, run = write_data(tmp_path / "data.npz"), tmp_path / "run"
+    run.mkdir()
+    (run / "checkpoints").write_text("my notes")
+    res = g(data, run)
+    assert error_line(res) == (f"error: {run / 'checkpoints'} is a file, not a directory, so no checkpoint can be "
+                               "written there; move it away, or set callbacks.checkpoint.every_n_epochs=0 for no "
+                               "checkpoints")
+    assert "epoch 1/2" not in res.stdout and not (run / "config.yaml").exists()
+    assert (run / "checkpoints").read_text() == "my notes"
+
+
 def test_a_real_datasets_record_holds_its_data_file_and_split_files(tmp_path, real_file):
     """PIE: the .mat and the two split-index files, each with its sha256 (as a run records them)."""
     import hashlib
