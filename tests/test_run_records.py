@@ -81,6 +81,8 @@ def test_a_refused_or_skipped_rerun_leaves_every_byte_of_the_finished_run(tmp_pa
     assert line.startswith(f"error: {run} holds a run of another config (differs at dataset.seed)")
     assert "it was left as it is" in line
     assert snapshot(run) == before
+    assert error_line(g(data, run, "seed=1", "hydra/job_logging=stdout")).startswith(line[:40])  # any logging
+    assert snapshot(run) == before
     skipped = g(data, run)  # the same job: skipped as done, nothing rewritten
     assert skipped.returncode == 0 and "skipping" in skipped.stdout + skipped.stderr
     assert snapshot(run) == before

@@ -4,11 +4,11 @@ Hydra 1.3 (``hydra.core.utils.run_job``) writes its record of a job (``.hydra/co
 ``hydra.yaml``, ``overrides.yaml``) and opens the job log (``train.log``) before the task function
 runs: before the run directory's lock is taken and before the job is checked against the run the
 directory holds. ``train.yaml`` therefore points Hydra's record at a folder of this process
-(``hydra.output_subdir: ${mnp_pending_record:}``, :data:`PENDING` + the PID) and its log file at a
-:class:`DeferredFileHandler`, which holds the records in memory. :func:`accept` moves the record into
-``.hydra/`` and starts the log once the job is accepted; a job that stops before (a bad config, a busy
-directory, a run of another config or other data) or is skipped as done leaves the directory byte for
-byte as it was (:func:`staged`).
+(``hydra.output_subdir: ${mnp_pending_record:}``, :data:`PENDING` + the PID), and :func:`staged` has
+Hydra's log files in the run directory hold their lines in memory (:class:`DeferredFileHandler`).
+:func:`accept` moves the record into ``.hydra/`` and writes the log once the job is accepted; a job
+that stops before (a bad config, a busy directory, a run of another config or other data) or is
+skipped as done leaves the directory byte for byte as it was.
 """
 from __future__ import annotations
 
@@ -27,10 +27,10 @@ def pending_subdir() -> str:
 
 
 class DeferredFileHandler(logging.FileHandler):
-    """Hydra's job log file, written only from :meth:`start` on (the records held until then go first);
-    after :meth:`drop` nothing is written. The file is opened (created) at the first write."""
+    """A log file written only from :meth:`start` on (the lines held until then go first); after
+    :meth:`drop` nothing is written. The file is opened at the first write."""
 
-    def __init__(self, filename, mode: str = "a", encoding=None, delay: bool = True, errors=None):
+    def __init__(self, filename, mode: str = "a", encoding=None, errors=None):
         super().__init__(filename, mode, encoding, delay=True, errors=errors)
         self.held: list[logging.LogRecord] | None = []
         self.dropped = False
@@ -50,16 +50,37 @@ class DeferredFileHandler(logging.FileHandler):
         self.held, self.dropped = None, True
 
 
-def _pending() -> Path | None:
-    """This job's staged Hydra record, if Hydra staged one."""
+def _hydra_job() -> tuple[Path, str | None] | None:
+    """The Hydra job's output directory and record folder (``hydra.output_subdir``); None outside Hydra."""
     from hydra.core.hydra_config import HydraConfig
 
     if not HydraConfig.initialized():
         return None
     hc = HydraConfig.get()
-    if not str(hc.output_subdir or "").startswith(PENDING):
+    return Path(hc.runtime.output_dir).resolve(), hc.output_subdir
+
+
+def _pending() -> Path | None:
+    """This job's staged Hydra record, if Hydra staged one."""
+    job = _hydra_job()
+    if job is None or not str(job[1] or "").startswith(PENDING):
         return None
-    return Path(hc.runtime.output_dir) / hc.output_subdir
+    return job[0] / job[1]
+
+
+def _hold_logs() -> None:
+    """Hydra's log files in the job's output directory (plain FileHandlers of the root logger, whatever
+    ``hydra/job_logging`` configured) hold their lines from now on."""
+    job, root = _hydra_job(), logging.getLogger()
+    for h in list(root.handlers) if job else []:
+        if type(h) is logging.FileHandler and Path(h.baseFilename).resolve().parent == job[0]:
+            held = DeferredFileHandler(h.baseFilename, h.mode, h.encoding, h.errors)
+            held.setFormatter(h.formatter)
+            held.setLevel(h.level)
+            held.filters = list(h.filters)
+            root.removeHandler(h)
+            h.close()
+            root.addHandler(held)
 
 
 def _held_logs() -> list[DeferredFileHandler]:
@@ -67,7 +88,7 @@ def _held_logs() -> list[DeferredFileHandler]:
 
 
 def accept() -> None:
-    """The job runs in its directory: Hydra's record replaces the one in ``.hydra/``, the log starts."""
+    """The job runs in its directory: Hydra's record replaces the one in ``.hydra/``, the log is written."""
     pending = _pending()
     if pending is not None and pending.is_dir():
         record = pending.with_name(".hydra")
@@ -84,6 +105,7 @@ def staged(fn):
     out, whatever was not accepted is dropped."""
     @functools.wraps(fn)
     def run(cfg, *args, **kwargs):
+        _hold_logs()
         try:
             return fn(cfg, *args, **kwargs)
         finally:
