@@ -135,9 +135,9 @@ def file_sha256(path: Path) -> str:
     if key not in _hashes:
         stamp = path.with_name(path.name + ".sha256ok")
         known = [v[3] for v in _verified if v[:3] == key]
-        if not known and stamp.is_file():
-            size, mtime, sha256 = (stamp.read_text().split() + ["", "", ""])[:3]
-            known = [sha256] if (size, mtime) == (str(st.st_size), str(st.st_mtime_ns)) else []
+        fields = stamp.read_text().split() if not known and stamp.is_file() else []
+        if len(fields) == 3 and fields[:2] == [str(st.st_size), str(st.st_mtime_ns)]:
+            known = [fields[2]]
         _hashes[key] = known[0] if known else sha256_of(path)
     return _hashes[key]
 
