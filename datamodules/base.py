@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Sequence
 
 import numpy as np
@@ -178,9 +179,14 @@ class MultiViewDataModule(pl.LightningDataModule):
         self._ready = False
         Scaler(scaling)  # fail early on an unknown scaling name
 
-    # ---------------------------------------------------------------- subclass hook
+    # ---------------------------------------------------------------- subclass hooks
     def load(self) -> RawData:
         raise NotImplementedError
+
+    def data_files(self) -> list[Path]:
+        """The files :meth:`load` reads, in a fixed order (known before reading; some may not exist yet).
+        A run records their sha256, so a file changed since is noticed (mnp/core/rundir.py)."""
+        return []
 
     # ---------------------------------------------------------------- setup
     def setup(self, stage: str | None = None) -> None:

@@ -97,6 +97,12 @@ class CIFAR10C(MultiViewDataModule):
             raise DataError(f"{meta}: features were extracted with {have}, but dataset.extractor asks for {want}; "
                             "rebuild into another feature_dir or fix dataset.extractor")
 
+    def data_files(self) -> list[Path]:
+        pairs = list(zip(self.corruptions, self.severities))
+        return [*(feature_path(self.feature_dir, split, c, s) for split in ("train", "test") for c, s in pairs),
+                *(labels_path(self.feature_dir, split) for split in ("train", "test")),
+                *(ood_feature_path(self.feature_dir, folder) for folder in self.ood.values())]
+
     def load(self) -> RawData:
         self.check_settings()
         pairs = list(zip(self.corruptions, self.severities))

@@ -21,6 +21,9 @@ class CustomDataModule(MultiViewDataModule):
         super().__init__(use_split_files=split == "files", **kwargs)
         self.path, self.split = Path(path).expanduser(), split
 
+    def data_files(self) -> list[Path]:
+        return [self.path]
+
     def load(self) -> RawData:
         raw = read_file(self.path)
         warn_duplicates(raw)

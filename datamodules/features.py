@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from pathlib import Path
 
 import numpy as np
 
@@ -15,7 +16,7 @@ from datamodules.base import MultiViewDataModule, RawData
 from datamodules.errors import DataError
 from datamodules.checks import split_indices
 from datamodules.formats import read_file, read_index
-from datamodules.sources import DATASETS, DatasetSpec, fetch
+from datamodules.sources import DATASETS, DatasetSpec, fetch, local_path
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +95,11 @@ class FeatureDataModule(MultiViewDataModule):
 
     def _fetch(self, f):
         return fetch(self.dataset, f, self.data_dir, allow_download=self.download, checksum=self.checksum)
+
+    def data_files(self) -> list[Path]:
+        f = DATASETS[self.dataset].file(self.file)
+        splits = DATASETS[self.dataset].split_files.get(f.name, ()) if self.split == "files" else ()
+        return [local_path(self.data_dir, self.dataset, d.name) for d in (f, *splits)]
 
     def load(self) -> RawData:
         spec = DATASETS[self.dataset]

@@ -114,6 +114,7 @@ DATASETS: dict[str, DatasetSpec] = {s.key: s for s in [
 
 # ---------------------------------------------------------------------------- checksums
 _verified: set[tuple] = set()  # (path, size, mtime_ns, sha256) checked in this process
+_hashes: dict[tuple, str] = {}  # (path, size, mtime_ns) -> sha256, hashed in this process
 
 
 def sha256_of(path: Path) -> str:
@@ -122,6 +123,23 @@ def sha256_of(path: Path) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+def file_sha256(path: Path) -> str:
+    """The sha256 of ``path`` as it is now, hashed at most once per (path, size, mtime) in a process; a
+    ``.sha256ok`` stamp :func:`verify` left for this size and mtime is trusted, as verify trusts it.
+    sha256 runs at about 1.5 GB/s here (0.2 s for 300 MB, once the file is in the page cache)."""
+    path = Path(path)
+    st = path.stat()
+    key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
+    if key not in _hashes:
+        stamp = path.with_name(path.name + ".sha256ok")
+        known = [v[3] for v in _verified if v[:3] == key]
+        fields = stamp.read_text().split() if not known and stamp.is_file() else []
+        if len(fields) == 3 and fields[:2] == [str(st.st_size), str(st.st_mtime_ns)]:
+            known = [fields[2]]
+        _hashes[key] = known[0] if known else sha256_of(path)
+    return _hashes[key]
 
 
 def verify(path: Path, sha256: str) -> None:
@@ -211,11 +229,16 @@ def download(url: str, dest: Path, sha256: str | None, progress: bool = True, ti
     return dest
 
 
+def local_path(data_dir: str | Path, dataset: str, name: str) -> Path:
+    """Where a dataset's file lives: ``<data_dir>/<dataset>/<name>``."""
+    return Path(data_dir).expanduser() / dataset / name
+
+
 def fetch(dataset: str, file: DataFile, data_dir: str | Path, allow_download: bool = True,
           checksum: bool = True, progress: bool = True) -> Path:
     """The local path of ``<data_dir>/<dataset>/<file>``: verified, downloaded first if needed and possible."""
-    folder = Path(data_dir).expanduser() / dataset
-    path = folder / file.name
+    path = local_path(data_dir, dataset, file.name)
+    folder = path.parent
     if path.is_file():
         if checksum and file.sha256:
             verify(path, file.sha256)

@@ -91,6 +91,16 @@ def test_failed_write_keeps_the_good_checkpoint_and_leaves_no_temp_file(tmp_path
     assert last.read_bytes() == good and sorted(p.name for p in tmp_path.iterdir()) == ["last.ckpt"]
 
 
+def test_a_checkpoint_folder_that_became_a_file_is_named_not_blamed_on_the_disk(tmp_path):
+    model = MLP(num_classes=2, view_dims=[2], hidden=[8])
+    trainer = pl.Trainer(logger=False, plugins=[AtomicCheckpointIO()], enable_progress_bar=False)
+    trainer.strategy.connect(model)
+    (tmp_path / "checkpoints").write_text("my notes")
+    with pytest.raises(NotADirectoryError, match=r"checkpoints is a file, not a directory, so no checkpoint can be"):
+        trainer.save_checkpoint(tmp_path / "checkpoints" / "last.ckpt")
+    assert (tmp_path / "checkpoints").read_text() == "my notes"
+
+
 def test_truncated_last_checkpoint_resumes_from_the_previous_one(tmp_path, caplog):
     """Power loss while last.ckpt was written: the re-run resumes from prev.ckpt (one epoch earlier) with a
     warning naming the damaged file and ends where an uninterrupted run ends; prev.ckpt is never given up

@@ -158,6 +158,23 @@ def test_verification_is_cached_until_the_file_changes(tmp_path, monkeypatch):
     assert calls == [f]
 
 
+def test_data_hashes_are_computed_once_per_file_version(tmp_path, monkeypatch):
+    """A run's data_hash: one sha256 per (path, size, mtime) in a process, none for a file verify() stamped."""
+    f = tmp_path / "f.bin"
+    f.write_bytes(BODY)
+    calls = []
+    monkeypatch.setattr(sources, "sha256_of", lambda p: calls.append(p) or hashlib.sha256(p.read_bytes()).hexdigest())
+    assert sources.file_sha256(f) == sources.file_sha256(f) == SHA and calls == [f]
+    f.write_bytes(BODY[::-1])  # changed: hashed again
+    assert sources.file_sha256(f) == hashlib.sha256(BODY[::-1]).hexdigest() and calls == [f, f]
+    g = tmp_path / "g.bin"
+    g.write_bytes(BODY)
+    verify(g, SHA)  # hashes it and leaves the .sha256ok stamp
+    monkeypatch.setattr(sources, "_verified", set())
+    monkeypatch.setattr(sources, "_hashes", {})
+    assert sources.file_sha256(g) == SHA and calls == [f, f, g]  # the stamp, not another hash
+
+
 def test_read_only_data_dir_is_never_written(server, tmp_path):
     ro = tmp_path / "ro"
     (ro / "ds").mkdir(parents=True)

@@ -55,6 +55,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         try:
             atomic_write(path, lambda tmp: torch.save(checkpoint, tmp), previous)
         except (OSError, RuntimeError) as e:  # torch reports a full disk as a RuntimeError of its zip writer
+            check_checkpoint_dir(path.parent)
             raise OSError(f"could not write the checkpoint {path} ({' '.join(str(e).split())[:200]}); "
                           f"is the disk full? The last good checkpoint is kept in {path.parent}") from e
         self.ours.add(str(path))
@@ -63,13 +64,22 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         return safe_load(path, map_location)
 
 
+def check_checkpoint_dir(ckpt_dir: Path) -> None:
+    """One clear line when the checkpoint folder's name is taken by a file (not a full disk)."""
+    if ckpt_dir.exists() and not ckpt_dir.is_dir():
+        raise NotADirectoryError(f"{ckpt_dir} is a file, not a directory, so no checkpoint can be written there; "
+                                 "move it away, or set callbacks.checkpoint.every_n_epochs=0 for no checkpoints")
+
+
 def checkpoint_callbacks(ckpt_dir: Path, monitor: str | None = None, every_n_epochs: int = 1) -> list[ModelCheckpoint]:
     """``last.ckpt`` after every ``every_n_epochs``-th training epoch (the top-1 of an unmonitored
     ModelCheckpoint: Lightning 2.6's ``save_last=True`` writes it only beside a top-k file, never with
     ``save_top_k=0``), and ``best.ckpt`` by ``monitor``. Both save after the module's ``on_train_epoch_end``
-    closed its epoch timer. ``every_n_epochs`` 0: no checkpoints (a sweep that keeps only its metrics)."""
+    closed its epoch timer. ``every_n_epochs`` 0: no checkpoints (a sweep that keeps only its metrics).
+    A file where the folder should be stops the run here, before training."""
     if every_n_epochs == 0:
         return []
+    check_checkpoint_dir(Path(ckpt_dir))  # before training
     common = dict(dirpath=ckpt_dir, save_top_k=1, save_on_train_epoch_end=True, enable_version_counter=False,
                   every_n_epochs=every_n_epochs)
     callbacks = [ModelCheckpoint(filename=Path(LAST).stem, monitor=None, **common)]
@@ -163,6 +173,16 @@ def resume_checkpoint(ckpt_path: str | None, out_dir: Path) -> str | None:
                               "to start afresh, or set ckpt_path=null to overwrite it") from None
     log.warning("%s; resuming from %s (epoch %d) instead", problem, prev, epoch)
     return str(prev)
+
+
+def check_epochs(ckpt_path: str, max_epochs: int) -> None:
+    """One clear error, before anything is written, when a checkpoint has trained more epochs than the run may
+    (Lightning would stop inside ``fit`` with a traceback)."""
+    trained = int(load_checkpoint(ckpt_path)["epoch"]) + 1
+    if trained > max_epochs:
+        raise ValueError(f"cannot resume from {ckpt_path}: it has trained {trained} epochs, more than "
+                         f"trainer.max_epochs={max_epochs}; nothing was changed. Set trainer.max_epochs >= {trained} "
+                         "to train on, or ckpt_path=null to start afresh")
 
 
 def check_fits(ckpt_path: str, model: pl.LightningModule) -> None:

@@ -49,7 +49,8 @@ def traceback_to_log_file(e: BaseException) -> Path | None:
     """Write ``e``'s full traceback to the run's log file (Hydra's ``<run dir>/<job name>.log``, a handler of
     the root logger) and not to the console; return that file, or None when the process has none."""
     files = [h for h in logging.getLogger().handlers if isinstance(h, logging.FileHandler) and
-             h.baseFilename != os.devnull]  # pytest attaches one on /dev/null
+             h.baseFilename != os.devnull  # pytest attaches one on /dev/null
+             and not getattr(h, "dropped", False)]  # a refused job's log (runrecord.DeferredFileHandler) stays as it was
     record = logging.getLogger("mnp").makeRecord("mnp", logging.ERROR, __file__, 0, "run failed: %s: %s",
                                                  (type(e).__name__, e), (type(e), e, e.__traceback__))
     for handler in files:

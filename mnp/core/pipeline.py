@@ -24,13 +24,15 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from mnp.core import signals
 from mnp.core.accel import configure as configure_accel, matmul_precision
-from mnp.core.checkpointing import (CFG_KEY, AtomicCheckpointIO, CsvHistory, atomic_write, check_fits, check_writable,
-                               checkpoint_callbacks, holds_run_dir, keep_csv_history, load_checkpoint,
-                               resume_checkpoint)
+from mnp.core.checkpointing import (CFG_KEY, AtomicCheckpointIO, CsvHistory, atomic_write, check_epochs, check_fits,
+                               check_writable, checkpoint_callbacks, holds_run_dir, keep_csv_history,
+                               load_checkpoint, resume_checkpoint)
 from mnp.core.errors import USER_ERRORS
 from mnp.core.outputs import write_json, write_npz
 from mnp.core.progress import progress_callbacks
-from mnp.core.rundir import check_reuse, eval_dir, hydra_variant
+from mnp.core.runrecord import accept, staged
+from mnp.core.rundir import (check_reuse, data_hashes, eval_dir, hydra_variant, keep_derived, stored_config,
+                             warn_if_data_changed)
 from mnp.core.stored_config import checked_run_config, init_keys, restore_model
 from mnp.core.summary import log_run_summary
 from mnp.core.validate import check_manual_optimization, check_train_batches, resolve_auto, validate
@@ -63,9 +65,14 @@ def _split_name(node: DictConfig) -> tuple[str, DictConfig]:
     return name, OmegaConf.create(node)
 
 
-def build_datamodule(cfg: DictConfig) -> tuple[str, pl.LightningDataModule]:
+def make_datamodule(cfg: DictConfig) -> tuple[str, pl.LightningDataModule]:
+    """The dataset's name and datamodule, not set up yet (nothing read)."""
     name, node = _split_name(cfg.dataset)
-    dm = build("dataset", node)
+    return name, build("dataset", node)
+
+
+def build_datamodule(cfg: DictConfig) -> tuple[str, pl.LightningDataModule]:
+    name, dm = make_datamodule(cfg)
     dm.setup("fit")
     return name, dm
 
@@ -168,7 +175,23 @@ def _identity(cfg: DictConfig, model_name: str | None, dataset_name: str | None,
             "experiment": cfg.get("experiment_name", "default")}
 
 
+def check_run_dir(cfg: DictConfig, out_dir: Path, resume_from: str | None, finished: bool, data_files) -> None:
+    """The run in ``out_dir`` is reused (skipped as finished, or resumed) only by a job of its config and data
+    (else :class:`RunDirConflict`); a resume keeps the values derived for the run."""
+    inside = None  # no config.yaml beside the checkpoint: compare with the config stored inside it
+    if resume_from and cfg.get("ckpt_path") == "last" and not (out_dir / "config.yaml").is_file():
+        inside = load_checkpoint(resume_from).get(CFG_KEY)
+    stored = stored_config(out_dir, inside)
+    if stored is None:
+        return
+    check_reuse(out_dir, OmegaConf.to_container(cfg, resolve=True), stored, not finished, data_files)
+    if not finished:
+        keep_derived(cfg, stored)
+        validate(cfg)
+
+
 # ---------------------------------------------------------------------------- entry points
+@staged
 @holds_run_dir
 def train(cfg: DictConfig) -> dict[str, Any]:
     """Train, then test; write metrics.json, predictions.npz, config.yaml and checkpoints.
@@ -182,17 +205,16 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     out_dir = Path(cfg.paths.output_dir)
     metrics_path = out_dir / "metrics.json"
     resume_from = resume_checkpoint(cfg.get("ckpt_path"), out_dir)
+    dataset_name, dm = make_datamodule(cfg)
     if metrics_path.exists() or resume_from:  # a finished or resumable run of another config is never reused
-        stored = None  # no config.yaml beside the checkpoint: compare with the config stored inside it
-        if resume_from and cfg.get("ckpt_path") == "last" and not (out_dir / "config.yaml").is_file():
-            stored = load_checkpoint(resume_from).get(CFG_KEY)
-        check_reuse(out_dir, OmegaConf.to_container(cfg, resolve=True), resuming=not metrics_path.exists(),
-                    stored=stored)
+        check_run_dir(cfg, out_dir, resume_from, metrics_path.exists(), dm.data_files())
     if cfg.get("skip_if_done", False) and metrics_path.exists():
         log.info("skipping: %s already exists", metrics_path)
         return json.loads(metrics_path.read_text())
     if resume_from:
+        check_epochs(resume_from, cfg.trainer.max_epochs)
         log.info("resuming from %s", resume_from)
+    accept()  # from here on the job is the run directory's: Hydra's record and train.log are written
     check_writable(out_dir)
     variant = hydra_variant()
     if cfg.get("variant") is None and variant:  # report rows tell ad-hoc override runs apart
@@ -200,7 +222,9 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             cfg.variant = variant
     set_threads(cfg.get("torch_threads"))
     pl.seed_everything(int(cfg.seed), workers=True, verbose=False)
-    dataset_name, dm = build_datamodule(cfg)
+    dm.setup("fit")
+    with open_dict(cfg):  # the sha256 of every data file read: config.yaml and the checkpoints record it
+        cfg.data_hash = data_hashes(dm.data_files())
     check_train_batches(cfg.trainer, len(dm.train_dataloader()))  # a fraction of them that rounds to none
     model_name, model = build_model(cfg, dm)
     check_manual_optimization(cfg.trainer, model_name, model.automatic_optimization)
@@ -288,6 +312,7 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     out_dir = Path(cfg.output_dir) if cfg.get("output_dir") else Path(eval_dir(str(ckpt_path)))
     data_dir = os.path.abspath(os.path.expanduser(cfg.data_dir)) if cfg.get("data_dir") else None
     run_cfg, model_name, dataset_name, dm, model, ckpt = load_run(ckpt_path, data_dir, cfg.get("eval"))
+    warn_if_data_changed(run_cfg, dm.data_files(), ckpt_path)
     check_writable(out_dir)
     trainer = pl.Trainer(accelerator=cfg.trainer.accelerator, devices=cfg.trainer.devices, logger=False,
                          enable_checkpointing=False, enable_model_summary=False)

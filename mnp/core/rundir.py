@@ -9,27 +9,35 @@ so the paper sweeps keep their plain names.
 A directory is skipped as finished (``metrics.json``) or resumed (``last.ckpt``) only when the
 ``config.yaml`` it holds matches the job's config. A config file edited since the run (a new
 per-dataset value, say) would otherwise return stale numbers; the job stops instead, names the keys
-that differ, and leaves the directory as it is.
+that differ, and leaves the directory as it is. The same holds for the data: a run records the sha256
+of every file its datamodule read (``data_hash`` in ``config.yaml`` and in its checkpoints), and a
+data file changed since stops the job too.
 """
 from __future__ import annotations
 
 import hashlib
+import logging
 from pathlib import Path
 from typing import Any, Iterable
 
 from omegaconf import OmegaConf
 
+from mnp.core.runrecord import pending_subdir
+
+log = logging.getLogger(__name__)
+
 RESOLVER = "mnp_run_suffix"
 EVAL_RESOLVER = "mnp_eval_dir"
+PENDING_RESOLVER = "mnp_pending_record"
 # keys that cannot change a run's numbers: these exactly (group choices, bookkeeping) ...
 NON_RESULT_KEYS = frozenset({
-    "model", "dataset", "seed", "experiment", "experiment_name", "variant", "launcher", "logger", "callbacks",
+    "model", "dataset", "seed", "data_hash", "declared", "experiment", "experiment_name", "variant", "launcher", "logger", "callbacks",
     "trainer", "paths", "hydra", "skip_if_done", "ckpt_path", "test", "torch_threads", "optimized_metric",
     "dataset.data_dir", "dataset.download", "dataset.checksum", "trainer.enable_progress_bar",
     "trainer.enable_model_summary", "trainer.log_every_n_steps", "trainer.accelerator", "trainer.devices",
     "trainer.num_nodes", "trainer.strategy"})
 # ... and everything under these
-NON_RESULT_PREFIXES = ("logger.", "launcher.", "callbacks.", "paths.", "hydra.")
+NON_RESULT_PREFIXES = ("logger.", "launcher.", "callbacks.", "paths.", "hydra.", "data_hash.", "declared.")
 MAX_SUFFIX = 100
 
 
@@ -58,12 +66,14 @@ def run_suffix(overrides: Iterable[str]) -> str:
 
 
 def register_resolver() -> None:
-    """``${mnp_run_suffix:${hydra.overrides.task}}`` in conf/hydra/default.yaml and
-    ``${mnp_eval_dir:${ckpt_path}}`` in conf/evaluate.yaml."""
+    """``${mnp_run_suffix:${hydra.overrides.task}}`` in conf/hydra/default.yaml,
+    ``${mnp_eval_dir:${ckpt_path}}`` in conf/evaluate.yaml and ``${mnp_pending_record:}`` in conf/train.yaml."""
     if not OmegaConf.has_resolver(RESOLVER):
         OmegaConf.register_new_resolver(RESOLVER, lambda overrides: run_suffix(list(overrides or [])))
     if not OmegaConf.has_resolver(EVAL_RESOLVER):
         OmegaConf.register_new_resolver(EVAL_RESOLVER, eval_dir)
+    if not OmegaConf.has_resolver(PENDING_RESOLVER):
+        OmegaConf.register_new_resolver(PENDING_RESOLVER, pending_subdir)
 
 
 def eval_dir(ckpt_path: str) -> str:
@@ -91,6 +101,25 @@ def flatten(d: Any, prefix: str = "") -> dict[str, Any]:
     return out
 
 
+def declared_in_both(a: dict, b: dict) -> set[str]:
+    """Keys :func:`mnp.core.validate.resolve_auto` filled in or consumed in both configs (their ``declared``)."""
+    return (a.get("declared") or {}).keys() & (b.get("declared") or {}).keys()
+
+
+def as_declared(config: dict, keys: Iterable[str]) -> dict:
+    """``config`` flattened, with ``keys`` as the config gave them before they were derived: what the user set."""
+    return {**flatten(config), **{k: config["declared"][k] for k in keys}}
+
+
+def keep_derived(cfg, run: dict) -> None:
+    """A resume keeps the values derived for the run (``run``: its config), MNP's warm-up from the run's first
+    ``trainer.max_epochs`` say, where this job derives them too: only what the user sets changes a run."""
+    flat = flatten(run)
+    for key in declared_in_both(run, OmegaConf.to_container(cfg)):
+        if key in flat:  # a derived value, not an input resolve_auto consumed
+            OmegaConf.update(cfg, key, flat[key])
+
+
 def config_drift(saved: dict, current: dict) -> list[str]:
     """Result keys whose values differ between a run's saved config and the job's (both resolved).
 
@@ -102,23 +131,63 @@ def config_drift(saved: dict, current: dict) -> list[str]:
         sorted(k for k in old.keys() - new.keys() if _is_result_key(k))
 
 
+def file_sha256(path: Path) -> str:
+    """:func:`datamodules.sources.file_sha256`, imported here: the data layer imports torch, which
+    ``train.py --help`` (it imports this module) does without."""
+    from datamodules.sources import file_sha256 as sha256
+
+    return sha256(path)
+
+
+def data_hashes(files: Iterable[Path]) -> dict[str, str]:
+    """``{absolute path: sha256}`` of the data files, in their order (the run's ``data_hash`` record)."""
+    return {str(Path(f).absolute()): file_sha256(Path(f)) for f in files}
+
+
+def data_change(recorded: dict | None, files: list[Path]) -> str | None:
+    """How ``files`` (a datamodule's, in order) differ from the ``data_hash`` a run recorded: ``None`` when
+    they are the same, or when there is nothing to compare (no record; a file not there to hash)."""
+    if not recorded:
+        return None
+    if len(recorded) != len(files):
+        return f"it read {len(recorded)} data files ({', '.join(recorded)}), this job reads {len(files)}"
+    for (then_path, then), path in zip(recorded.items(), map(Path, files)):
+        now = file_sha256(path) if path.is_file() else then
+        if now != then:
+            was = "" if str(path.absolute()) == then_path else f" (then {then_path})"
+            return f"{path}{was} has changed since (sha256 {now[:12]}… now, {then[:12]}… when the run read it)"
+    return None
+
+
+def warn_if_data_changed(run_cfg, files: list[Path], ckpt_path) -> None:
+    """evaluate.py: one warning line when the data differ from those the checkpoint was trained on; the
+    record then names the data evaluated."""
+    changed = data_change(run_cfg.get("data_hash"), files)
+    if changed:
+        log.warning("the data differ from those %s was trained on: %s; the scores are of the data as they "
+                    "are now", ckpt_path, changed)
+        run_cfg.data_hash = data_hashes(files)
+
+
 class RunDirConflict(ValueError):
     """The run directory holds a run of another config."""
 
 
-def check_reuse(out_dir, current: dict, resuming: bool = False, stored: dict | None = None) -> None:
-    """Raise :class:`RunDirConflict` when ``out_dir/config.yaml`` is not ``current`` (see module doc).
+def stored_config(out_dir, inside_checkpoint: dict | None = None) -> dict | None:
+    """The config of the run in ``out_dir``: its ``config.yaml``, else the one kept inside its checkpoint."""
+    path = Path(out_dir) / "config.yaml"
+    return (OmegaConf.to_container(OmegaConf.load(path)) or {}) if path.is_file() else inside_checkpoint
+
+
+def check_reuse(out_dir, current: dict, stored: dict, resuming: bool = False, data_files: list[Path] = ()) -> None:
+    """Raise :class:`RunDirConflict` when ``current`` is not the config of the run in ``out_dir`` (``stored``)
+    in what the user set, or the job's ``data_files`` are not the data it recorded (see module doc).
 
     ``resuming`` (no metrics.json yet, a last.ckpt to continue from) allows a new
-    ``trainer.max_epochs``: training an unfinished run for longer is what a resume is for. ``stored``:
-    the config kept inside the checkpoint, compared when ``config.yaml`` is missing.
+    ``trainer.max_epochs``: training an unfinished run for longer is what a resume is for.
     """
-    path = Path(out_dir) / "config.yaml"
-    if path.is_file():
-        stored = OmegaConf.to_container(OmegaConf.load(path)) or {}
-    if stored is None:
-        return
-    drift = config_drift(stored, current)
+    keys = declared_in_both(stored, current)
+    drift = config_drift(as_declared(stored, keys), as_declared(current, keys))
     if resuming:
         drift = [k for k in drift if k != "trainer.max_epochs"]
     if drift:
@@ -126,3 +195,7 @@ def check_reuse(out_dir, current: dict, resuming: bool = False, stored: dict | N
         raise RunDirConflict(
             f"{out_dir} holds a run of another config (differs at {shown}); it was left as it is. "
             "Move it away to re-run, or give this job another experiment_name=...")
+    changed = data_change(stored.get("data_hash"), list(data_files))
+    if changed:
+        raise RunDirConflict(f"{out_dir} holds a run of other data: {changed}; it was left as it is. Move it "
+                             "away to re-run, or give this job another experiment_name=...")

@@ -12,8 +12,8 @@ naming the full key, what it must be and what it got. Checked:
   run length, and at least one training batch (:func:`check_train_batches`).
 
 :func:`resolve_auto` first fills in the values derived from others (MNP's warm-up as a fraction of
-the run when the dataset has no config of its own). Once the model is built,
-:func:`check_manual_optimization` refuses the Trainer keys a model's own optimisation step cannot honour.
+the run when the dataset has no config of its own) and records what the config gave for them. Once the model is
+built, :func:`check_manual_optimization` refuses the Trainer keys a model's own optimisation step cannot honour.
 """
 from __future__ import annotations
 
@@ -38,16 +38,23 @@ class ConfigError(ValueError):
 
 # ---------------------------------------------------------------------------- derived values
 def resolve_auto(cfg: DictConfig) -> None:
-    """``model.warmup_epochs: null`` means ``round(model.warmup_fraction × trainer.max_epochs)``."""
+    """``model.warmup_epochs: null`` means ``round(model.warmup_fraction × trainer.max_epochs)``.
+
+    What the config gave for the keys changed here is kept in ``declared`` (``{dotted key: value}``), so
+    a re-run is compared with a run by what the user set, not by derived values (mnp/core/rundir.py).
+    """
     model = cfg.get("model") or {}
     if "warmup_fraction" not in model:
         return
     with open_dict(cfg):
         frac = cfg.model.pop("warmup_fraction")
+        declared = {"model.warmup_fraction": frac}
         if cfg.model.get("warmup_epochs") is None:
             _check_fraction("model.warmup_fraction", frac, upper_open=True)
             epochs = cfg.trainer.get("max_epochs")
+            declared["model.warmup_epochs"] = None
             cfg.model.warmup_epochs = int(round(frac * epochs)) if isinstance(epochs, int) and epochs > 0 else 0
+        cfg.declared = declared
 
 
 # ---------------------------------------------------------------------------- types

@@ -1,0 +1,117 @@
+"""A job's own records reach its run directory only once the job is accepted there.
+
+Hydra 1.3 (``hydra.core.utils.run_job``) writes its record of a job (``.hydra/config.yaml``,
+``hydra.yaml``, ``overrides.yaml``) and opens the job log (``train.log``) before the task function
+runs: before the run directory's lock is taken and before the job is checked against the run the
+directory holds. ``train.yaml`` therefore points Hydra's record at a folder of this process
+(``hydra.output_subdir: ${mnp_pending_record:}``, :data:`PENDING` + the PID), and :func:`staged` has
+Hydra's log files in the run directory hold their lines in memory (:class:`DeferredFileHandler`).
+:func:`accept` moves the record into ``.hydra/`` and writes the log once the job is accepted; a job
+that stops before (a bad config, a busy directory, a run of another config or other data) or is
+skipped as done leaves the directory byte for byte as it was.
+"""
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import shutil
+from pathlib import Path
+
+PENDING = ".hydra-pending-"
+
+
+def pending_subdir() -> str:
+    """``hydra.output_subdir`` of a train job: a name no other process uses."""
+    return f"{PENDING}{os.getpid()}"
+
+
+class DeferredFileHandler(logging.FileHandler):
+    """A log file written only from :meth:`start` on (the lines held until then go first); after
+    :meth:`drop` nothing is written. The file is opened at the first write."""
+
+    def __init__(self, filename, mode: str = "a", encoding=None, errors=None):
+        super().__init__(filename, mode, encoding, delay=True, errors=errors)
+        self.held: list[logging.LogRecord] | None = []
+        self.dropped = False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.held is not None:
+            self.held.append(record)
+        elif not self.dropped:
+            super().emit(record)
+
+    def start(self) -> None:
+        held, self.held = self.held or [], None
+        for record in held:
+            super().emit(record)
+
+    def drop(self) -> None:
+        self.held, self.dropped = None, True
+
+
+def _hydra_job() -> tuple[Path, str | None] | None:
+    """The Hydra job's output directory and record folder (``hydra.output_subdir``); None outside Hydra."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return None
+    hc = HydraConfig.get()
+    return Path(hc.runtime.output_dir).resolve(), hc.output_subdir
+
+
+def _pending() -> Path | None:
+    """This job's staged Hydra record, if Hydra staged one."""
+    job = _hydra_job()
+    if job is None or not str(job[1] or "").startswith(PENDING):
+        return None
+    return job[0] / job[1]
+
+
+def _hold_logs() -> None:
+    """Hydra's log files in the job's output directory (plain FileHandlers of the root logger, whatever
+    ``hydra/job_logging`` configured) hold their lines from now on."""
+    job, root = _hydra_job(), logging.getLogger()
+    for h in list(root.handlers) if job else []:
+        if type(h) is logging.FileHandler and Path(h.baseFilename).resolve().parent == job[0]:
+            held = DeferredFileHandler(h.baseFilename, h.mode, h.encoding, h.errors)
+            held.setFormatter(h.formatter)
+            held.setLevel(h.level)
+            held.filters = list(h.filters)
+            root.removeHandler(h)
+            h.close()
+            root.addHandler(held)
+
+
+def _held_logs() -> list[DeferredFileHandler]:
+    return [h for h in logging.getLogger().handlers if isinstance(h, DeferredFileHandler) and h.held is not None]
+
+
+def accept() -> None:
+    """The job runs in its directory: Hydra's record replaces the one in ``.hydra/``, the log is written."""
+    pending = _pending()
+    if pending is not None and pending.is_dir():
+        record = pending.with_name(".hydra")
+        record.mkdir(exist_ok=True)
+        for f in pending.iterdir():
+            os.replace(f, record / f.name)
+        pending.rmdir()
+    for handler in _held_logs():
+        handler.start()
+
+
+def staged(fn):
+    """``fn(cfg)`` whose job records reach the run directory only through :func:`accept`; on the way
+    out, whatever was not accepted is dropped."""
+    @functools.wraps(fn)
+    def run(cfg, *args, **kwargs):
+        _hold_logs()
+        try:
+            return fn(cfg, *args, **kwargs)
+        finally:
+            pending = _pending()
+            if pending is not None:
+                shutil.rmtree(pending, ignore_errors=True)
+            for handler in _held_logs():
+                handler.drop()
+    return run
