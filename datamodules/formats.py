@@ -54,7 +54,7 @@ def read_file(path: str | Path) -> RawData:
             if h5py.is_hdf5(str(path)):
                 return read_hdf5(path)
             return read_mat(path)
-    except DataError:
+    except (DataError, MemoryError):  # a file too large for the memory is not a damaged one
         raise
     except Exception as e:  # scipy / h5py / zipfile raise assorted types for damaged files
         if suffix == ".mat" and not mat_header(path) and not h5py.is_hdf5(str(path)):

@@ -27,6 +27,7 @@ from mnp.core.checkpointing import (CFG_KEY, AtomicCheckpointIO, CsvHistory, ato
                                checkpoint_callbacks, holds_run_dir, keep_csv_history, load_checkpoint,
                                resume_checkpoint)
 from mnp.core.errors import USER_ERRORS
+from mnp.core.oom import allocation_failure, explains_memory, record_data
 from mnp.core.outputs import write_json, write_npz
 from mnp.core.progress import progress_callbacks
 from mnp.core.rundir import check_reuse, eval_dir, hydra_variant
@@ -50,7 +51,7 @@ def build(group: str, node: DictConfig, **kwargs):
             valid = init_keys(get_class(node._target_), exclude=kwargs)
             raise ValueError(f"{group}: unknown key '{unknown.group(1)}' for {node._target_}; valid keys: "
                              f"{', '.join(valid)}") from e
-        if isinstance(cause, USER_ERRORS):
+        if isinstance(cause, USER_ERRORS) or allocation_failure(cause):
             raise cause.with_traceback(cause.__traceback__) from None
         raise
 
@@ -64,6 +65,7 @@ def _split_name(node: DictConfig) -> tuple[str, DictConfig]:
 def build_datamodule(cfg: DictConfig) -> tuple[str, pl.LightningDataModule]:
     name, node = _split_name(cfg.dataset)
     dm = build("dataset", node)
+    record_data(cfg, dm)
     dm.setup("fit")
     return name, dm
 
@@ -165,6 +167,7 @@ def _identity(cfg: DictConfig, model_name: str | None, dataset_name: str | None,
 
 
 # ---------------------------------------------------------------------------- entry points
+@explains_memory
 @holds_run_dir
 def train(cfg: DictConfig) -> dict[str, Any]:
     """Train, then test; write metrics.json, predictions.npz, config.yaml and checkpoints.
@@ -278,6 +281,7 @@ def load_run(ckpt_path: str | Path, data_dir: str | None = None, eval_overrides=
     return run_cfg, model_name, dataset_name, dm, model, ckpt
 
 
+@explains_memory
 def evaluate(cfg: DictConfig) -> dict[str, Any]:
     """Rebuild model and datamodule from a checkpoint alone, re-run the full evaluation."""
     t0 = time.perf_counter()
