@@ -9,6 +9,7 @@ N_K training samples, labels with a gap) trains with a warning and gives finite 
 import json
 import logging
 import os
+import re
 import shutil
 
 import numpy as np
@@ -22,6 +23,7 @@ from cli_utils import assert_no_outputs, guarded_error, hydra_only, run_cli
 from mnp.core.cli import run_guarded
 from datamodules.custom import CustomDataModule
 from mnp.core.pipeline import evaluate, train
+from mnp.core.validate import ConfigError, validate
 
 FAST = ["trainer.max_epochs=1", "eval.noise=false", "skip_if_done=false", "ckpt_path=null"]
 SMALL_MNP = ["model=mnp", "model.d_e=16", "model.warmup_epochs=0", "model.num_samples=2"]
@@ -245,6 +247,35 @@ def test_checkpoint_and_data_with_other_views_fail_in_evaluate(tmp_path, capsys)
     shutil.copytree(tmp_path / "a", moved)
     trained = json.loads((run / "metrics.json").read_text())
     assert evaluate(ev_cfg(moved, tmp_path / "ev3"))["test/acc"] == trained["test/acc"]  # the same data, the same model
+
+
+@pytest.mark.parametrize("override,expected", [
+    ({"noise_levels": [-1]}, "eval.noise_levels must be null or a non-empty list of finite numbers >= 0, got [-1]"),
+    ({"noise_levels": []}, "eval.noise_levels must be null or a non-empty list of finite numbers >= 0, got []"),
+    ({"n_bins": 0}, "eval.n_bins must be an integer >= 1, got 0"),
+    ({"noise": "maybe"}, "eval.noise must be true or false, got 'maybe'"),
+    ({"bogus": 1}, "eval.bogus is not an evaluation key; valid keys: noise_levels, noise_subset_size, noise_seed, "
+                   "noise, n_bins, noise_batch_rows, noise_max_subsets, missing"),
+])
+def test_evaluate_checks_its_eval_overrides_as_train_does_before_loading(tmp_path, capsys, override, expected):
+    """evaluate.py's +eval.* overrides are checked by train.py's one validation, before the checkpoint is read
+    (it need not exist) or anything is written; they used to give metrics.json with noise/acc@-1 or acc_mean:
+    null, or fail after the whole test pass."""
+    cfg = OmegaConf.create({"ckpt_path": str(tmp_path / "absent.ckpt"), "output_dir": str(tmp_path / "ev"),
+                            "data_dir": None, "eval": override, "trainer": {"accelerator": "cpu", "devices": 1}})
+    assert guarded_error(evaluate, cfg, capsys) == f"error: {expected}"
+    assert not (tmp_path / "ev").exists()
+    with pytest.raises(ConfigError, match=re.escape(expected)):  # the same words from train.py's validation
+        validate(compose_train(tmp_path / "run", ["model=mlp", *(f"++eval.{k}={v}".replace("'", "") for k, v in
+                                                                  override.items())]))
+
+
+def test_evaluate_cli_refuses_a_bad_eval_override_in_one_line(tmp_path):
+    run = tmp_path / "run"
+    train(compose_train(run, ["model=mlp", *FAST, "dataset=custom", f"dataset.path={npz(tmp_path / 'd.npz', *tiny())}"]))
+    r = run_cli(["evaluate.py", f"ckpt_path={run / 'checkpoints' / 'last.ckpt'}", "+eval.n_bins=0"])
+    assert r.returncode == 1 and r.stderr.startswith("error: eval.n_bins must be an integer >= 1, got 0 (traceback in ")
+    assert len(r.stderr.strip().splitlines()) == 1 and not (run / "eval" / "metrics.json").exists()
 
 
 # ---------------------------------------------------------------------------- odd but usable data

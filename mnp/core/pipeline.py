@@ -33,7 +33,7 @@ from mnp.core.progress import progress_callbacks
 from mnp.core.rundir import check_reuse, eval_dir, hydra_variant
 from mnp.core.stored_config import checked_run_config, init_keys, restore_model
 from mnp.core.summary import log_run_summary
-from mnp.core.validate import check_manual_optimization, check_train_batches, resolve_auto, validate
+from mnp.core.validate import check_eval, check_manual_optimization, check_train_batches, resolve_auto, validate
 
 log = logging.getLogger(__name__)
 
@@ -285,6 +285,8 @@ def load_run(ckpt_path: str | Path, data_dir: str | None = None, eval_overrides=
 def evaluate(cfg: DictConfig) -> dict[str, Any]:
     """Rebuild model and datamodule from a checkpoint alone, re-run the full evaluation."""
     t0 = time.perf_counter()
+    ev = cfg.get("eval")  # the +eval.* overrides, checked before anything is loaded
+    check_eval(OmegaConf.to_container(ev, resolve=True) if OmegaConf.is_config(ev) else ev or {})
     ckpt_path = Path(cfg.ckpt_path)
     out_dir = Path(cfg.output_dir) if cfg.get("output_dir") else Path(eval_dir(str(ckpt_path)))
     data_dir = os.path.abspath(os.path.expanduser(cfg.data_dir)) if cfg.get("data_dir") else None
