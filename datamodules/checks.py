@@ -3,11 +3,17 @@ Each failure is a one-line :class:`DataError` naming the key, file, view or row 
 from __future__ import annotations
 
 import numbers
+import stat
+from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
 from datamodules.errors import DataError
+from datamodules.npz import ACCEPTED
+
+SPECIAL_FILES = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+                 (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
 
 
 def positive_int(key: str, value) -> int:
@@ -23,6 +29,17 @@ def fraction(key: str, value, lower_open: bool) -> float:
     if not (ok and (0 < value < 1 if lower_open else 0 <= value < 1)):
         raise DataError(f"dataset.{key} must be a fraction in {'(0' if lower_open else '[0'}, 1), got {value!r}")
     return float(value)
+
+
+def check_regular_file(path: Path) -> None:
+    """A DataError when ``path`` exists but is no regular file: a directory, or a FIFO, device or socket, whose
+    reading would block or never end (it used to be reported as not found)."""
+    if path.is_dir():
+        raise DataError(f"{path} is a directory, not a data file; accepted: {ACCEPTED}")
+    if path.exists() and not path.is_file():
+        mode = path.stat().st_mode
+        kind = next((k for special, k in SPECIAL_FILES if special(mode)), "a special file")
+        raise DataError(f"{path} is {kind}, not a regular data file; accepted: {ACCEPTED}")
 
 
 def check_numeric(x: np.ndarray, source: str, name: str) -> None:

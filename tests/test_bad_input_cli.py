@@ -140,6 +140,9 @@ def make_case(case, d):
         p = npz(d / "data.npz", views, y)
         return custom(p, "eval.noise=true", "eval.noise_subset_size=5"), \
             "eval.noise_subset_size must lie in [1, 2] (the data has 2 views), got 5"
+    if case in ("seed too large", "negative seed"):  # numpy's words named neither the key nor the range
+        value = 2**32 if case == "seed too large" else -1
+        return [f"seed={value}"], f"seed must be an integer in [0, 4294967295], got {value}"
     if case == "unknown memory_update":
         return [*SMALL_MNP, "model.memory_update=weird"], \
             "unknown memory_update 'weird'; choose one of mse, ce, fifo, random"
@@ -167,7 +170,7 @@ CASES = ["truncated npz", "truncated mat", "nan", "inf", "zero columns", "non-in
          "train/test view counts differ", "wrong sha256", "unknown scaling", "unknown split",
          "noise subset larger than the views", "negative clip_norm", "negative l2", "zero hidden units",
          "negative learning rate", "unknown memory_update", "unknown aggregation",
-         "unknown model key", "unknown dataset key"]
+         "unknown model key", "unknown dataset key", "seed too large", "negative seed"]
 
 
 @pytest.mark.parametrize("case", CASES)

@@ -133,9 +133,13 @@ def _is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def _check_int(key: str, v, low: int) -> None:
-    if not _is_int(v) or v < low:
-        raise ConfigError(f"{key} must be an integer >= {low}, got {v!r}")
+SEED_MAX = 2**32 - 1  # what numpy (and so seed_everything) accepts
+
+
+def _check_int(key: str, v, low: int, high: int | None = None) -> None:
+    if not _is_int(v) or v < low or (high is not None and v > high):
+        raise ConfigError(f"{key} must be an integer " + (f">= {low}" if high is None else f"in [{low}, {high}]")
+                          + f", got {v!r}")
 
 
 def _check_fraction(key: str, v, upper_open: bool = True, lower_open: bool = False) -> None:
@@ -153,6 +157,8 @@ def check_ranges(c: dict) -> None:
     for key in ("batch_size", "eval_batch_size"):
         if key in data:
             _check_int(f"dataset.{key}", data[key], 1)
+    if "seed" in data:
+        _check_int("dataset.seed", data["seed"], 0, SEED_MAX)
     if "val_fraction" in data:
         _check_fraction("dataset.val_fraction", data["val_fraction"])
     if "test_fraction" in data:
@@ -197,7 +203,7 @@ def check_eval(ev: Mapping) -> None:
     if "noise_max_subsets" in ev:
         _check_int("eval.noise_max_subsets", ev["noise_max_subsets"], 1)
     if "noise_seed" in ev:
-        _check_int("eval.noise_seed", ev["noise_seed"], 0)
+        _check_int("eval.noise_seed", ev["noise_seed"], 0, SEED_MAX)
     try:
         resolve_noise_batch_rows(ev.get("noise_batch_rows", "auto"), "cpu")
         missing_flag(ev.get("missing", True))
@@ -264,7 +270,7 @@ def validate(cfg: DictConfig) -> None:
         raise ConfigError(f"{key} is required: add {key}=<value> to the command"
                           + (" (the data file, e.g. dataset.path=my_data.npz)" if key == "dataset.path" else ""))
     c = OmegaConf.to_container(cfg, resolve=True)
-    _check_int("seed", c.get("seed", 0), 0)  # first: dataset.seed interpolates it
+    _check_int("seed", c.get("seed", 0), 0, SEED_MAX)  # first: dataset.seed interpolates it
     for group in ("model", "dataset"):
         if isinstance(c.get(group), Mapping):
             check_types(group, c[group])
