@@ -231,7 +231,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
                 last = out_dir / "checkpoints" / "last.ckpt"
                 identity["epochs"] = int(load_checkpoint(last)["epoch"]) + 1
                 trainer = build("trainer", cfg.trainer, strategy="auto", devices=1, num_nodes=1, logger=loggers or False,
-                                callbacks=[], enable_checkpointing=False, default_root_dir=str(out_dir),
+                                callbacks=[CsvHistory()], enable_checkpointing=False, default_root_dir=str(out_dir),
                                 plugins=[AtomicCheckpointIO()])
                 trainer.test(model, datamodule=dm, ckpt_path=str(last), verbose=False)
             else:
