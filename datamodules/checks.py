@@ -1,7 +1,9 @@
 """Checks of a datamodule's inputs: its config values, the dtypes and values of views and labels.
-Each failure is a one-line :class:`DataError` naming the key, file, view or row and what to do."""
+Each failure is a one-line :class:`DataError` naming the key, file, view or row and what to do; odd but
+usable data (a constant view) gets a one-line warning."""
 from __future__ import annotations
 
+import logging
 import numbers
 import stat
 from pathlib import Path
@@ -11,6 +13,8 @@ import numpy as np
 
 from datamodules.errors import DataError
 from datamodules.npz import ACCEPTED
+
+log = logging.getLogger(__name__)
 
 SPECIAL_FILES = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
                  (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
@@ -76,6 +80,18 @@ def validate_arrays(views: Sequence[np.ndarray], y: np.ndarray, source: str) -> 
         raise DataError(f"{source}: labels must be integers (got dtype {yf.dtype}, e.g. {yf.ravel()[:3].tolist()})")
     if yf.min() < 0:
         raise DataError(f"{source}: labels must be non-negative, found {int(yf.min())}")
+
+
+def warn_constant_views(views: Sequence[np.ndarray], source: str) -> list[int]:
+    """Warn, one line per view, about a view whose rows are all equal (all zero, or one value per column): it
+    carries no information, so the model learns nothing from it (it is kept). Returns those views' numbers."""
+    constant = [v + 1 for v, x in enumerate(views) if len(x) > 1 and np.array_equal(x.min(0), x.max(0))]
+    for v in constant:
+        x = views[v - 1]
+        what = "all zero" if not x[0].any() else f"constant (all {len(x)} rows the same)"
+        log.warning("%s: view %d (%d columns) is %s: it carries no information, so the model learns nothing from "
+                    "it; it is kept", source, v, x.shape[1], what)
+    return constant
 
 
 def split_indices(train, test, n: int, source: str, empty_test: bool = False) -> tuple[np.ndarray, np.ndarray]:
