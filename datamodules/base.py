@@ -18,7 +18,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
 from datamodules.checks import (check_numeric, describe_absent, empty_test_hint, fraction, positive_int,
-                                split_indices, validate_arrays)
+                                split_indices, validate_arrays, warn_constant_views)
 from datamodules.errors import DataError
 
 log = logging.getLogger(__name__)
@@ -199,6 +199,7 @@ class MultiViewDataModule(pl.LightningDataModule):
         views = [x.astype(np.float64) for x in views]
         y = np.asarray(raw.y).ravel()
         validate_arrays(views, y, raw.source)
+        warn_constant_views(views, raw.source)
         y = y.astype(np.int64)
         from_files = self.use_split_files and (raw.train_idx is not None or raw.test_idx is not None)
         if from_files:  # an explicitly empty test split fits only (in-memory data; files refuse one when read)

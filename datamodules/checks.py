@@ -1,13 +1,23 @@
 """Checks of a datamodule's inputs: its config values, the dtypes and values of views and labels.
-Each failure is a one-line :class:`DataError` naming the key, file, view or row and what to do."""
+Each failure is a one-line :class:`DataError` naming the key, file, view or row and what to do; odd but
+usable data (a constant view) gets a one-line warning."""
 from __future__ import annotations
 
+import logging
 import numbers
+import stat
+from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
 from datamodules.errors import DataError
+from datamodules.npz import ACCEPTED
+
+log = logging.getLogger(__name__)
+
+SPECIAL_FILES = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+                 (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
 
 
 def positive_int(key: str, value) -> int:
@@ -23,6 +33,17 @@ def fraction(key: str, value, lower_open: bool) -> float:
     if not (ok and (0 < value < 1 if lower_open else 0 <= value < 1)):
         raise DataError(f"dataset.{key} must be a fraction in {'(0' if lower_open else '[0'}, 1), got {value!r}")
     return float(value)
+
+
+def check_regular_file(path: Path) -> None:
+    """A DataError when ``path`` exists but is no regular file: a directory, or a FIFO, device or socket, whose
+    reading would block or never end (it used to be reported as not found)."""
+    if path.is_dir():
+        raise DataError(f"{path} is a directory, not a data file; accepted: {ACCEPTED}")
+    if path.exists() and not path.is_file():
+        mode = path.stat().st_mode
+        kind = next((k for special, k in SPECIAL_FILES if special(mode)), "a special file")
+        raise DataError(f"{path} is {kind}, not a regular data file; accepted: {ACCEPTED}")
 
 
 def check_numeric(x: np.ndarray, source: str, name: str) -> None:
@@ -59,6 +80,18 @@ def validate_arrays(views: Sequence[np.ndarray], y: np.ndarray, source: str) -> 
         raise DataError(f"{source}: labels must be integers (got dtype {yf.dtype}, e.g. {yf.ravel()[:3].tolist()})")
     if yf.min() < 0:
         raise DataError(f"{source}: labels must be non-negative, found {int(yf.min())}")
+
+
+def warn_constant_views(views: Sequence[np.ndarray], source: str) -> list[int]:
+    """Warn, one line per view, about a view whose rows are all equal (all zero, or one value per column): it
+    carries no information, so the model learns nothing from it (it is kept). Returns those views' numbers."""
+    constant = [v + 1 for v, x in enumerate(views) if len(x) > 1 and np.array_equal(x.min(0), x.max(0))]
+    for v in constant:
+        x = views[v - 1]
+        what = "all zero" if not x[0].any() else f"constant (all {len(x)} rows the same)"
+        log.warning("%s: view %d (%d columns) is %s: it carries no information, so the model learns nothing from "
+                    "it; it is kept", source, v, x.shape[1], what)
+    return constant
 
 
 def split_indices(train, test, n: int, source: str, empty_test: bool = False) -> tuple[np.ndarray, np.ndarray]:

@@ -21,7 +21,7 @@ import numpy as np
 import scipy.io
 
 from datamodules.base import RawData
-from datamodules.checks import check_numeric, split_indices
+from datamodules.checks import check_numeric, check_regular_file, split_indices
 from datamodules.errors import DataError
 from datamodules.npz import ACCEPTED, load_npz
 
@@ -42,8 +42,7 @@ def mat_header(path: Path) -> bool:
 def read_file(path: str | Path) -> RawData:
     """Read any supported layout; unreadable files raise a one-line :class:`DataError`."""
     path = Path(path)
-    if path.is_dir():
-        raise DataError(f"{path} is a directory, not a data file; accepted: {ACCEPTED}")
+    check_regular_file(path)
     if not path.is_file():
         raise DataError(f"{path.name} not found in {path.parent}/")
     suffix = path.suffix.lower()
@@ -54,7 +53,7 @@ def read_file(path: str | Path) -> RawData:
             if h5py.is_hdf5(str(path)):
                 return read_hdf5(path)
             return read_mat(path)
-    except DataError:
+    except (DataError, MemoryError):  # a file too large for the memory is not a damaged one
         raise
     except Exception as e:  # scipy / h5py / zipfile raise assorted types for damaged files
         if suffix == ".mat" and not mat_header(path) and not h5py.is_hdf5(str(path)):

@@ -18,6 +18,7 @@ from urllib.parse import quote
 
 from tqdm.auto import tqdm
 
+from datamodules.checks import check_regular_file
 from datamodules.errors import DataError
 
 log = logging.getLogger(__name__)
@@ -239,6 +240,7 @@ def fetch(dataset: str, file: DataFile, data_dir: str | Path, allow_download: bo
     """The local path of ``<data_dir>/<dataset>/<file>``: verified, downloaded first if needed and possible."""
     path = local_path(data_dir, dataset, file.name)
     folder = path.parent
+    check_regular_file(path)
     if path.is_file():
         if checksum and file.sha256:
             verify(path, file.sha256)

@@ -40,21 +40,46 @@ def unimodal_posteriors(r_star: Tensor, s_star: Tensor, u: Tensor, q: Tensor) ->
     return var * (r_star / s_star + u / q), var
 
 
+TABLE_VIEWS = 12  # up to this many modalities the masks are drawn from the table of all 2^M − M − 1 subsets
+
+
 def subset_table(num_views: int) -> Tensor:
     """(S, M) indicator rows of every subset of at least 2 modalities (all of them when M ≤ 2)."""
     subsets = [c for r in range(2, num_views + 1) for c in combinations(range(num_views), r)] or [tuple(range(num_views))]
     return torch.tensor([[float(m in c) for m in range(num_views)] for c in subsets])
 
 
-def random_modality_mask(batch: int, num_views: int, device: torch.device, table: Tensor | None = None) -> Tensor:
+def size_cdf(num_views: int) -> Tensor:
+    """(M + 1,) P(|subset| ≤ k) of a uniform subset of at least 2 of M modalities: C(M, k) / (2^M − M − 1)."""
+    k = torch.arange(num_views + 1, dtype=torch.float64)
+    log_count = torch.lgamma(torch.tensor(num_views + 1.0, dtype=torch.float64)) - torch.lgamma(k + 1) \
+        - torch.lgamma(num_views - k + 1)
+    weight = torch.where(k >= 2, torch.exp(log_count - log_count.max()), torch.zeros_like(k))
+    return (weight.cumsum(0) / weight.sum()).float()
+
+
+def modality_draws(num_views: int) -> Tensor:
+    """What :func:`random_modality_mask` draws from: :func:`subset_table` for M ≤ TABLE_VIEWS, else
+    :func:`size_cdf` (the table would have 2^M rows: 30 or more views exhaust the memory)."""
+    return subset_table(num_views) if num_views <= TABLE_VIEWS else size_cdf(num_views)
+
+
+def random_modality_mask(batch: int, num_views: int, device: torch.device, draws: Tensor | None = None) -> Tensor:
     """(B, M) masks, each a uniformly drawn subset of at least 2 modalities (all of them when M ≤ 2).
 
     The official code draws this subset once when the graph is traced; here it is redrawn every call.
-    ``table``: :func:`subset_table` already on the device (MNP keeps one, so a training step makes no
-    tensor from Python data).
+    ``draws``: :func:`modality_draws` already on the device (MNP keeps it, so a training step makes no
+    tensor from Python data). Up to TABLE_VIEWS modalities a row of the table is drawn; beyond, a subset size
+    from its distribution, then that many modalities by a random permutation: the same distribution, without
+    the table and without a host sync.
     """
-    table = subset_table(num_views).to(device) if table is None else table
-    return table[torch.randint(table.shape[0], (batch,), device=device)]
+    draws = modality_draws(num_views).to(device) if draws is None else draws
+    if num_views <= TABLE_VIEWS:
+        return draws[torch.randint(draws.shape[0], (batch,), device=device)]
+    size = torch.searchsorted(draws, torch.rand(batch, 1, device=device), right=True).clamp_max(num_views)
+    order = torch.rand(batch, num_views, device=device).argsort(1)
+    ranks = torch.arange(num_views, device=device).expand(batch, -1)
+    return torch.zeros(batch, num_views, device=device).scatter_(1, order, (ranks < size).float())
 
 
 class Aggregation(nn.Module):

@@ -18,7 +18,7 @@ from torch.profiler import record_function
 
 from mnp.core import metrics
 from mnp.core.domains import COUNT, NATURAL, NON_NEGATIVE, POSITIVE, UNIT, Domain, check_domains, optional
-from mnp.aggregation import build_aggregation, random_modality_mask, subset_table
+from mnp.aggregation import build_aggregation, modality_draws, random_modality_mask
 from mnp.attention import NORMALISERS, build_similarity, choice, normalise, topk_hint
 from mnp.context_cache import ContextCache
 from mnp.decoder import Decoder, sample_logits
@@ -156,7 +156,7 @@ class MNP(ContextCache, ViewWeighting, MNPTraining, Routine):
         self._step_graphs: StepGraphs | None = None
         self.register_buffer("_loss_bad", torch.tensor(0.0), persistent=False)  # 1 after a non-finite loss, see train_step
         if modality_mask:
-            self.register_buffer("_modality_subsets", subset_table(len(self.view_dims)), persistent=False)
+            self.register_buffer("_modality_subsets", modality_draws(len(self.view_dims)), persistent=False)
 
     # ------------------------------------------------------------------ memory
     def init_memory(self, train_views: Sequence[Tensor], train_y: Tensor) -> None:

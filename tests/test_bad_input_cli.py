@@ -9,6 +9,7 @@ N_K training samples, labels with a gap) trains with a warning and gives finite 
 import json
 import logging
 import os
+import re
 import shutil
 
 import numpy as np
@@ -22,6 +23,7 @@ from cli_utils import assert_no_outputs, guarded_error, hydra_only, run_cli
 from mnp.core.cli import run_guarded
 from datamodules.custom import CustomDataModule
 from mnp.core.pipeline import evaluate, train
+from mnp.core.validate import ConfigError, validate
 
 FAST = ["trainer.max_epochs=1", "eval.noise=false", "skip_if_done=false", "ckpt_path=null"]
 SMALL_MNP = ["model=mnp", "model.d_e=16", "model.warmup_epochs=0", "model.num_samples=2"]
@@ -138,6 +140,9 @@ def make_case(case, d):
         p = npz(d / "data.npz", views, y)
         return custom(p, "eval.noise=true", "eval.noise_subset_size=5"), \
             "eval.noise_subset_size must lie in [1, 2] (the data has 2 views), got 5"
+    if case in ("seed too large", "negative seed"):  # numpy's words named neither the key nor the range
+        value = 2**32 if case == "seed too large" else -1
+        return [f"seed={value}"], f"seed must be an integer in [0, 4294967295], got {value}"
     if case == "unknown memory_update":
         return [*SMALL_MNP, "model.memory_update=weird"], \
             "unknown memory_update 'weird'; choose one of mse, ce, fifo, random"
@@ -165,7 +170,7 @@ CASES = ["truncated npz", "truncated mat", "nan", "inf", "zero columns", "non-in
          "train/test view counts differ", "wrong sha256", "unknown scaling", "unknown split",
          "noise subset larger than the views", "negative clip_norm", "negative l2", "zero hidden units",
          "negative learning rate", "unknown memory_update", "unknown aggregation",
-         "unknown model key", "unknown dataset key"]
+         "unknown model key", "unknown dataset key", "seed too large", "negative seed"]
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -247,6 +252,35 @@ def test_checkpoint_and_data_with_other_views_fail_in_evaluate(tmp_path, capsys)
     assert evaluate(ev_cfg(moved, tmp_path / "ev3"))["test/acc"] == trained["test/acc"]  # the same data, the same model
 
 
+@pytest.mark.parametrize("override,expected", [
+    ({"noise_levels": [-1]}, "eval.noise_levels must be null or a non-empty list of finite numbers >= 0, got [-1]"),
+    ({"noise_levels": []}, "eval.noise_levels must be null or a non-empty list of finite numbers >= 0, got []"),
+    ({"n_bins": 0}, "eval.n_bins must be an integer >= 1, got 0"),
+    ({"noise": "maybe"}, "eval.noise must be true or false, got 'maybe'"),
+    ({"bogus": 1}, "eval.bogus is not an evaluation key; valid keys: noise_levels, noise_subset_size, noise_seed, "
+                   "noise, n_bins, noise_batch_rows, noise_max_subsets, missing"),
+])
+def test_evaluate_checks_its_eval_overrides_as_train_does_before_loading(tmp_path, capsys, override, expected):
+    """evaluate.py's +eval.* overrides are checked by train.py's one validation, before the checkpoint is read
+    (it need not exist) or anything is written; they used to give metrics.json with noise/acc@-1 or acc_mean:
+    null, or fail after the whole test pass."""
+    cfg = OmegaConf.create({"ckpt_path": str(tmp_path / "absent.ckpt"), "output_dir": str(tmp_path / "ev"),
+                            "data_dir": None, "eval": override, "trainer": {"accelerator": "cpu", "devices": 1}})
+    assert guarded_error(evaluate, cfg, capsys) == f"error: {expected}"
+    assert not (tmp_path / "ev").exists()
+    with pytest.raises(ConfigError, match=re.escape(expected)):  # the same words from train.py's validation
+        validate(compose_train(tmp_path / "run", ["model=mlp", *(f"++eval.{k}={v}".replace("'", "") for k, v in
+                                                                  override.items())]))
+
+
+def test_evaluate_cli_refuses_a_bad_eval_override_in_one_line(tmp_path):
+    run = tmp_path / "run"
+    train(compose_train(run, ["model=mlp", *FAST, "dataset=custom", f"dataset.path={npz(tmp_path / 'd.npz', *tiny())}"]))
+    r = run_cli(["evaluate.py", f"ckpt_path={run / 'checkpoints' / 'last.ckpt'}", "+eval.n_bins=0"])
+    assert r.returncode == 1 and r.stderr.startswith("error: eval.n_bins must be an integer >= 1, got 0 (traceback in ")
+    assert len(r.stderr.strip().splitlines()) == 1 and not (run / "eval" / "metrics.json").exists()
+
+
 # ---------------------------------------------------------------------------- odd but usable data
 def degenerate_data(path):
     """3 views: normal, all zero, constant 7. Class 2 has 5 samples (4 train), labels are {0, 1, 3}
@@ -277,6 +311,11 @@ def test_constant_views_duplicates_small_class_and_label_gap_train_with_warnings
     with caplog.at_level(logging.WARNING):
         res = train(compose_train(tmp_path / "run", overrides))
     text = caplog.text
+    said = [r.getMessage() for r in caplog.records if "carries no information" in r.getMessage()]
+    assert said == [f"{path}: view 2 (3 columns) is all zero: it carries no information, so the model learns "
+                    "nothing from it; it is kept",
+                    f"{path}: view 3 (2 columns) is constant (all 37 rows the same): it carries no information, so "
+                    "the model learns nothing from it; it is kept"]
     assert "2 samples duplicate an earlier sample in every view (0 across the train/test split)" in text
     assert "labels [2] never occur (labels span 0..3); the 3 classes present are renumbered 0..2" in text
     for key in ("test/acc", "test/nll", "test/ece", "test/brier", "noise/acc_mean"):

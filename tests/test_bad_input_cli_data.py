@@ -5,7 +5,9 @@ The cases run through the CLI's guard in-process (:func:`mnp.core.cli.run_guarde
 what ``train.py`` calls); the ones that used to fail during or after training, or to exhaust memory,
 also run as real ``train.py`` subprocesses.
 """
+import os
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -62,6 +64,11 @@ def make_case(case, d):
         return p, [], f"{p}: the format could not be recognised (not a zip archive, so not an .npz); accepted: "
     if case == "directory":
         return d, [], f"{d} is a directory, not a data file; accepted: "
+    if case == "fifo":  # reading it would block: refused from its type, not opened (it was "not found")
+        os.mkfifo(d / "pipe.npz")
+        return d / "pipe.npz", [], f"{d / 'pipe.npz'} is a FIFO (named pipe), not a regular data file; accepted: .npz"
+    if case == "/dev/zero":  # reading it would never end
+        return Path("/dev/zero"), [], "/dev/zero is a character device, not a regular data file; accepted: .npz"
     if case == "deflate bomb":
         deflate_bomb(p, rows=1000, declared_rows=2**40, y=y[:1000])
         return p, [], f"{p}: loading x1 would take the arrays to 8796.1 GB in memory, over 25% of the "
@@ -73,8 +80,8 @@ def make_case(case, d):
 
 
 CASES = ["one sample per class", "two samples per class", "overflow", "complex view", "object array", "not a zip",
-         "directory", "deflate bomb", "dataset.batch_size=0", "dataset.batch_size=-1", "dataset.val_fraction=1.0",
-         "dataset.val_fraction=-0.5", "+dataset.test_fraction=0", "+dataset.test_fraction=1.5"]
+         "directory", "fifo", "/dev/zero", "deflate bomb", "dataset.batch_size=0", "dataset.batch_size=-1",
+         "dataset.val_fraction=1.0", "dataset.val_fraction=-0.5", "+dataset.test_fraction=0", "+dataset.test_fraction=1.5"]
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -87,7 +94,7 @@ def test_bad_data_or_dataset_value_gives_one_line_before_training(tmp_path, caps
     assert_no_outputs(out)
 
 
-@pytest.mark.parametrize("case", ["two samples per class", "overflow", "deflate bomb"])
+@pytest.mark.parametrize("case", ["two samples per class", "overflow", "deflate bomb", "fifo"])
 def test_cli_one_line_exit_1_only_hydra_files(tmp_path, case):
     """Used to end in an AttributeError traceback after training, in an error blaming the training
     loss with config.yaml left behind, or in a full inflate."""

@@ -180,6 +180,26 @@ def test_an_in_memory_split_is_checked_as_a_file_split(tmp_path, tiny_views, tra
     assert error_of(custom(path)) == msg.replace("<memory>", str(path))
 
 
+def test_a_constant_view_trains_with_one_warning_naming_it(tiny_views, caplog):
+    """docs/reliability.md promised a warning for a constant view; there was none. A view constant in some
+    columns only, or in the training rows only, carries information and gets no warning."""
+    views, y = tiny_views
+    partly = views[0].copy()
+    partly[:, 1] = 4.0
+    train_only = views[1].copy()
+    train_only[np.arange(0, 36, 2)] = 1.0
+    data = [partly, np.full((36, 3), -2.5), train_only, np.zeros((36, 2))]
+    with caplog.at_level(logging.WARNING, logger="datamodules.checks"):
+        dm = TensorDataModule(data, y, np.arange(0, 36, 2), np.arange(1, 36, 2))
+        dm.setup()
+    said = [r.getMessage() for r in caplog.records if r.name == "datamodules.checks"]
+    assert said == ["<memory>: view 2 (3 columns) is constant (all 36 rows the same): it carries no information, "
+                    "so the model learns nothing from it; it is kept",
+                    "<memory>: view 4 (2 columns) is all zero: it carries no information, so the model learns "
+                    "nothing from it; it is kept"]
+    assert dm.view_dims == [5, 3, 3, 2]  # kept
+
+
 def test_duplicated_samples_are_kept_with_a_warning(tmp_path, tiny_views, caplog):
     """Decision: exact duplicates (equal in every view) are kept; a warning names their count and how
     many straddle the train/test split (real files have some: handwritten 6, scene15 18)."""

@@ -176,6 +176,26 @@ def test_csv_log_keeps_every_epoch_across_resumes(tmp_path):
     assert [int(r["epoch"]) for r in rows if r["test/acc"]] == [4]
 
 
+def test_a_rerun_after_a_failed_output_write_leaves_one_test_row(tmp_path, monkeypatch):
+    """The disk filled up as the outputs were written, after the test pass had logged its row; the re-run
+    tests again and must replace that row, not add a second one."""
+    run = tmp_path / "run"
+
+    def full(path, *args):
+        raise OSError(28, "No space left on device", str(path))
+    with monkeypatch.context() as m:
+        m.setattr("mnp.core.pipeline.write_npz", full)
+        with pytest.raises(OSError, match="No space left"):
+            train(compose_train(run, [*MLP_RUN, "logger=csv", "trainer.max_epochs=2"]))
+    with open(run / "csv" / "metrics.csv", newline="") as f:
+        assert [r["epoch"] for r in csv.DictReader(f) if r["test/acc"]] == ["2"]  # the failed pass had logged
+    res = train(compose_train(run, [*MLP_RUN, "logger=csv", "trainer.max_epochs=2"]))
+    with open(run / "csv" / "metrics.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [int(r["epoch"]) for r in rows if r["train/loss"]] == [0, 1]
+    assert [float(r["test/acc"]) for r in rows if r["test/acc"]] == [pytest.approx(res["test/acc"])]
+
+
 # ---------------------------------------------------------------------------- 5: two processes, one run dir
 def test_second_process_on_a_run_dir_stops_naming_the_first(tmp_path):
     run = tmp_path / "run"

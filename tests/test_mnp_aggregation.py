@@ -1,10 +1,17 @@
 """MBA (eq. 8) against a brute-force product of Gaussian densities; the ablations and the modality mask."""
+import math
+import time
+from itertools import combinations
+
 import numpy as np
 import pytest
 import torch
 
-from mnp.aggregation import (ConcatAggregation, MBA, MeanAggregation, mba_posterior, random_modality_mask,
-                             unimodal_posteriors)
+from mnp.aggregation import (TABLE_VIEWS, ConcatAggregation, MBA, MeanAggregation, mba_posterior, modality_draws,
+                             random_modality_mask, unimodal_posteriors)
+from mnp.model import MNP
+
+CPU = torch.device("cpu")
 
 
 def grid_posterior(means: np.ndarray, variances: np.ndarray) -> tuple[float, float]:
@@ -81,6 +88,43 @@ def test_random_modality_mask_draws_subsets_of_at_least_two_per_call():
     assert not torch.equal(masks[:50], random_modality_mask(50, 4, torch.device("cpu")))  # redrawn, not frozen
     assert (random_modality_mask(10, 2, torch.device("cpu")) == 1).all()
     assert (random_modality_mask(10, 1, torch.device("cpu")) == 1).all()
+
+
+@pytest.mark.parametrize("m", range(1, TABLE_VIEWS + 1))
+def test_up_to_twelve_views_the_masks_are_drawn_from_the_table_as_before(m):
+    """The same draws as before for a fixed seed (so the same training, and the CUDA-graph path keeps its
+    table buffer): a row of the table of every subset of >= 2 views, in order of size, then lexicographic."""
+    subsets = [c for r in range(2, m + 1) for c in combinations(range(m), r)] or [tuple(range(m))]
+    table = torch.tensor([[float(v in c) for v in range(m)] for c in subsets])
+    torch.manual_seed(3)
+    before = table[torch.randint(len(table), (500,))]
+    model = MNP(3, [2] * m, d_e=8, memory_size=6, modality_mask=True)
+    assert torch.equal(model._modality_subsets, table)
+    for draws in (None, model._modality_subsets):
+        torch.manual_seed(3)
+        assert torch.equal(random_modality_mask(500, m, CPU, draws), before)
+
+
+@pytest.mark.parametrize("m", [TABLE_VIEWS + 1, 40, 1000])
+def test_many_views_draw_the_same_distribution_without_the_table(m):
+    """Beyond 12 views the 2^M-row table is never built (40 views: 1.1e12 rows); a size k >= 2 is drawn with
+    probability C(M, k) / (2^M - M - 1), then k views by a random permutation: each subset of >= 2 views as
+    likely as with the table."""
+    t0 = time.perf_counter()
+    assert modality_draws(m).shape == (m + 1,) and time.perf_counter() - t0 < 1
+    torch.manual_seed(0)
+    n = 200_000 if m < 1000 else 2_000
+    masks = random_modality_mask(n, m, CPU)
+    sizes = masks.sum(1).long()
+    assert masks.shape == (n, m) and ((masks == 0) | (masks == 1)).all() and (sizes >= 2).all()
+    if m < 1000:
+        expected = torch.tensor([math.comb(m, k) / (2**m - m - 1) if k >= 2 else 0.0 for k in range(m + 1)])
+        assert (torch.bincount(sizes, minlength=m + 1) / n - expected).abs().max() < 0.005
+        assert (masks.mean(0) - 0.5).abs().max() < 0.01  # every view equally likely
+        pair = (masks[:, 0] * masks[:, 1]).mean()  # two given views together: 1/4 (+ the excluded small sets)
+        assert abs(pair - 0.25) < 0.005
+    torch.manual_seed(0)
+    assert torch.equal(random_modality_mask(n, m, CPU, modality_draws(m)), masks)  # a fixed seed, the same masks
 
 
 def test_mean_and_concat_ablations():

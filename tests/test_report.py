@@ -140,6 +140,36 @@ def test_failed_and_skipped_jobs_are_listed(sweep, tmp_path, capsys):
     assert "## Skipped jobs (1)" in md and "HMDB51_HOG_MBH.mat not found" in md
 
 
+def test_unreadable_records_are_listed_by_file_and_the_report_goes_on(sweep, tmp_path, capsys, caplog):
+    """A truncated metrics.json used to fail the whole report with JSON's words and no file name; one holding
+    a list was dropped without a word. Each is listed among the problem jobs (named by its config.yaml where
+    there is one) with a warning naming the file, and the other runs are reported."""
+    cut = write_run(sweep, "paper_main", "mnp", "pie", 3, 0.9, 0.05) / "metrics.json"
+    cut.write_text(cut.read_text()[:40])
+    listed = write_run(sweep, "paper_main", "mgp", "cub", 7, 0.9, 0.05) / "metrics.json"
+    listed.write_text("[0.9, 0.05]")
+    (listed.parent / "config.yaml").write_text("seed: 7\nmodel:\n  name: mgp\ndataset:\n  name: cub\n")
+    bad_failed = sweep / "paper_main" / "multiruns" / "tmc_pie_s0"
+    bad_failed.mkdir()
+    (bad_failed / "failed.json").write_text('{"model": "tmc", "message": "CUDA out')
+    assert main([str(sweep), "--out", str(tmp_path / "out"), "--no-plots"]) == 0
+    assert "14 runs, 0 failed, 0 skipped, 3 unreadable" in capsys.readouterr().out
+    md = (tmp_path / "out" / "results.md").read_text()
+    assert "## Unreadable jobs (3)" in md
+    assert (f"- mgp / cub / seed 7: metrics.json holds a JSON list, not a job's record (an object); re-run the job to "
+            f"write it again ({listed.parent})") in md
+    assert re.search(r"\n- metrics\.json cannot be read \(Unterminated string starting at: line 1 column \d+ \(char "
+                     rf"\d+\)\); re-run the job to write it again \({re.escape(str(cut.parent))}\)\n", md)
+    assert "- tmc / None / seed None: failed.json cannot be read (" not in md  # its identity is not trusted
+    assert "failed.json cannot be read (" in md and f"({bad_failed})" in md
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert any(w.startswith(f"{cut} cannot be read (") for w in warned)
+    assert f"{listed} holds a JSON list, not a job's record (an object); the job is left out of the tables" in warned
+    rows = read_csv(tmp_path / "out" / "results.csv")  # the readable runs, as before
+    assert rows[("mnp", "pie", "test/acc", "paper_main", "")]["n"] == "3"
+    assert rows[("mgp", "cub", "test/acc", "paper_main", "")]["n"] == "2"
+
+
 def test_variants_duplicates_and_evaluate_outputs(tmp_path):
     root = tmp_path / "logs"
     for v, accs in {"mse": [0.9, 0.92], "fifo": [0.8, 0.82]}.items():

@@ -98,3 +98,28 @@ def test_view_dims_mismatch_is_one_clear_error():
 def test_bad_construction():
     with pytest.raises(ValueError, match="at least one feature column"):
         ThresholdModel(view_dims=(1, 0))
+
+
+def test_predict_proba_says_what_is_wrong_with_its_arguments(one_thread):
+    """The Python API's errors are ValueErrors naming the problem, raised before any model code runs (they used to
+    be a size mismatch deep in the model, ``torch.cat(): expected a non-empty list``, ``range() arg 3 must not be
+    zero`` or an IndexError)."""
+    from mnp.model import MNP
+    rng = np.random.default_rng(0)
+    model = MNP(3, [5, 3], d_e=8, memory_size=6)
+    model.init_memory([torch.randn(12, 5), torch.randn(12, 3)], torch.arange(12) % 3)
+    x0, x1 = rng.normal(size=(60, 5)), rng.normal(size=(60, 3))
+    cases = [(([x0, x1[:30]], {}), r"^views\[1\] has 30 rows but views\[0\] has 60$"),
+             (([x0[:0], x1[:0]], {}), r"^the views have 0 rows: there is nothing to predict$"),
+             (([x0, x1], {"batch_size": 0}), r"^batch_size must be an integer >= 1 \(rows per predict call\), got 0$"),
+             (([x0, x1], {"batch_size": 2.5}), r"^batch_size must be an integer >= 1 \(rows per predict call\), got 2\.5$"),
+             (([x0[:, 0], x1], {}), r"^views\[0\] has shape \(60,\); expected rows × columns \(2-D, 5 columns\)$")]
+    for (views, kwargs), expected in cases:
+        with pytest.raises(ValueError, match=expected):
+            model.predict_proba(views, **kwargs)
+    one_nan = x0.copy()
+    one_nan[7, 2] = np.nan  # one NaN cell: neither a missing view nor sparsemax's "index -1 is out of bounds"
+    with pytest.raises(ValueError, match=r"^views\[0\] row 7 has 1 NaN among its 5 values: a missing view is a row"):
+        model.predict_proba([one_nan, x1])
+    probs, unc = model.predict_proba([x0, x1], batch_size=np.int64(7))  # and valid arguments predict
+    assert probs.shape == (60, 3) and unc.shape == (60,) and torch.isfinite(probs).all()

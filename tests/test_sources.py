@@ -1,5 +1,6 @@
 """Registry, downloads (resume, checksum) and verification, against a local HTTP server only."""
 import hashlib
+import os
 import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -196,6 +197,15 @@ def test_missing_files_without_source_or_download_say_where_to_put_them(tmp_path
     with pytest.raises(DataError, match=re.escape(f"PIE_face_10.mat not found in {tmp_path}/pie/; put it there or "
                                                   "set dataset.download=true")):
         fetch("pie", DATASETS["pie"].file(None), tmp_path, allow_download=False)
+
+
+def test_a_data_file_that_is_a_fifo_is_named_as_such_before_any_download(tmp_path):
+    """It was "not found" (and a sweep skipped the job as absent data); reading it would block."""
+    (tmp_path / "pie").mkdir()
+    os.mkfifo(tmp_path / "pie" / "PIE_face_10.mat")
+    with pytest.raises(DataError, match=re.escape(f"{tmp_path}/pie/PIE_face_10.mat is a FIFO (named pipe), not a "
+                                                  "regular data file; accepted: ")):
+        fetch("pie", DATASETS["pie"].file(None), tmp_path)
 
 
 def test_public_urls_are_raw_github_pinned_to_a_commit():

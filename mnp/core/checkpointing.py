@@ -281,10 +281,19 @@ def keep_csv_history(loggers) -> None:
 
 class CsvHistory(pl.Callback):
     """At the start of training, drop ``metrics.csv`` rows of the epochs about to be trained (all of them
-    on a fresh start; after a resume, those past the checkpoint's epoch), keeping every earlier epoch."""
+    on a fresh start; after a resume, those past the checkpoint's epoch), keeping every earlier epoch. At the
+    start of testing, drop the row of an earlier test pass (one whose outputs could not be written: a full
+    disk), so the log holds the test row of the pass that wrote the outputs."""
 
     def on_train_start(self, trainer, pl_module):
+        self._drop(trainer, lambda r: r.get("epoch") and float(r["epoch"]) >= trainer.current_epoch)
+
+    def on_test_start(self, trainer, pl_module):
+        self._drop(trainer, lambda r: any(v for k, v in r.items() if k and k.startswith("test/")))
+
+    @staticmethod
+    def _drop(trainer, drop) -> None:
         for _, path, keys, rows in _csv_files(trainer.loggers if trainer.is_global_zero else []):
-            kept = [r for r in rows if not r.get("epoch") or float(r["epoch"]) < trainer.current_epoch]
+            kept = [r for r in rows if not drop(r)]
             if len(kept) < len(rows):
                 _write_csv(path, keys, kept)

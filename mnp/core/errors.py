@@ -1,4 +1,9 @@
 """The errors whose message already says what is wrong and what to do: the CLIs print them as one line."""
 from __future__ import annotations
 
-USER_ERRORS = (ValueError, KeyError, FileNotFoundError, PermissionError, OSError, FloatingPointError)
+
+class OutOfMemory(MemoryError):
+    """An allocation failed; the message names the sizes involved and what to reduce (:mod:`mnp.core.oom`)."""
+
+
+USER_ERRORS = (ValueError, KeyError, FileNotFoundError, PermissionError, OSError, FloatingPointError, OutOfMemory)

@@ -24,10 +24,15 @@ def present_mask(views: Sequence[Tensor | None], view_dims: Sequence[int],
                  where: str = "") -> tuple[list[Tensor], Tensor | None]:
     """The views with absent rows zero-filled and the (B, M) bool mask of the views present, or the views
     unchanged and None when every row has every view. One-line ValueError (prefixed by ``where``): a wrong
-    number of views, no view given, a row partly NaN in a view, a row with no view at all."""
+    number of views, no view given, a view not 2-D, views of different row counts, a row partly NaN in a view,
+    a row with no view at all."""
     if len(views) != len(view_dims):
         raise ValueError(f"{where}the data has {len(views)} views but the model was built for {len(view_dims)} "
                          f"(view dims {list(view_dims)})")
+    for k, v in enumerate(views):
+        if v is not None and v.dim() != 2:
+            raise ValueError(f"{where}views[{k}] has shape {tuple(v.shape)}; expected rows × columns (2-D, "
+                             f"{view_dims[k]} columns)")
     given = [k for k, v in enumerate(views) if v is not None]
     if not given:
         raise ValueError(f"{where}every view is None: there is nothing to predict from")

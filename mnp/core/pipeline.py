@@ -28,6 +28,7 @@ from mnp.core.checkpointing import (CFG_KEY, AtomicCheckpointIO, CsvHistory, ato
                                check_writable, checkpoint_callbacks, holds_run_dir, keep_csv_history,
                                load_checkpoint, resume_checkpoint)
 from mnp.core.errors import USER_ERRORS
+from mnp.core.oom import allocation_failure, explains_memory, record_data
 from mnp.core.outputs import write_json, write_npz
 from mnp.core.progress import progress_callbacks
 from mnp.core.runrecord import accept, staged
@@ -35,7 +36,7 @@ from mnp.core.rundir import (check_reuse, data_hashes, eval_dir, hydra_variant, 
                              warn_if_data_changed)
 from mnp.core.stored_config import checked_run_config, init_keys, restore_model
 from mnp.core.summary import log_run_summary
-from mnp.core.validate import check_manual_optimization, check_train_batches, resolve_auto, validate
+from mnp.core.validate import check_eval, check_manual_optimization, check_train_batches, resolve_auto, validate
 from mnp.core.wandb_utils import log_summary, run_identity
 
 log = logging.getLogger(__name__)
@@ -54,7 +55,7 @@ def build(group: str, node: DictConfig, **kwargs):
             valid = init_keys(get_class(node._target_), exclude=kwargs)
             raise ValueError(f"{group}: unknown key '{unknown.group(1)}' for {node._target_}; valid keys: "
                              f"{', '.join(valid)}") from e
-        if isinstance(cause, USER_ERRORS):
+        if isinstance(cause, USER_ERRORS) or allocation_failure(cause):
             raise cause.with_traceback(cause.__traceback__) from None
         raise
 
@@ -68,7 +69,9 @@ def _split_name(node: DictConfig) -> tuple[str, DictConfig]:
 def make_datamodule(cfg: DictConfig) -> tuple[str, pl.LightningDataModule]:
     """The dataset's name and datamodule, not set up yet (nothing read)."""
     name, node = _split_name(cfg.dataset)
-    return name, build("dataset", node)
+    dm = build("dataset", node)
+    record_data(cfg, dm)
+    return name, dm
 
 
 def build_datamodule(cfg: DictConfig) -> tuple[str, pl.LightningDataModule]:
@@ -192,6 +195,7 @@ def check_run_dir(cfg: DictConfig, out_dir: Path, resume_from: str | None, finis
 
 # ---------------------------------------------------------------------------- entry points
 @staged
+@explains_memory
 @holds_run_dir
 def train(cfg: DictConfig) -> dict[str, Any]:
     """Train, then test; write metrics.json, predictions.npz, config.yaml and checkpoints.
@@ -256,7 +260,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
                 last = out_dir / "checkpoints" / "last.ckpt"
                 identity["epochs"] = int(load_checkpoint(last)["epoch"]) + 1
                 trainer = build("trainer", cfg.trainer, strategy="auto", devices=1, num_nodes=1, logger=loggers or False,
-                                callbacks=[], enable_checkpointing=False, default_root_dir=str(out_dir),
+                                callbacks=[CsvHistory()], enable_checkpointing=False, default_root_dir=str(out_dir),
                                 plugins=[AtomicCheckpointIO()])
                 trainer.test(model, datamodule=dm, ckpt_path=str(last), verbose=False)
             else:
@@ -305,9 +309,12 @@ def load_run(ckpt_path: str | Path, data_dir: str | None = None, eval_overrides=
     return run_cfg, model_name, dataset_name, dm, model, ckpt
 
 
+@explains_memory
 def evaluate(cfg: DictConfig) -> dict[str, Any]:
     """Rebuild model and datamodule from a checkpoint alone, re-run the full evaluation."""
     t0 = time.perf_counter()
+    ev = cfg.get("eval")  # the +eval.* overrides, checked before anything is loaded
+    check_eval(OmegaConf.to_container(ev, resolve=True) if OmegaConf.is_config(ev) else ev or {})
     ckpt_path = Path(cfg.ckpt_path)
     out_dir = Path(cfg.output_dir) if cfg.get("output_dir") else Path(eval_dir(str(ckpt_path)))
     data_dir = os.path.abspath(os.path.expanduser(cfg.data_dir)) if cfg.get("data_dir") else None

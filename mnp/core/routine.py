@@ -320,11 +320,16 @@ class Routine(pl.LightningModule):
         """Mean predictive probabilities (N, K) and uncertainty (N,) for in-memory views.
 
         Missing views: a view given as None is missing in every row, a row all NaN in a view is missing
-        there; fusion models combine the views present, early-fusion ones impute the training means."""
+        there; fusion models combine the views present, early-fusion ones impute the training means.
+        A ValueError says what is wrong with the arguments (rows, shapes, ``batch_size``)."""
+        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+            raise ValueError(f"batch_size must be an integer >= 1 (rows per predict call), got {batch_size!r}")
         was_training = self.training
         self.eval()
         views = [None if v is None else torch.as_tensor(v, dtype=torch.float32) for v in views]
         views, present = present_mask(views, self.view_dims)
+        if views[0].shape[0] == 0:
+            raise ValueError("the views have 0 rows: there is nothing to predict")
         self.check_views(views)
         if present is not None:
             self.check_accepts_missing()

@@ -8,8 +8,9 @@ naming the full key, what it must be and what it got. Checked:
   argument it feeds (``model.tau=oops``);
 * the model's numeric values against the domains its class declares (:mod:`mnp.core.domains`, the same
   check its constructor makes);
-* ranges: epochs, seed, batch size, fractions, the evaluation protocol, MNP's warm-up against the
-  run length, and at least one training batch (:func:`check_train_batches`).
+* ranges: epochs, seed, batch size, fractions, the evaluation protocol (:func:`check_eval`, which
+  evaluate.py calls on its ``+eval.*`` overrides), MNP's warm-up against the run length, and at least one
+  training batch (:func:`check_train_batches`).
 
 :func:`resolve_auto` first fills in the values derived from others (MNP's warm-up as a fraction of
 the run when the dataset has no config of its own) and records what the config gave for them. Once the model is
@@ -139,9 +140,13 @@ def _is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def _check_int(key: str, v, low: int) -> None:
-    if not _is_int(v) or v < low:
-        raise ConfigError(f"{key} must be an integer >= {low}, got {v!r}")
+SEED_MAX = 2**32 - 1  # what numpy (and so seed_everything) accepts
+
+
+def _check_int(key: str, v, low: int, high: int | None = None) -> None:
+    if not _is_int(v) or v < low or (high is not None and v > high):
+        raise ConfigError(f"{key} must be an integer " + (f">= {low}" if high is None else f"in [{low}, {high}]")
+                          + f", got {v!r}")
 
 
 def _check_fraction(key: str, v, upper_open: bool = True, lower_open: bool = False) -> None:
@@ -159,6 +164,8 @@ def check_ranges(c: dict) -> None:
     for key in ("batch_size", "eval_batch_size"):
         if key in data:
             _check_int(f"dataset.{key}", data[key], 1)
+    if "seed" in data:
+        _check_int("dataset.seed", data["seed"], 0, SEED_MAX)
     if "val_fraction" in data:
         _check_fraction("dataset.val_fraction", data["val_fraction"])
     if "test_fraction" in data:
@@ -168,6 +175,29 @@ def check_ranges(c: dict) -> None:
         raise ConfigError(f"model.warmup_epochs={w} >= trainer.max_epochs={epochs}: every epoch would be warm-up "
                           f"and the classifier never trains; set trainer.max_epochs > {w} "
                           f"(e.g. trainer.max_epochs={w + max(epochs, 20)}) or model.warmup_epochs < {epochs}")
+    check_eval(ev)
+    check_train_batches(trainer)
+    check_accel(c.get("accel") or {})
+    ckpt = (c.get("callbacks") or {}).get("checkpoint") or {}
+    if "every_n_epochs" in ckpt:
+        _check_int("callbacks.checkpoint.every_n_epochs", ckpt["every_n_epochs"], 0)
+
+
+def eval_keys() -> list[str]:
+    """The ``eval.*`` keys: the arguments of ``Routine.configure_evaluation`` but the run's seed."""
+    from mnp.core.routine import Routine
+    return [k for k in inspect.signature(Routine.configure_evaluation).parameters if k not in ("self", "sample_seed")]
+
+
+def check_eval(ev: Mapping) -> None:
+    """``eval.*``, for train.py and for evaluate.py (whose ``+eval.*`` overrides merge into the checkpoint's
+    config; checked before anything is loaded): known keys, and values the evaluation protocol can use."""
+    if not isinstance(ev, Mapping):
+        raise ConfigError(f"eval must be a mapping of evaluation keys ({', '.join(eval_keys())}), got {ev!r}")
+    if unknown := sorted(set(ev) - set(eval_keys())):
+        raise ConfigError(f"eval.{unknown[0]} is not an evaluation key; valid keys: {', '.join(eval_keys())}")
+    if not isinstance(ev.get("noise", True), bool):
+        raise ConfigError(f"eval.noise must be true or false, got {ev['noise']!r}")
     levels = ev.get("noise_levels")
     if levels is not None:
         if not isinstance(levels, (list, tuple)) or not levels or not all(
@@ -179,16 +209,13 @@ def check_ranges(c: dict) -> None:
         _check_int("eval.noise_subset_size", ev["noise_subset_size"], 1)
     if "noise_max_subsets" in ev:
         _check_int("eval.noise_max_subsets", ev["noise_max_subsets"], 1)
+    if "noise_seed" in ev:
+        _check_int("eval.noise_seed", ev["noise_seed"], 0, SEED_MAX)
     try:
         resolve_noise_batch_rows(ev.get("noise_batch_rows", "auto"), "cpu")
         missing_flag(ev.get("missing", True))
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    check_train_batches(trainer)
-    check_accel(c.get("accel") or {})
-    ckpt = (c.get("callbacks") or {}).get("checkpoint") or {}
-    if "every_n_epochs" in ckpt:
-        _check_int("callbacks.checkpoint.every_n_epochs", ckpt["every_n_epochs"], 0)
 
 
 def check_train_batches(trainer: Mapping, n_batches: int | None = None) -> None:
@@ -250,7 +277,7 @@ def validate(cfg: DictConfig) -> None:
         raise ConfigError(f"{key} is required: add {key}=<value> to the command"
                           + (" (the data file, e.g. dataset.path=my_data.npz)" if key == "dataset.path" else ""))
     c = OmegaConf.to_container(cfg, resolve=True)
-    _check_int("seed", c.get("seed", 0), 0)  # first: dataset.seed interpolates it
+    _check_int("seed", c.get("seed", 0), 0, SEED_MAX)  # first: dataset.seed interpolates it
     for group in ("model", "dataset"):
         if isinstance(c.get(group), Mapping):
             check_types(group, c[group])

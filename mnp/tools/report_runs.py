@@ -47,7 +47,8 @@ class Run:
 
 @dataclass
 class Job:
-    """A failed or skipped job, from its failed.json / skipped.json."""
+    """A failed or skipped job, from its failed.json / skipped.json, or a job whose record cannot be read
+    (status ``unreadable``: a truncated metrics.json, one that holds a list, ...)."""
 
     path: Path
     status: str
@@ -57,7 +58,8 @@ class Job:
         r = self.record
         what = r.get("message") or r.get("reason") or ""
         err = f"{r['error']}: " if r.get("error") else ""
-        return f"{r.get('model')} / {r.get('dataset')} / seed {r.get('seed')}: {err}{what} ({self.path.parent})"
+        who = f"{r.get('model')} / {r.get('dataset')} / seed {r.get('seed')}: " if "model" in r else ""
+        return f"{who}{err}{what} ({self.path.parent})"
 
 
 def _read_config(run_dir: Path) -> dict:
@@ -67,8 +69,33 @@ def _read_config(run_dir: Path) -> dict:
     return OmegaConf.to_container(OmegaConf.load(path)) or {}
 
 
+def _unreadable(path: Path, problem: str) -> Job:
+    """A job whose ``path`` cannot be used, named by its config.yaml where that can be read; warned about."""
+    log.warning("%s %s; the job is left out of the tables", path, problem)
+    try:
+        cfg = _read_config(path.parent)
+        who = {"model": cfg["model"]["name"], "dataset": cfg["dataset"]["name"], "seed": cfg["seed"]}
+    except Exception:  # noqa: BLE001 - no or a damaged config.yaml: the job is named by its directory only
+        who = {}
+    return Job(path, "unreadable", {**who, "message": f"{path.name} {problem}; re-run the job to write it again"})
+
+
+def _read_record(path: Path, jobs: list[Job]) -> dict | None:
+    """The JSON object in ``path``, or None with an ``unreadable`` job appended to ``jobs``."""
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        jobs.append(_unreadable(path, f"cannot be read ({' '.join(str(e).split())})"))
+        return None
+    if not isinstance(record, dict):
+        jobs.append(_unreadable(path, f"holds a JSON {type(record).__name__}, not a job's record (an object)"))
+        return None
+    return record
+
+
 def load(dirs: Iterable[str | Path], relabel: bool = False) -> tuple[list[Run], list[Job]]:
-    """Every run (metrics.json) and every failed/skipped job under ``dirs``.
+    """Every run (metrics.json) and every failed/skipped job under ``dirs``; a metrics.json, failed.json or
+    skipped.json that cannot be read or holds no job's record is an ``unreadable`` job, with a warning.
 
     ``metrics.json`` written by ``evaluate.py`` (it has a ``checkpoint`` key) is not a sweep job
     and is left out. A job found twice (the same experiment, model, variant, dataset and seed)
@@ -82,8 +109,11 @@ def load(dirs: Iterable[str | Path], relabel: bool = False) -> tuple[list[Run], 
         if not d.is_dir():
             raise FileNotFoundError(f"{d} is not a directory")
         for mpath in sorted(d.rglob("metrics.json")):
-            m = json.loads(mpath.read_text())
-            if "checkpoint" in m or "model" not in m or "dataset" not in m:
+            m = _read_record(mpath, jobs)
+            if m is None or "checkpoint" in m:
+                continue
+            if "model" not in m or "dataset" not in m:
+                jobs.append(_unreadable(mpath, "names no model and dataset, so it is not a run's metrics"))
                 continue
             cfg = _read_config(mpath.parent)
             variant = cfg.get("variant")
@@ -103,8 +133,8 @@ def load(dirs: Iterable[str | Path], relabel: bool = False) -> tuple[list[Run], 
             runs[key] = run
         for status in ("failed", "skipped"):
             for p in sorted(d.rglob(f"{status}.json")):
-                if not (p.parent / "metrics.json").exists():
-                    jobs.append(Job(p, status, json.loads(p.read_text())))
+                if not (p.parent / "metrics.json").exists() and (record := _read_record(p, jobs)) is not None:
+                    jobs.append(Job(p, status, record))
     return list(runs.values()), jobs
 
 
