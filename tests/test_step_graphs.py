@@ -207,3 +207,4 @@ def test_train_py_runs_with_the_emulated_graph(tmp_path):
                                    "callbacks.checkpoint.every_n_epochs=0", "eval.noise=false"])
     results = train(cfg)
     assert results["test/acc"] > 0.8  # the synthetic two moons
+    assert results["accel/step"] == "cuda_graph_emulated"

@@ -213,7 +213,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
                     default_root_dir=str(out_dir), plugins=[AtomicCheckpointIO(resume_from)],
                     limit_val_batches=None if has_val else 0)
     accel = cfg.get("accel") or {}
-    configure_accel(model, accel, trainer)
+    step = configure_accel(model, accel, trainer)  # which training step runs, for metrics.json
     # written once everything is built: a bad config or bad data leaves no output behind
     atomic_write(out_dir / "config.yaml", lambda tmp: OmegaConf.save(cfg, tmp, resolve=True))
     try:
@@ -234,7 +234,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             else:
                 trainer.test(model, datamodule=dm, verbose=False)
             results = {} if not trainer.is_global_zero else write_outputs(
-                out_dir, model, identity, {"time/total_s": time.perf_counter() - t0})
+                out_dir, model, identity, {"time/total_s": time.perf_counter() - t0, **step})
             if results:
                 log_run_summary(results, out_dir)
             for lg in loggers:

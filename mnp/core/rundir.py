@@ -3,8 +3,8 @@
 A job's directory is ``<model>_<dataset>_s<seed>`` plus, when the command line changes anything that
 can change the result, ``_<those overrides>`` (``model.tau=0.5``, ``trainer.max_epochs=10``): a sweep
 ``model.tau=0.1,0.5`` gets two directories, not one overwritten or skipped. Overrides that cannot
-change a result (where logs go, progress bars, launcher, logger, device) are left out of the name,
-so the paper sweeps keep their plain names.
+change a result (where logs go, progress bars, launcher, logger, device, whether MNP's step is replayed
+as a CUDA graph) are left out of the name, so the paper sweeps keep their plain names.
 
 A directory is skipped as finished (``metrics.json``) or resumed (``last.ckpt``) only when the
 ``config.yaml`` it holds matches the job's config. A config file edited since the run (a new
@@ -27,7 +27,10 @@ NON_RESULT_KEYS = frozenset({
     "trainer", "paths", "hydra", "skip_if_done", "ckpt_path", "test", "torch_threads", "optimized_metric",
     "dataset.data_dir", "dataset.download", "dataset.checksum", "trainer.enable_progress_bar",
     "trainer.enable_model_summary", "trainer.log_every_n_steps", "trainer.accelerator", "trainer.devices",
-    "trainer.num_nodes", "trainer.strategy"})
+    "trainer.num_nodes", "trainer.strategy",
+    # the captured step computes what the eager one does: bit for bit emulated (tests/test_step_graphs.py), and
+    # the same parameters and metrics on an H200 (benchmarks/h200_9de9874); runs of false and auto are one run
+    "accel.cuda_graph"})
 # ... and everything under these
 NON_RESULT_PREFIXES = ("logger.", "launcher.", "callbacks.", "paths.", "hydra.")
 MAX_SUFFIX = 100
