@@ -60,6 +60,10 @@ def run_summary(results: dict, out_dir: Path) -> str:
         rows.append(("test time", f"{results['time/test_s']:.2f} s"))
     if "time/total_s" in results:
         rows.append(("total time", duration(results["time/total_s"])))
+    if "time/startup_s" in results:
+        rows.append(("start-up", f"{results['time/startup_s']:.1f} s (to the first training step)"))
+    if "time/teardown_s" in results:
+        rows.append(("teardown", f"{results['time/teardown_s']:.2f} s (test end to outputs written)"))
     if step := step_text(results):
         rows.append(("training step", step))
     width = max((len(r[0]) for r in rows), default=0)
