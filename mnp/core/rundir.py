@@ -19,8 +19,11 @@ from typing import Any, Iterable
 
 from omegaconf import OmegaConf
 
+from mnp.core.resources import gpu_jobs
+
 RESOLVER = "mnp_run_suffix"
 EVAL_RESOLVER = "mnp_eval_dir"
+JOBS_RESOLVER = "mnp_gpu_jobs"
 # keys that cannot change a run's numbers: these exactly (group choices, bookkeeping) ...
 NON_RESULT_KEYS = frozenset({
     "model", "dataset", "seed", "experiment", "experiment_name", "variant", "launcher", "logger", "callbacks",
@@ -61,12 +64,15 @@ def run_suffix(overrides: Iterable[str]) -> str:
 
 
 def register_resolver() -> None:
-    """``${mnp_run_suffix:${hydra.overrides.task}}`` in conf/hydra/default.yaml and
-    ``${mnp_eval_dir:${ckpt_path}}`` in conf/evaluate.yaml."""
+    """``${mnp_run_suffix:${hydra.overrides.task}}`` in conf/hydra/default.yaml,
+    ``${mnp_eval_dir:${ckpt_path}}`` in conf/evaluate.yaml and ``${mnp_gpu_jobs:}`` in
+    conf/launcher/gpu_joblib.yaml (mnp.core.resources)."""
     if not OmegaConf.has_resolver(RESOLVER):
         OmegaConf.register_new_resolver(RESOLVER, lambda overrides: run_suffix(list(overrides or [])))
     if not OmegaConf.has_resolver(EVAL_RESOLVER):
         OmegaConf.register_new_resolver(EVAL_RESOLVER, eval_dir)
+    if not OmegaConf.has_resolver(JOBS_RESOLVER):
+        OmegaConf.register_new_resolver(JOBS_RESOLVER, gpu_jobs)
 
 
 def eval_dir(ckpt_path: str) -> str:
