@@ -79,6 +79,14 @@ def make_capturable(opt: torch.optim.Optimizer) -> None:
             state["step"] = state["step"].to(device=p.device, dtype=torch.float32)
 
 
+def _outputs(loss: Tensor, logs: dict[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
+    """A step's loss and logs as a pair keeps them: without their autograd graph. A kept graph would keep
+    the parameters' AccumulateGrad nodes of the stream it was built on, and the next pair's eager first step,
+    on a side stream of its own, would accumulate into them across streams (torch's "AccumulateGrad node's
+    stream does not match" warning on a GPU, with a sync; benchmarks/device/graph_check.py counts it)."""
+    return loss.detach(), {k: v.detach() for k, v in logs.items()}
+
+
 def _inner(opt) -> torch.optim.Optimizer:
     return getattr(opt, "optimizer", opt)  # Lightning wraps the torch optimiser
 
@@ -117,7 +125,7 @@ class StepGraphs:
         pair.y.copy_(y, non_blocking=True)
         opt._on_before_step()  # Lightning's optimiser-step count, as opt.step() would advance it
         if self.emulate:
-            pair.loss, pair.logs = self.model.train_step(pair.views, pair.y, _inner(opt), hooks=False)
+            pair.loss, pair.logs = _outputs(*self.model.train_step(pair.views, pair.y, _inner(opt), hooks=False))
         else:
             pair.step.replay()
         opt._on_after_step()
@@ -147,7 +155,8 @@ class StepGraphs:
             return
         pair.step = torch.cuda.CUDAGraph()
         with torch.cuda.graph(pair.step, capture_error_mode="thread_local"):
-            pair.loss, pair.logs = self.model.train_step(pair.views, pair.y, opt, hooks=False)
+            outputs = self.model.train_step(pair.views, pair.y, opt, hooks=False)
+        pair.loss, pair.logs = _outputs(*outputs)
         if self.model._dcm_batch is not None:  # memory_write=after_step: the update is a graph of its own
             pair.memory = torch.cuda.CUDAGraph()
             with torch.cuda.graph(pair.memory, capture_error_mode="thread_local"):

@@ -97,3 +97,18 @@ def test_test_pass_extrapolation_counts_a_one_off_context_encoding_once():
     assert bench_measure.extrapolate_test(3.0, 1.0, 4.0) == 6.0  # 3 s cold pass (2 s encoding) + 3 more row blocks
     assert bench_measure.extrapolate_test(3.0, None, 4.0) == 12.0  # no reusable state: linear in rows
     assert bench_measure.extrapolate_test(3.0, 1.0, 1.0) == 3.0
+
+
+def test_ratio_table_reports_against_the_captured_step_where_mnp_graph_was_timed():
+    """benchmarks/h200_9de9874/bench_gpu.json timed mnp_graph: MGP and eager MNP against it, per case; a bench
+    without it (benchmarks/bench_cpu.json) keeps the table as it was."""
+    from pathlib import Path
+
+    from mnp.tools.bench_tables import markdown
+    root = Path(__file__).resolve().parents[1] / "benchmarks"
+    gpu = markdown(json.loads((root / "h200_9de9874" / "bench_gpu.json").read_text())).splitlines()
+    assert any(line.endswith("| MGP/MNP-graph train (target ≥ 3) | MNP eager/graph train |") for line in gpu)
+    assert "| handwritten | 2.80 ✗ | 4.33 ✗ | 9.24 ✓ | – | – | 1% | 1% | –, – | 11.59 ✓ | 4.17 |" in gpu
+    assert "| caltech101 | 1.38 ✗ | 4.83 ✗ | 8.30 ✓ | – | – | 9% ✗ | 21% ✗ | –, – | 3.05 ✓ | 2.26 |" in gpu
+    cpu = markdown(json.loads((root / "bench_cpu.json").read_text()))
+    assert "MNP-graph" not in cpu

@@ -56,7 +56,8 @@ def test_gpu_check_runs_compose_as_valid_train_configs(tmp_path):
             cfg = compose_train(tmp_path, gpu_check.run_overrides(dataset, variant, cpu))
             resolve_auto(cfg)
             validate(cfg)
-            assert cfg.accel.cuda_graph == ("emulate" if cpu and variant != "eager" else variant != "eager")
+            # the graph variants leave the key at its default (auto) on a GPU; eager turns it off
+            assert cfg.accel.cuda_graph == (False if variant == "eager" else "emulate" if cpu else "auto")
             assert cfg.accel.matmul_precision == ("high" if variant.endswith("tf32") else "highest")
             assert cfg.eval.noise_batch_rows == (0 if variant.endswith("unbatched") else "auto")
 
@@ -68,3 +69,18 @@ def test_graph_check_compares_captured_and_eager_training_and_passes_emulated():
     assert r.returncode == 0, r.stderr[-2000:]
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out["ok"] and out["global_steps"] == [20, 20] and out["max_abs_param_diff"] == 0.0
+
+
+def test_gpu_check_counts_stream_warnings_and_checks_the_step_each_run_took(tmp_path):
+    """One device session verifies the new defaults: auto chose the graph in every run but the eager one,
+    and no step's log holds torch's "AccumulateGrad node's stream does not match" warning."""
+    import gpu_check
+    s = gpu_check.Session(tmp_path, deadline=60)
+    s.step("graph_check", [sys.executable, "-c", f"print({gpu_check.STREAM_WARNING!r})"], 30)
+    s.record["runs"] = [{"variant": "default", "accel/step": "cuda_graph"}, {"variant": "eager", "accel/step": "eager"}]
+    assert s.record["steps"][0]["stream_warnings"] == 1
+    assert gpu_check.verdicts(s.record, cpu=False) == {"runs_took_the_expected_step": True, "stream_warnings": 1,
+                                                       "graph_check_ok": True}
+    s.record["runs"][0]["accel/step"] = "eager"  # auto fell back to eager on the GPU
+    assert gpu_check.verdicts(s.record, cpu=False)["runs_took_the_expected_step"] is False
+    assert gpu_check.verdicts(s.record, cpu=True)["runs_took_the_expected_step"] is False  # emulated expected

@@ -75,3 +75,25 @@ def test_noise_figure_is_the_results_file_and_its_ceiling_is_the_best_removal(tm
     assert data["cub"]["ceiling"] == {"acc": 81.0, "model": "mgp", "n": 3}
     table = docgen.render_noise_curves({"noise_curves": data})
     assert "| CUB | MNP | 90.0 | 70.0 | 5 |" in table and "| CUB | ceiling (MGP, noised views removed) | 81.0 | 81.0 | 3 |" in table
+
+
+def test_gpu_and_start_up_tables_come_from_the_measurement_files():
+    """docs/gpu.md and docs/speed.md render the H200 session's JSON files and benchmarks/startup_cpu.json."""
+    from mnp.tools import docgen_speed
+    case = {"extrapolated": False, "test_s": 0.01}
+    src = {"gpu": {"bench_gpu": {"meta": {"device": "GPU X"}, "ratios": {"pie": {
+        "mnp_over_mnp_graph_train": 3.5, "mgp_over_mnp_train": 1.9, "mgp_over_mnp_graph_train": 6.6,
+        "mgp_over_mnp_test": 5.5}}, "cases": [{**case, "dataset": "pie", "model": m, "train_epoch_s": t}
+                                              for m, t in (("mnp", 0.08), ("mnp_graph", 0.02), ("mgp", 0.16))]},
+        "gpu_check": {"device": "GPU X", "runs": [{"dataset": "pie", "variant": "default", "test/acc": 0.9412,
+                                                   "test/ece": 0.0271, "noise/acc_mean": 0.9199,
+                                                   "time/train_epoch_s": 0.014, "time/total_s": 6.18, "wall_s": 9.5}]}},
+           "startup": {"after": {"commit": "abc", "cpus": 2, "runs": [{}], "median": {
+               "wall_s": 10.0, "time/total_s": 7.0, "wall_minus_total_s": 3.0, "time/startup_s": 2.5,
+               "time/teardown_s": 0.01}}}}
+    assert "| PIE | 0.080 → 0.020 | 0.160 | 3.50 | 1.90 ✗ | 6.60 ✓ | 0.0100 / 0.0100 | 5.50 ✓ |" in \
+        docgen_speed.render_gpu_bench(src)
+    assert "| PIE, MNP, defaults (`auto`: captured) | 94.12 | 0.0271 | 91.99 | 0.014 | 6.18 | 9.5 |" in \
+        docgen_speed.render_gpu_runs(src)
+    assert "| abc (after) | 10.0 | 7.0 | 3.0 | 2.50 | 0.01 | 1 |" in docgen_speed.render_startup(src)
+    assert set(docgen_speed.RENDERERS) <= set(docgen.RENDERERS)

@@ -131,6 +131,21 @@ def test_launchers_compose():
     assert local._target_.endswith("LocalLauncher")
 
 
+def test_the_one_gpu_preset_composes_with_the_paper_sweep(monkeypatch):
+    """launcher=gpu_joblib: joblib with one-thread jobs, as many as the CPU cores but one and the GPU's memory
+    allow (15 on the 16-core H100 and H200 machines of docs/gpu.md)."""
+    from mnp.core import resources
+    cfg = compose_hydra(["experiment=paper_main", "launcher=gpu_joblib", "model=mnp"])
+    assert cfg.hydra.launcher._target_.endswith("JoblibLauncher") and cfg.torch_threads == 1
+    assert cfg.hydra.launcher.n_jobs == resources.gpu_jobs() >= 1
+    assert cfg.experiment_name == "paper_main" and cfg.hydra.sweeper.params.seed == "range(5)"
+    monkeypatch.setattr(resources, "gpu_memory_gib", lambda: 80.0)
+    monkeypatch.setattr(resources, "cpu_count", lambda: 16)
+    assert compose_hydra(["launcher=gpu_joblib", "model=mnp"]).hydra.launcher.n_jobs == 15
+    assert resources.gpu_jobs(cpus=16, gib=24.0) == 6 and resources.gpu_jobs(cpus=1, gib=2.0) == 1
+    assert resources.gpu_jobs(cpus=4, gib=None, probe=False) == 3
+
+
 def test_optuna_preset_composes():
     pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
     cfg = compose_hydra(["experiment=optuna_mnp", "model=mlp", "dataset=synthetic", "paths.log_dir=/tmp/x"])

@@ -3,16 +3,20 @@
     python3 benchmarks/device/gpu_check.py --out $OUT [--deadline 540]   # on the device, from the repo root
     python3 benchmarks/device/gpu_check.py --out /tmp/gc --cpu           # the same plumbing, small, on a CPU
 
-1. ``graph_check.py``: captured against eager training inside Lightning; ``tests/test_step_graphs.py``;
-2. whole runs of ``train.py model=mnp`` on Handwritten and PIE: the captured step (``accel.cuda_graph``),
-   the eager step, and the captured step with TF32 (``accel.matmul_precision=high``), and on Handwritten
-   the noise protocol unbatched (``eval.noise_batch_rows=0``); metrics and times;
+1. ``graph_check.py``: captured against eager training inside Lightning, and no "AccumulateGrad node's
+   stream does not match" warning; ``tests/test_step_graphs.py``;
+2. whole runs of ``train.py model=mnp`` on Handwritten and PIE: the defaults (no accel key: ``auto``
+   must choose the CUDA graph), the eager step (``accel.cuda_graph=false``), the defaults with TF32
+   (``accel.matmul_precision=high``), and on Handwritten the noise protocol unbatched
+   (``eval.noise_batch_rows=0``); metrics, times and which step ran (``accel/step``);
 3. ``mnp.tools.bench`` (``mnp``, ``mnp_graph``, ``mgp``) on the seven cases: ``bench_gpu.json``;
 4. ``benchmarks/noise_batching.py``: the test pass with the noise protocol unbatched and batched.
 
-Writes ``gpu_check.json`` (every step's command, exit status, seconds, and the runs' metrics) after each
-step, and each step's log under ``logs/``. ``.gpu/pylib`` (hydra, omegaconf, antlr4, entmax copied from a
-venv) and ``.gpu/data`` are used where present, as benchmarks/device/run.sh does.
+Writes ``gpu_check.json`` (every step's command, exit status, seconds and stream warnings in its log, the
+runs' metrics, and ``checks``: the verdicts of the new defaults) after each step, and each step's log under
+``logs/``. With ``--cpu`` the graph variants run the emulated path (``accel.cuda_graph=emulate``).
+``.gpu/pylib`` (hydra, omegaconf, antlr4, entmax copied from a venv) and ``.gpu/data`` are used where
+present, as benchmarks/device/run.sh does.
 """
 from __future__ import annotations
 
@@ -26,12 +30,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN_KEYS = ("test/acc", "test/ece", "noise/acc_mean", "time/total_s", "time/train_epoch_s", "time/test_s",
-            "epochs")
-VARIANTS = {"graph": ["accel.cuda_graph=true"], "eager": ["accel.cuda_graph=false"],
-            "graph_tf32": ["accel.cuda_graph=true", "accel.matmul_precision=high"],
-            "graph_unbatched": ["accel.cuda_graph=true", "eval.noise_batch_rows=0"]}
-ORDER = [("handwritten", "graph"), ("pie", "graph"), ("handwritten", "eager"), ("handwritten", "graph_tf32"),
-         ("handwritten", "graph_unbatched"), ("pie", "eager"), ("pie", "graph_tf32")]
+            "time/startup_s", "time/teardown_s", "epochs", "accel/step", "accel/eager_reason")
+# every variant but eager leaves accel.cuda_graph at its default, auto, which must choose the graph on a GPU
+VARIANTS = {"default": [], "eager": ["accel.cuda_graph=false"], "default_tf32": ["accel.matmul_precision=high"],
+            "default_unbatched": ["eval.noise_batch_rows=0"]}
+ORDER = [("handwritten", "default"), ("pie", "default"), ("handwritten", "eager"), ("handwritten", "default_tf32"),
+         ("handwritten", "default_unbatched"), ("pie", "eager"), ("pie", "default_tf32")]
+STREAM_WARNING = "AccumulateGrad node's stream does not match"
 
 
 def environment() -> dict:
@@ -70,7 +75,8 @@ class Session:
                                     timeout=limit).returncode
             except subprocess.TimeoutExpired:
                 rc = "timeout"
-        entry = {"name": name, "command": " ".join(cmd), "rc": rc, "seconds": round(time.time() - t, 1)}
+        entry = {"name": name, "command": " ".join(cmd), "rc": rc, "seconds": round(time.time() - t, 1),
+                 "stream_warnings": log.read_text(errors="replace").count(STREAM_WARNING)}
         self.record["steps"].append(entry)
         tail = log.read_text(errors="replace").splitlines()[-3:]
         print(f"[{name}] rc={rc} {entry['seconds']} s | " + " / ".join(tail), flush=True)
@@ -83,10 +89,26 @@ class Session:
 
 def run_overrides(dataset: str, variant: str, cpu: bool) -> list[str]:
     """train.py's overrides of one whole run; on a CPU the emulated graph and a short run."""
-    over = [o.replace("cuda_graph=true", "cuda_graph=emulate") for o in VARIANTS[variant]] if cpu else VARIANTS[variant]
+    over = VARIANTS[variant] + (["accel.cuda_graph=emulate"] if cpu and variant != "eager" else [])
     small = ["trainer.max_epochs=3", "model.warmup_epochs=1", "eval.noise_levels=[0.1,1.0]"] if cpu else []
     return ["model=mnp", f"dataset={dataset}", "seed=0", "logger=none", "callbacks.checkpoint.every_n_epochs=0",
             "skip_if_done=false", "ckpt_path=null", *over, *small]
+
+
+def expected_step(variant: str, cpu: bool) -> str:
+    """``accel/step`` a whole run must report: the graph wherever the defaults apply."""
+    return "eager" if variant == "eager" else "cuda_graph_emulated" if cpu else "cuda_graph"
+
+
+def verdicts(record: dict, cpu: bool) -> dict:
+    """The new defaults checked in one place: every run took the expected step, no step's log has the stream
+    warning, and the graph check passed (None: not run)."""
+    runs, steps = record["runs"], [e for e in record["steps"] if not e.get("skipped")]
+    graph = next((e for e in steps if e["name"] == "graph_check"), None)
+    return {"runs_took_the_expected_step": all(r["accel/step"] == expected_step(r["variant"], cpu) for r in runs)
+            if runs else None,
+            "stream_warnings": sum(e["stream_warnings"] for e in steps),
+            "graph_check_ok": None if graph is None else graph["rc"] == 0}
 
 
 def whole_run(s: Session, dataset: str, variant: str, cpu: bool, runs_dir: Path) -> None:
@@ -131,7 +153,9 @@ def main(argv=None) -> int:
     if not args.cpu:  # the noise protocol's batching alone, on one trained model
         s.step("noise_batching", [sys.executable, "benchmarks/noise_batching.py", "--out",
                                   str(args.out / "noise_batching_gpu.json")], 90)
-    print(f"done in {time.time() - s.t0:.0f} s: {args.out / 'gpu_check.json'}")
+    s.record["checks"] = verdicts(s.record, args.cpu)
+    s.save()
+    print(f"done in {time.time() - s.t0:.0f} s: {args.out / 'gpu_check.json'}; checks {s.record['checks']}")
     return 0
 
 

@@ -1,6 +1,7 @@
 """Error handling for the CLIs: one clear line and a non-zero exit, traceback only on request."""
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import re
@@ -56,6 +57,9 @@ def main_guarded(main) -> None:
             _run_main(main, status)
     finally:
         status.unlink(missing_ok=True)
+        # the interpreter's last garbage collection at exit walks every object of torch, Lightning and the
+        # run: 1-3 s on a busy 2-core machine (benchmarks/startup_cpu.json); frozen objects are left to the OS
+        gc.freeze()
 
 
 def _run_main(main, status: Path) -> None:

@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import re
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,7 @@ from mnp.core.progress import progress_callbacks
 from mnp.core.runrecord import accept, staged
 from mnp.core.rundir import (check_reuse, data_hashes, eval_dir, hydra_variant, keep_derived, stored_config,
                              warn_if_data_changed)
+from mnp.core.startup import FirstStep, run_start
 from mnp.core.stored_config import checked_run_config, init_keys, restore_model
 from mnp.core.summary import log_run_summary
 from mnp.core.validate import check_eval, check_manual_optimization, check_train_batches, resolve_auto, validate
@@ -155,19 +157,21 @@ def spawned(trainer) -> bool:
 
 
 def finish_wandb() -> None:
-    try:
-        import wandb
-        if wandb.run is not None:
-            wandb.finish()
-    except ImportError:
-        pass
+    """End the job's wandb run, if a logger started one (a run without wandb never imports it: about 1 s)."""
+    wandb = sys.modules.get("wandb")
+    if wandb is not None and getattr(wandb, "run", None) is not None:
+        wandb.finish()
 
 
-def write_outputs(out_dir: Path, model, identity: dict, extra: dict) -> dict:
+def write_outputs(out_dir: Path, model, identity: dict, extra: dict, tested: float | None = None) -> dict:
+    """predictions.npz, then metrics.json; ``tested`` (the test's end, ``time.time()``) adds ``time/teardown_s``,
+    the end of the test to the outputs written (metrics.json's own write of about a millisecond aside)."""
     results = dict(identity)
     results.update(model.test_results)
     results.update(extra)
     write_npz(out_dir / "predictions.npz", model.test_arrays)
+    if tested is not None:
+        results["time/teardown_s"] = time.time() - tested
     write_json(out_dir / "metrics.json", results)
     return results
 
@@ -202,7 +206,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
 
     Returns the metrics dict (also when the job is skipped because it already finished).
     """
-    t0 = time.perf_counter()
+    t0, started = time.perf_counter(), run_start(time.time())
     resolve_auto(cfg)
     validate(cfg)  # the whole config, before anything is built or written
     absolute_data_paths(cfg)
@@ -239,13 +243,13 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     for lg in loggers:  # the whole resolved run config, not just the model's hyperparameters
         lg.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
     progress, bar = progress_callbacks(bool(cfg.trainer.get("enable_progress_bar", True)))
-    callbacks = build_callbacks(cfg, out_dir, has_val)
-    trainer = build("trainer", cfg.trainer, logger=loggers or False, callbacks=callbacks + progress,
+    callbacks, first_step = build_callbacks(cfg, out_dir, has_val), FirstStep()
+    trainer = build("trainer", cfg.trainer, logger=loggers or False, callbacks=callbacks + progress + [first_step],
                     enable_checkpointing=any(isinstance(c, ModelCheckpoint) for c in callbacks), enable_progress_bar=bar,
                     default_root_dir=str(out_dir), plugins=[AtomicCheckpointIO(resume_from)],
                     limit_val_batches=None if has_val else 0)
     accel = cfg.get("accel") or {}
-    configure_accel(model, accel, trainer)
+    step = configure_accel(model, accel, trainer)  # which training step runs, for metrics.json
     # written once everything is built: a bad config or bad data leaves no output behind
     atomic_write(out_dir / "config.yaml", lambda tmp: OmegaConf.save(cfg, tmp, resolve=True))
     try:
@@ -265,8 +269,11 @@ def train(cfg: DictConfig) -> dict[str, Any]:
                 trainer.test(model, datamodule=dm, ckpt_path=str(last), verbose=False)
             else:
                 trainer.test(model, datamodule=dm, verbose=False)
-            results = {} if not trainer.is_global_zero else write_outputs(
-                out_dir, model, identity, {"time/total_s": time.perf_counter() - t0})
+            times = {"time/total_s": time.perf_counter() - t0}
+            if first_step.at is not None:
+                times["time/startup_s"] = first_step.at - started
+            results = {} if not trainer.is_global_zero else write_outputs(out_dir, model, identity, {**times, **step},
+                                                                           tested=time.time())
             if results:
                 log_run_summary(results, out_dir)
             for lg in loggers:

@@ -3,8 +3,8 @@
 A job's directory is ``<model>_<dataset>_s<seed>`` plus, when the command line changes anything that
 can change the result, ``_<those overrides>`` (``model.tau=0.5``, ``trainer.max_epochs=10``): a sweep
 ``model.tau=0.1,0.5`` gets two directories, not one overwritten or skipped. Overrides that cannot
-change a result (where logs go, progress bars, launcher, logger, device) are left out of the name,
-so the paper sweeps keep their plain names.
+change a result (where logs go, progress bars, launcher, logger, device, whether MNP's step is replayed
+as a CUDA graph) are left out of the name, so the paper sweeps keep their plain names.
 
 A directory is skipped as finished (``metrics.json``) or resumed (``last.ckpt``) only when the
 ``config.yaml`` it holds matches the job's config. A config file edited since the run (a new
@@ -22,6 +22,7 @@ from typing import Any, Iterable
 
 from omegaconf import OmegaConf
 
+from mnp.core.resources import gpu_jobs
 from mnp.core.runrecord import pending_subdir
 
 log = logging.getLogger(__name__)
@@ -29,13 +30,17 @@ log = logging.getLogger(__name__)
 RESOLVER = "mnp_run_suffix"
 EVAL_RESOLVER = "mnp_eval_dir"
 PENDING_RESOLVER = "mnp_pending_record"
+JOBS_RESOLVER = "mnp_gpu_jobs"
 # keys that cannot change a run's numbers: these exactly (group choices, bookkeeping) ...
 NON_RESULT_KEYS = frozenset({
     "model", "dataset", "seed", "data_hash", "declared", "experiment", "experiment_name", "variant", "launcher", "logger", "callbacks",
     "trainer", "paths", "hydra", "skip_if_done", "ckpt_path", "test", "torch_threads", "optimized_metric",
     "dataset.data_dir", "dataset.download", "dataset.checksum", "trainer.enable_progress_bar",
     "trainer.enable_model_summary", "trainer.log_every_n_steps", "trainer.accelerator", "trainer.devices",
-    "trainer.num_nodes", "trainer.strategy"})
+    "trainer.num_nodes", "trainer.strategy",
+    # the captured step computes what the eager one does: bit for bit emulated (tests/test_step_graphs.py), and
+    # the same parameters and metrics on an H200 (benchmarks/h200_9de9874); runs of false and auto are one run
+    "accel.cuda_graph"})
 # ... and everything under these
 NON_RESULT_PREFIXES = ("logger.", "launcher.", "callbacks.", "paths.", "hydra.", "data_hash.", "declared.")
 MAX_SUFFIX = 100
@@ -67,13 +72,16 @@ def run_suffix(overrides: Iterable[str]) -> str:
 
 def register_resolver() -> None:
     """``${mnp_run_suffix:${hydra.overrides.task}}`` in conf/hydra/default.yaml,
-    ``${mnp_eval_dir:${ckpt_path}}`` in conf/evaluate.yaml and ``${mnp_pending_record:}`` in conf/train.yaml."""
+    ``${mnp_eval_dir:${ckpt_path}}`` in conf/evaluate.yaml, ``${mnp_pending_record:}`` in conf/train.yaml and
+    ``${mnp_gpu_jobs:}`` in conf/launcher/gpu_joblib.yaml (mnp.core.resources)."""
     if not OmegaConf.has_resolver(RESOLVER):
         OmegaConf.register_new_resolver(RESOLVER, lambda overrides: run_suffix(list(overrides or [])))
     if not OmegaConf.has_resolver(EVAL_RESOLVER):
         OmegaConf.register_new_resolver(EVAL_RESOLVER, eval_dir)
     if not OmegaConf.has_resolver(PENDING_RESOLVER):
         OmegaConf.register_new_resolver(PENDING_RESOLVER, pending_subdir)
+    if not OmegaConf.has_resolver(JOBS_RESOLVER):
+        OmegaConf.register_new_resolver(JOBS_RESOLVER, gpu_jobs)
 
 
 def eval_dir(ckpt_path: str) -> str:

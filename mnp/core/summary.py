@@ -35,6 +35,16 @@ def _size(path: Path) -> str:
     return f"{n:.0f} B" if unit == 0 else f"{n:.1f} {('KB', 'MB', 'GB')[unit - 1]}"
 
 
+def step_text(results: dict) -> str | None:
+    """Which training step ran (``accel/step``, mnp.core.accel): ``CUDA graph`` or ``eager (<why>)``."""
+    step = results.get("accel/step")
+    if step is None:
+        return None
+    if step == "eager":
+        return f"eager ({results.get('accel/eager_reason', 'accel.cuda_graph=false')})"
+    return "CUDA graph" + (" (emulated)" if step.endswith("emulated") else "")
+
+
 def run_summary(results: dict, out_dir: Path) -> str:
     """A short table of the run's metrics and times, then its directory and the files in it."""
     head = f"{results.get('model')} on {results.get('dataset')}, seed {results.get('seed')}"
@@ -50,6 +60,12 @@ def run_summary(results: dict, out_dir: Path) -> str:
         rows.append(("test time", f"{results['time/test_s']:.2f} s"))
     if "time/total_s" in results:
         rows.append(("total time", duration(results["time/total_s"])))
+    if "time/startup_s" in results:
+        rows.append(("start-up", f"{results['time/startup_s']:.1f} s (to the first training step)"))
+    if "time/teardown_s" in results:
+        rows.append(("teardown", f"{results['time/teardown_s']:.2f} s (test end to outputs written)"))
+    if step := step_text(results):
+        rows.append(("training step", step))
     width = max((len(r[0]) for r in rows), default=0)
     lines += [f"  {label:<{width}}  {value}" for label, value in rows]
     out_dir = Path(out_dir).resolve()

@@ -259,8 +259,8 @@ def check_manual_optimization(trainer: Mapping, model_name: str, automatic: bool
 
 def check_accel(accel: Mapping) -> None:
     """``accel``: the values mnp.core.accel accepts (whether they apply to the model and device is checked there)."""
-    if accel.get("cuda_graph", False) not in CUDA_GRAPH:
-        raise ConfigError(f"accel.cuda_graph must be true, false or emulate, got {accel['cuda_graph']!r}")
+    if accel.get("cuda_graph", "auto") not in CUDA_GRAPH:
+        raise ConfigError(f"accel.cuda_graph must be auto, true, false or emulate, got {accel['cuda_graph']!r}")
     if accel.get("matmul_precision", "highest") not in PRECISIONS:
         raise ConfigError(f"accel.matmul_precision must be highest, high or medium, got {accel['matmul_precision']!r}")
     every = accel.get("check_finite_every", "auto")

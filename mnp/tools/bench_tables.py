@@ -1,5 +1,6 @@
 """The benchmark's markdown tables: times, throughput, memory and utilisation per case, the ratios
-against their targets, the sweep estimate and the scaling fits."""
+against their targets (also against ``mnp_graph``, MNP's captured step, where it was timed), the sweep
+estimate and the scaling fits."""
 from __future__ import annotations
 
 UTIL_TARGET = {"caltech101": 0.4, "cifar10c": 0.4}
@@ -24,9 +25,11 @@ def markdown(result: dict) -> str:
                    f"{c['train_gflops_per_s']:.1f} ({100 * c['train_util']:.0f}%) | "
                    f"{c['test_gflops_per_s']:.1f} ({100 * c['test_util']:.0f}%) | {c['matmul_peak_gflops_per_s']:.1f} | "
                    f"{c['train_batches_timed']}/{c['train_batches_full']} | {c['test_rows_timed']}/{c['test_rows_full']} |")
+    graph = any("mnp_over_mnp_graph_train" in r for r in result["ratios"].values())  # mnp_graph was timed
     out += ["", "| dataset | MGP/MNP train (target ≥ 3) | MGP/MNP test (target ≥ 5) | MGP/MNP test, context reused "
-            "| MNP/MLP train | MNP/MLP test | MNP train util | MNP test util | before/after (mnp_ref/mnp) train, test |",
-            "|---|---|---|---|---|---|---|---|---|"]
+            "| MNP/MLP train | MNP/MLP test | MNP train util | MNP test util | before/after (mnp_ref/mnp) train, test |"
+            + (" MGP/MNP-graph train (target ≥ 3) | MNP eager/graph train |" if graph else ""),
+            "|---|---|---|---|---|---|---|---|---|" + ("---|---|" if graph else "")]
     mnp = {c["dataset"]: c for c in result["cases"] if c["model"] == "mnp"}
 
     def fmt(v, target=None):
@@ -41,7 +44,9 @@ def markdown(result: dict) -> str:
         out.append(f"| {d} | {fmt(r.get('mgp_over_mnp_train'), 3.0)} | {fmt(r.get('mgp_over_mnp_test'), 5.0)} | "
                    f"{fmt(r.get('mgp_over_mnp_test_context_reused'), 5.0)} | "
                    f"{fmt(r.get('mnp_over_mlp_train'))} | {fmt(r.get('mnp_over_mlp_test'))} | {util('train_util')} | "
-                   f"{util('test_util')} | {fmt(r.get('mnp_ref_over_mnp_train'))}, {fmt(r.get('mnp_ref_over_mnp_test'))} |")
+                   f"{util('test_util')} | {fmt(r.get('mnp_ref_over_mnp_train'))}, {fmt(r.get('mnp_ref_over_mnp_test'))} |"
+                   + (f" {fmt(r.get('mgp_over_mnp_graph_train'), 3.0)} | {fmt(r.get('mnp_over_mnp_graph_train'))} |"
+                      if graph else ""))
     if "sweep" in result:
         sw = result["sweep"]
         out += ["", f"### paper_main MNP sweep estimate ({sw['seeds']} seeds, {sw['parallel_jobs']} parallel "

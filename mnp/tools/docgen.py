@@ -10,7 +10,7 @@ exits 1 when a block differs from what the files give (tests/test_docs.py runs i
 * ``results/digits_c/results.csv``: ``python -m mnp.tools.report <digits_c sweep> --out results/digits_c``;
 * ``docs/goals.csv``: the goal table of the fidelity issue; ``benchmarks/custom_defaults.json``:
   ``python benchmarks/custom_defaults.py``; ``figures/figure2.json``: ``python -m mnp.tools.figure2 --out figures``;
-  ``benchmarks/step_capture_h100.json``: ``python benchmarks/device/step_capture.py`` on a GPU; the models'
+  the GPU and start-up measurements of :mod:`mnp.tools.docgen_speed` (its renderers are registered here); the models'
   declared domains (``domains`` of each class in ``conf/model/``, mnp.core.domains) for the table of model keys.
   ``figures/noise_curves.json`` and ``.png`` (accuracy per σ with the ceiling, :mod:`mnp.tools.noise_figure`) are
   rewritten from ``results/paper_main/results.csv`` when they differ from it; ``benchmarks/view_weighting_<dataset>.json``:
@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 
 from mnp.tools.report_paper import paper_values
-from mnp.tools import noise_figure
+from mnp.tools import docgen_speed, noise_figure
 from mnp.tools.report_runs import dataset_label, model_label, read_results
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -197,18 +197,6 @@ def render_digits_c(src: dict) -> str:
     return "\n".join(rows)
 
 
-def render_step_capture(src: dict) -> str:
-    """MNP's training step on a GPU, eager against one CUDA graph (benchmarks/step_capture_h100.json)."""
-    rows = ["| dataset | host syncs in the step (`set_sync_debug_mode(\"error\")`) | eager step | the step as one CUDA graph "
-            "| speed-up |", "|---|---|---|---|---|"]
-    for d, c in src["step_capture"].get("cases", {}).items():
-        graph = f"{c['graph_ms']:.2f} ms" if "graph_ms" in c else "capture failed"
-        speed = f"{c['speedup']:.1f}×" if "speedup" in c else "–"
-        rows.append(f"| {dataset_label(d)} | {'none' if c.get('host_sync_free') else 'some'} | {c['eager_ms']:.2f} ms | "
-                    f"{graph} | {speed} |")
-    return "\n".join(rows)
-
-
 def render_depgraph(src: dict) -> str:
     """The package import graph (``python -m mnp.tools.depgraph --mermaid``): edge labels count module imports."""
     from mnp.tools import depgraph
@@ -279,14 +267,13 @@ RENDERERS = {"paper_main": render_paper_main, "goals": render_goals, "beats": re
              "baselines": render_baselines, "glance": render_glance, "switches": render_switches,
              "custom_defaults": render_custom_defaults, "figure2": render_figure2,
              "depgraph": render_depgraph, "goals_summary": render_goals_summary, "digits_c": render_digits_c,
-             "step_capture": render_step_capture, "model_keys": render_model_keys,
-             "noise_curves": render_noise_curves, "view_weighting": render_view_weighting}
+             "model_keys": render_model_keys, "noise_curves": render_noise_curves,
+             "view_weighting": render_view_weighting, **docgen_speed.RENDERERS}
 
 
 # ---------------------------------------------------------------------------- files
 def sources(root: Path = ROOT) -> dict:
     bench = root / "benchmarks" / "custom_defaults.json"
-    capture = root / "benchmarks" / "step_capture_h100.json"
     paper_main = read_results(root / "results" / "paper_main" / "results.csv")
     weighting = {p.stem.removeprefix("view_weighting_"): json.loads(p.read_text())
                  for p in sorted((root / "benchmarks").glob("view_weighting_*.json"))}
@@ -295,7 +282,7 @@ def sources(root: Path = ROOT) -> dict:
             "digits_c": read_results(root / "results" / "digits_c" / "results.csv"),
             "custom_defaults": json.loads(bench.read_text()) if bench.exists() else {},
             "figure2": json.loads((root / "figures" / "figure2.json").read_text()),
-            "step_capture": json.loads(capture.read_text()) if capture.exists() else {}}
+            **docgen_speed.sources(root)}
 
 
 def render_file(text: str, src: dict) -> str:
