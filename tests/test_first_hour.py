@@ -72,9 +72,13 @@ def test_a_run_ends_with_a_summary_naming_its_directory_and_files(mnp_run):
 def test_progress_is_one_line_per_epoch_with_stage_and_whole_run_eta_when_not_a_tty(mnp_run):
     res, run_dir = mnp_run
     out = res.stdout + res.stderr
-    lines = re.findall(r"(warm-up|main) epoch (\d)/4  loss (\S+)  elapsed \S+  ETA (\S+)", out)
+    lines = re.findall(r"(warm-up|main) epoch (\d)/4(.*?)  elapsed \S+  ETA (\S+)", out)
     assert [(stage, int(e)) for stage, e, _, _ in lines] == [("warm-up", 1), ("main", 2), ("main", 3), ("main", 4)]
-    assert lines[-1][3] == "0s" and all(loss != "n/a" for _, _, loss, _ in lines)
+    assert lines[-1][3] == "0s"
+    # the warm-up says it trains L_RBF alone; a main epoch shows what the classifier learned before the loss
+    assert re.fullmatch(r" \(L_RBF only\)  loss \S+", lines[0][2]), lines[0]
+    for _, _, learned, _ in lines[1:]:
+        assert re.fullmatch(r"  train acc [01]\.\d{3}  class loss \S+  loss \S+", learned), learned
     assert "━" not in out and "it/s" not in out  # no progress bar in a log
     assert len(re.findall(r"epoch \d/4", (run_dir / "train.log").read_text())) == 4
 
@@ -190,10 +194,15 @@ def test_on_a_terminal_the_bar_names_the_stage_and_the_whole_run_eta(tmp_path):
 
     class Recorded(RunProgressBar):
         seen: list = []
+        postfix: list = []
 
         def on_train_epoch_start(self, trainer, pl_module):
             super().on_train_epoch_start(trainer, pl_module)
             self.seen.append(self.train_progress_bar.desc)
+
+        def on_train_epoch_end(self, trainer, pl_module):
+            super().on_train_epoch_end(trainer, pl_module)
+            self.postfix.append(self.get_metrics(trainer, pl_module))
 
     rng = np.random.default_rng(0)
     y = np.repeat(np.arange(3), 20)
@@ -202,8 +211,12 @@ def test_on_a_terminal_the_bar_names_the_stage_and_the_whole_run_eta(tmp_path):
     bar = Recorded()
     pl.Trainer(max_epochs=3, default_root_dir=tmp_path, logger=False, enable_checkpointing=False,
                enable_model_summary=False, callbacks=[bar]).fit(model, dm)
-    assert bar.seen[0].startswith("warm-up 1/3") and bar.seen[1].startswith("main 2/3 · run ETA ")
+    assert bar.seen[0].startswith("warm-up 1/3 (L_RBF only)") and bar.seen[1].startswith("main 2/3 · run ETA ")
     assert bar.seen[2].startswith("main 3/3 · run ETA ")
+    # the bar shows what was learned: the warm-up's loss alone, then train accuracy and classification loss
+    assert list(bar.postfix[0]) == ["loss"]
+    assert [list(p) for p in bar.postfix[1:]] == [["train acc", "class loss", "loss"]] * 2
+    assert 0 <= float(bar.postfix[-1]["train acc"]) <= 1 and float(bar.postfix[-1]["class loss"]) > 0
 
 
 def test_console_entry_points_run_from_any_directory(tmp_path):
