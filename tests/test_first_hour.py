@@ -63,6 +63,7 @@ def test_a_run_ends_with_a_summary_naming_its_directory_and_files(mnp_run):
     assert "Finished: mnp on custom, seed 0, 4 epochs" in out
     assert f"accuracy            {100 * metrics['test/acc']:.2f} %" in out
     assert f"ECE                 {metrics['test/ece']:.4f}" in out and "noisy accuracy" in out and "total time" in out
+    assert f"train time / epoch  {metrics['time/train_epoch_s']:.2f} s (median of 3 main epochs)" in out  # no warm-up
     assert f"Run directory: {run_dir.resolve()}" in out
     assert re.search(r"^\s+metrics\.json  \(\d", out, re.M) and re.search(r"^\s+checkpoints/last\.ckpt  \(", out, re.M)
     log = (run_dir / "train.log").read_text()

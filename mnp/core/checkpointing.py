@@ -12,6 +12,7 @@ import os
 import pickle
 import re
 import tempfile
+import time
 import warnings
 import zipfile
 from pathlib import Path
@@ -27,6 +28,7 @@ from datamodules.files import TEMP, atomic_write
 log = logging.getLogger(__name__)
 
 CFG_KEY = "mnp_cfg"  # resolved config stored inside every checkpoint (plain containers)
+ELAPSED_KEY = "elapsed_s"  # the run's wall time up to the checkpoint, over all its sessions
 LAST, PREVIOUS = "last.ckpt", "prev.ckpt"
 LOCK = ".lock"
 
@@ -76,6 +78,21 @@ def checkpoint_callbacks(ckpt_dir: Path, monitor: str | None = None, every_n_epo
     if monitor:
         callbacks.append(ModelCheckpoint(filename="best", monitor=monitor, mode="min", **common))
     return callbacks
+
+
+class RunTime(pl.Callback):
+    """A run's wall time over all its sessions: every checkpoint stores the time so far, and a resumed run
+    counts on from its checkpoint's (``time/total_s`` is then the whole run's, not the last session's)."""
+
+    def __init__(self, start: float, resumed_from: str | None = None):
+        self.start = start  # time.perf_counter() when this session began
+        self.before = float(load_checkpoint(resumed_from).get(ELAPSED_KEY, 0.0)) if resumed_from else 0.0
+
+    def elapsed(self) -> float:
+        return self.before + time.perf_counter() - self.start
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint) -> None:
+        checkpoint[ELAPSED_KEY] = self.elapsed()
 
 
 # ---------------------------------------------------------------------------- reading

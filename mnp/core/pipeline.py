@@ -23,9 +23,9 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from mnp.core import signals
 from mnp.core.accel import configure as configure_accel, matmul_precision
-from mnp.core.checkpointing import (CFG_KEY, AtomicCheckpointIO, CsvHistory, atomic_write, check_fits, check_writable,
-                               checkpoint_callbacks, holds_run_dir, keep_csv_history, load_checkpoint,
-                               resume_checkpoint)
+from mnp.core.checkpointing import (CFG_KEY, AtomicCheckpointIO, CsvHistory, RunTime, atomic_write, check_fits,
+                                   check_writable, checkpoint_callbacks, holds_run_dir, keep_csv_history,
+                                   load_checkpoint, resume_checkpoint)
 from mnp.core.errors import USER_ERRORS
 from mnp.core.outputs import write_json, write_npz
 from mnp.core.progress import progress_callbacks
@@ -208,7 +208,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         lg.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
     progress, bar = progress_callbacks(bool(cfg.trainer.get("enable_progress_bar", True)))
     callbacks = build_callbacks(cfg, out_dir, has_val)
-    trainer = build("trainer", cfg.trainer, logger=loggers or False, callbacks=callbacks + progress,
+    clock = RunTime(t0, resume_from)
+    trainer = build("trainer", cfg.trainer, logger=loggers or False, callbacks=[*callbacks, clock, *progress],
                     enable_checkpointing=any(isinstance(c, ModelCheckpoint) for c in callbacks), enable_progress_bar=bar,
                     default_root_dir=str(out_dir), plugins=[AtomicCheckpointIO(resume_from)],
                     limit_val_batches=None if has_val else 0)
@@ -234,13 +235,13 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             else:
                 trainer.test(model, datamodule=dm, verbose=False)
             results = {} if not trainer.is_global_zero else write_outputs(
-                out_dir, model, identity, {"time/total_s": time.perf_counter() - t0})
-            if results:
-                log_run_summary(results, out_dir)
+                out_dir, model, identity, {"time/total_s": clock.elapsed()})
             for lg in loggers:
                 if hasattr(lg, "experiment") and type(lg).__name__ == "WandbLogger":
                     from mnp.core.wandb_utils import log_summary
                     log_summary(lg, results, out_dir)
+            if results:  # last: it lists the run's files, the figures log_summary saves included
+                log_run_summary(results, out_dir)
             return results
     finally:
         finish_wandb()
