@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 
 from mnp.core import signals
-from mnp.core.console import quiet, traceback_to_log_file
+from mnp.core.console import quiet, to_log_file, traceback_to_log_file
 from mnp.core.errors import USER_ERRORS
 from mnp.core.summary import STATUS_ENV, sweep_incomplete, sweep_summary
 
@@ -46,7 +46,7 @@ def main_guarded(main) -> None:
     """Run a ``@hydra.main`` entry point; Hydra's own errors (an unknown config key, a missing
     config option, a malformed override), a sweep's failed job and a sweep with skipped jobs end in one
     line ``error: <message>`` and exit status 1, like the errors :func:`run_guarded` handles; SIGTERM
-    ends in one line and exit status 143 (:mod:`mnp.core.signals`)."""
+    and Ctrl-C end in one line and exit status 143 and 130 (:mod:`mnp.core.signals`)."""
     quiet()
     sys.argv[1:] = [quote_path_value(a) for a in sys.argv[1:]]
     status = Path(tempfile.mkstemp(prefix="mnp-sweep-", suffix=".jsonl")[1])
@@ -69,9 +69,10 @@ def _run_main(main, status: Path) -> None:
     os.environ["HYDRA_FULL_ERROR"] = os.environ[_GUARDED] = "1"  # Hydra re-raises; we print
     try:
         main()
-    except signals.Terminated as e:  # a sweep stops at once; its summary names the interrupted job
+    except (signals.Terminated, KeyboardInterrupt) as e:  # a sweep stops at once; its summary names the interrupted job
         _print_sweep(status)
-        _fail(signals.message(e), signals.EXIT_CODE)
+        stop = signals.stopped(e)
+        _fail(str(stop), stop.exit_code)
     except (HydraException, JobFailed) as e:
         _print_sweep(status)
         _fail(one_line(e))
@@ -124,9 +125,10 @@ def run_guarded(fn, cfg):
         return fn(cfg)
     try:
         return fn(cfg)
-    except (signals.Terminated, SIGTERMException) as e:
-        log.error("%s", signals.message(e))
-        _fail(signals.message(e), signals.EXIT_CODE)
+    except (signals.Terminated, SIGTERMException, KeyboardInterrupt) as e:  # the line on stderr, and in train.log
+        stop = signals.stopped(e)
+        to_log_file(str(stop))
+        _fail(str(stop), stop.exit_code)
     except USER_ERRORS as e:  # one line; the traceback (an internal bug raises these types too) goes to train.log
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         where = traceback_to_log_file(e)
@@ -137,6 +139,7 @@ def run_guarded(fn, cfg):
 
 
 def _fail(msg: str, status: int = 1) -> None:
-    """The CLIs' one way out on an error: ``error: <msg>`` on stderr, exit status 1 (143 after SIGTERM)."""
+    """The CLIs' one way out on an error: ``error: <msg>`` on stderr, exit status 1 (143 after SIGTERM, 130 after
+    Ctrl-C)."""
     print(f"error: {msg}", file=sys.stderr)
     sys.exit(status)
