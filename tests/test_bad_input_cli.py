@@ -340,8 +340,8 @@ def test_every_failure_leaves_its_traceback_in_the_log_file(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("override,expected", [
-    ("model.bogus=1", "error: Could not override 'model.bogus'. To append to your config use +model.bogus=1; "
-                      "Key 'bogus' is not in struct"),
+    ("model.bogus=1", "error: model.bogus is not a key of the model (Key 'bogus' is not in struct; in a sweep, of "
+                      "every model it runs): check its spelling (the models' keys: docs/usage.md)"),
     ("model=nosuch", "error: In 'train': Could not find 'model/nosuch' Available options in 'model': de_ef, de_lf, "),
     ("seed=[", "error: no viable alternative at input '['"),
 ])

@@ -123,6 +123,11 @@ def test_evaluate_without_a_checkpoint_is_one_line():
     (["trainer.max_epochs=-1"], "error: trainer.max_epochs must be an integer >= 1, got -1"),
     (["model=mnp", "model.warmup_epochs=100"], "error: model.warmup_epochs=100 >= trainer.max_epochs=60"),
     (["model=mnp", "model.clip_norm=-0.1"], "error: model.clip_norm must be > 0 (or null), got -0.1"),
+    (["model=mlp", "model.warmup_epochs=10"], "error: model.warmup_epochs is not a key of the model (Key "
+     "'warmup_epochs' is not in struct; in a sweep, of every model it runs): check its spelling (the models' keys: "
+     "docs/usage.md), and give a key only some models of a sweep have in a command of its own for those; "
+     "+model.warmup_epochs would pass it to a model that does not take it; MNP's warm-up follows a shorter "
+     "trainer.max_epochs by itself"),
 ])
 def test_config_errors_are_one_line_before_anything_is_written(tmp_path, data_file, args, message):
     path = [] if "dataset.path" in message else [f"dataset.path={data_file}"]
@@ -164,6 +169,48 @@ def test_warmup_is_a_quarter_of_the_run_for_a_dataset_without_its_own_config(tmp
     cfg = compose_train(tmp_path, ["model=mnp", "dataset=pie"])
     resolve_auto(cfg)
     assert cfg.model.warmup_epochs == 100  # a dataset's own config keeps its value
+
+
+def test_a_run_shortened_below_the_datasets_warmup_scales_it_in_one_line(tmp_path, caplog):
+    """``-m model=mnp,mlp dataset=cub trainer.max_epochs=20`` used to fail MNP's job on its 100 warm-up epochs."""
+    import logging
+
+    # (dataset, trainer.max_epochs) -> warm-up: 100 of CUB's 150 epochs, 100 of Handwritten's 105, 100 of PIE's 350
+    cases = {("cub", 20): 13, ("cub", 120): 100, ("cub", None): 100, ("handwritten", 5): 4, ("pie", 1): 0,
+             ("pie", 101): 100, ("pie", 100): 29}
+    for (dataset, epochs), warmup in cases.items():
+        cfg = compose_train(tmp_path, ["model=mnp", f"dataset={dataset}"] +
+                            ([f"trainer.max_epochs={epochs}"] if epochs else []))
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="mnp.core.validate"):
+            resolve_auto(cfg)
+        validate(cfg)
+        assert cfg.model.warmup_epochs == warmup, (dataset, epochs)
+        lines = [r.getMessage() for r in caplog.records]
+        assert len(lines) == (warmup != 100), lines  # one line when it is scaled
+    caplog.clear()
+    cfg = compose_train(tmp_path, ["model=mnp", "dataset=cub", "trainer.max_epochs=20"])
+    with caplog.at_level(logging.INFO, logger="mnp.core.validate"):
+        resolve_auto(cfg)
+    assert [r.getMessage() for r in caplog.records] == [
+        "trainer.max_epochs=20 leaves no epoch after the dataset's 100 warm-up epochs: the warm-up keeps its share "
+        "of the run, model.warmup_epochs=13 (100 of 150 by default; set model.warmup_epochs to choose)"]
+    cfg = compose_train(tmp_path, ["model=mnp", "dataset=cub", "trainer.max_epochs=20", "model.warmup_epochs=100"])
+    resolve_auto(cfg)
+    with pytest.raises(ConfigError, match=r"^model.warmup_epochs=100 >= trainer.max_epochs=20"):
+        validate(cfg)  # a warm-up the user gives is the user's
+
+
+def test_the_quick_preset_runs_every_model_on_every_dataset_in_a_few_short_epochs(tmp_path):
+    models, datasets = (sorted(p.stem for p in (ROOT / "conf" / g).glob("*.yaml")) for g in ("model", "dataset"))
+    for model in models:
+        for dataset in datasets:
+            cfg = compose_train(tmp_path, [f"model={model}", f"dataset={dataset}", "experiment=quick"] +
+                                (["dataset.path=x.npz"] if dataset == "custom" else []))
+            resolve_auto(cfg)
+            validate(cfg)
+            assert (cfg.trainer.max_epochs, cfg.trainer.limit_train_batches, cfg.experiment_name) == (10, 5, "quick")
+            assert cfg.model.get("warmup_epochs", 0) < 10
 
 
 # ---------------------------------------------------------------------------- sweeps

@@ -75,7 +75,7 @@ def _run_main(main, status: Path) -> None:
         _fail(str(stop), stop.exit_code)
     except (HydraException, JobFailed) as e:
         _print_sweep(status)
-        _fail(one_line(e))
+        _fail(not_a_model_key(one_line(e)))
     except OSError as e:  # Hydra creates the run directory (and saves its config) before the job runs
         where = f" {e.filename}" if e.filename else ""
         _fail(f"cannot create the run directory{where}: {e.strerror or e}; set paths.log_dir or hydra.run.dir "
@@ -86,6 +86,20 @@ def _run_main(main, status: Path) -> None:
     _print_sweep(status)
     if sweep_incomplete(status):  # skipped jobs: the sweep ran, but its results are not all there
         _fail(sweep_incomplete(status))
+
+
+def not_a_model_key(line: str) -> str:
+    """Hydra's advice for a key the chosen model lacks (``+model.<key>=...``) adds it to a model that cannot take it
+    (and fails for the models of a sweep that have it): say what to do instead."""
+    found = re.match(r"Could not override '(model\.[\w.]+)'\. To append to your config use \+\S+; (Key .* not in struct)",
+                     line)
+    if not found:
+        return line
+    key = found.group(1)
+    hint = "; MNP's warm-up follows a shorter trainer.max_epochs by itself" if key == "model.warmup_epochs" else ""
+    return (f"{key} is not a key of the model ({found.group(2)}; in a sweep, of every model it runs): check its "
+            f"spelling (the models' keys: docs/usage.md), and give a key only some models of a sweep have in a "
+            f"command of its own for those; +{key} would pass it to a model that does not take it{hint}")
 
 
 PATH_KEYS = ("ckpt_path", "dataset.path", "data_dir", "output_dir", "dataset.data_dir", "paths.log_dir",

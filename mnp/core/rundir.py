@@ -21,6 +21,7 @@ from omegaconf import OmegaConf
 
 RESOLVER = "mnp_run_suffix"
 EVAL_RESOLVER = "mnp_eval_dir"
+WARMUP_RESOLVER = "mnp_warmup"
 # keys that cannot change a run's numbers: these exactly (group choices, bookkeeping) ...
 NON_RESULT_KEYS = frozenset({
     "model", "dataset", "seed", "experiment", "experiment_name", "variant", "launcher", "logger", "callbacks",
@@ -58,12 +59,24 @@ def run_suffix(overrides: Iterable[str]) -> str:
 
 
 def register_resolver() -> None:
-    """``${mnp_run_suffix:${hydra.overrides.task}}`` in conf/hydra/default.yaml and
-    ``${mnp_eval_dir:${ckpt_path}}`` in conf/evaluate.yaml."""
+    """The configs' resolvers: ``${mnp_run_suffix:${hydra.overrides.task}}`` in conf/hydra/default.yaml,
+    ``${mnp_eval_dir:${ckpt_path}}`` in conf/evaluate.yaml and ``${mnp_warmup:W,E}`` in conf/model_dataset/."""
     if not OmegaConf.has_resolver(RESOLVER):
         OmegaConf.register_new_resolver(RESOLVER, lambda overrides: run_suffix(list(overrides or [])))
     if not OmegaConf.has_resolver(EVAL_RESOLVER):
         OmegaConf.register_new_resolver(EVAL_RESOLVER, eval_dir)
+    if not OmegaConf.has_resolver(WARMUP_RESOLVER):
+        OmegaConf.register_new_resolver(WARMUP_RESOLVER, scaled_warmup)
+
+
+def scaled_warmup(warmup: int, of: int, *, _root_) -> int:
+    """``${mnp_warmup:W,E}``: a dataset's W warm-up epochs of its E. A ``trainer.max_epochs`` that leaves no epoch
+    after them (a run shortened for a quick try, or a sweep's shared ``trainer.max_epochs``) scales the warm-up
+    to the same share W/E of the shorter run, keeping at least one main epoch."""
+    epochs = OmegaConf.select(_root_, "trainer.max_epochs")
+    if not isinstance(epochs, int) or isinstance(epochs, bool) or epochs < 1 or epochs > warmup:
+        return int(warmup)  # a bad trainer.max_epochs is the validation's to report
+    return max(min(round(warmup * epochs / of), epochs - 1), 0)
 
 
 def eval_dir(ckpt_path: str) -> str:

@@ -12,13 +12,15 @@ naming the full key, what it must be and what it got. Checked:
   run length, and at least one training batch (:func:`check_train_batches`).
 
 :func:`resolve_auto` first fills in the values derived from others (MNP's warm-up as a fraction of
-the run when the dataset has no config of its own). Once the model is built,
+the run when the dataset has no config of its own, or scaled to a run shortened below it). Once the model is built,
 :func:`check_manual_optimization` refuses the Trainer keys a model's own optimisation step cannot honour.
 """
 from __future__ import annotations
 
 import inspect
+import logging
 import math
+import re
 import types
 import typing
 from collections.abc import Mapping, Sequence
@@ -30,6 +32,10 @@ from mnp.core.accel import CUDA_GRAPH, PRECISIONS
 from mnp.core.missing import missing_flag
 from mnp.core.domains import check_domains
 from mnp.core.protocols import resolve_noise_batch_rows
+from mnp.core.rundir import WARMUP_RESOLVER, register_resolver
+
+log = logging.getLogger(__name__)
+SCALED = re.compile(r"\$\{" + WARMUP_RESOLVER + r":\s*(\d+)\s*,\s*(\d+)\s*\}")
 
 
 class ConfigError(ValueError):
@@ -38,8 +44,21 @@ class ConfigError(ValueError):
 
 # ---------------------------------------------------------------------------- derived values
 def resolve_auto(cfg: DictConfig) -> None:
-    """``model.warmup_epochs: null`` means ``round(model.warmup_fraction × trainer.max_epochs)``."""
+    """``model.warmup_epochs: null`` means ``round(model.warmup_fraction × trainer.max_epochs)``; a dataset's
+    ``${mnp_warmup:W,E}`` is W, or its share of a ``trainer.max_epochs`` that leaves no epoch after it
+    (:func:`mnp.core.rundir.scaled_warmup`), said in one line. Both become plain numbers here."""
+    register_resolver()
     model = cfg.get("model") or {}
+    raw = OmegaConf.to_container(model, resolve=False).get("warmup_epochs") if isinstance(model, DictConfig) else None
+    scaled = SCALED.fullmatch(raw.strip()) if isinstance(raw, str) else None
+    if scaled:
+        with open_dict(cfg):
+            cfg.model.warmup_epochs = value = int(cfg.model.warmup_epochs)
+        warmup, of = (int(g) for g in scaled.groups())
+        if value != warmup:
+            log.info("trainer.max_epochs=%d leaves no epoch after the dataset's %d warm-up epochs: the warm-up keeps "
+                     "its share of the run, model.warmup_epochs=%d (%d of %d by default; set model.warmup_epochs to "
+                     "choose)", cfg.trainer.max_epochs, warmup, value, warmup, of)
     if "warmup_fraction" not in model:
         return
     with open_dict(cfg):
