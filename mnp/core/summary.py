@@ -120,7 +120,7 @@ def sweep_summary(status_file: Path) -> str:
     sweep_dirs = sorted({str(Path(j["dir"]).parent) for j in jobs})
     head = ("Sweep stopped: " if "interrupted" in counts else "Sweep finished: ") + \
         ", ".join(f"{n} {s}" for s, n in counts.items())
-    tail = [f"Aggregate with: python -m mnp.tools.report {' '.join(sweep_dirs)} --out results/<name>"]
+    tail = [f"Aggregate with: python -m mnp.tools.report {' '.join(sweep_dirs)}  (writes {sweep_dirs[0]}/report)"]
     return "\n".join([head, *lines, *tail])
 
 
