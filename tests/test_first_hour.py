@@ -111,6 +111,20 @@ def test_evaluate_works_from_another_directory_and_writes_only_inside_the_run(mn
     assert f"Run directory: {(run_dir / 'eval').resolve()}" in res.stdout + res.stderr
 
 
+def test_evaluate_helps_example_of_another_noise_protocol_runs(mnp_run, tmp_path):
+    from mnp.core.help import evaluate_help
+
+    _, run_dir = mnp_run
+    example = next(ln.split()[1:] for ln in evaluate_help().splitlines() if "eval.noise_levels" in ln)
+    assert example[0] == "evaluate.py" and example[1] == "ckpt_path=last.ckpt"
+    out = tmp_path / "eval"
+    overrides = [t for t in example[2:] if "=" in t]  # the words after it describe it
+    res = run_cli(["evaluate.py", f"ckpt_path={run_dir / 'checkpoints' / 'last.ckpt'}", *overrides, f"output_dir={out}"])
+    assert res.returncode == 0, res.stderr[-2000:]
+    levels = [k for k in json.loads((out / "metrics.json").read_text()) if k.startswith("noise/acc@")]
+    assert levels == ["noise/acc@0.5", "noise/acc@1", "noise/acc@2"]
+
+
 def test_evaluate_without_a_checkpoint_is_one_line():
     res = run_cli(["evaluate.py"])
     assert res.returncode == 1 and res.stderr.strip() == "error: ckpt_path is required: add ckpt_path=<value> to the command"

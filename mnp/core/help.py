@@ -40,7 +40,7 @@ usage: python evaluate.py ckpt_path=<run dir>/checkpoints/last.ckpt [data_dir=<d
 Examples:
   python evaluate.py ckpt_path=logs/default/runs/mnp_pie_s0/checkpoints/last.ckpt
   python evaluate.py ckpt_path=/abs/path/last.ckpt data_dir=/data/mnp        data moved to another directory
-  python evaluate.py ckpt_path=last.ckpt eval.noise_levels=[0.5,1,2]           another noise protocol
+  python evaluate.py ckpt_path=last.ckpt +eval.noise_levels=[0.5,1,2]          another noise protocol (+eval.<key>)
 """
 
 
