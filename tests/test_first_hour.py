@@ -135,7 +135,7 @@ def test_evaluate_without_a_checkpoint_is_one_line():
     (["model=mnp", "model.tau=oops"], "error: model.tau must be a number, got 'oops'"),
     ([], "error: dataset.path is required"),
     (["trainer.max_epochs=-1"], "error: trainer.max_epochs must be an integer >= 1, got -1"),
-    (["model=mnp", "model.warmup_epochs=100"], "error: model.warmup_epochs=100 >= trainer.max_epochs=60"),
+    (["model=mnp", "model.warmup_epochs=600"], "error: model.warmup_epochs=600 >= trainer.max_epochs=500"),
     (["model=mnp", "model.clip_norm=-0.1"], "error: model.clip_norm must be > 0 (or null), got -0.1"),
     (["model=mlp", "model.warmup_epochs=10"], "error: model.warmup_epochs is not a key of the model (Key "
      "'warmup_epochs' is not in struct; in a sweep, of every model it runs): check its spelling (the models' keys: "

@@ -32,7 +32,7 @@ from mnp.core.progress import progress_callbacks
 from mnp.core.rundir import check_reuse, eval_dir, hydra_variant
 from mnp.core.stored_config import checked_run_config, init_keys, restore_model
 from mnp.core.summary import log_run_summary
-from mnp.core.validate import check_manual_optimization, check_train_batches, resolve_auto, validate
+from mnp.core.validate import check_manual_optimization, check_train_batches, resolve_auto, resolve_epochs, validate
 
 log = logging.getLogger(__name__)
 
@@ -172,8 +172,9 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     Returns the metrics dict (also when the job is skipped because it already finished).
     """
     t0 = time.perf_counter()
+    loaded = resolve_epochs(cfg, lambda: build_datamodule(cfg))  # dataset=custom: epochs sized by steps on the data
     resolve_auto(cfg)
-    validate(cfg)  # the whole config, before anything is built or written
+    validate(cfg)  # the whole config, before anything else is built or written
     absolute_data_paths(cfg)
     out_dir = Path(cfg.paths.output_dir)
     metrics_path = out_dir / "metrics.json"
@@ -196,7 +197,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             cfg.variant = variant
     set_threads(cfg.get("torch_threads"))
     pl.seed_everything(int(cfg.seed), workers=True, verbose=False)
-    dataset_name, dm = build_datamodule(cfg)
+    dataset_name, dm = loaded or build_datamodule(cfg)
     check_train_batches(cfg.trainer, len(dm.train_dataloader()))  # a fraction of them that rounds to none
     model_name, model = build_model(cfg, dm)
     check_manual_optimization(cfg.trainer, model_name, model.automatic_optimization)

@@ -12,7 +12,8 @@ naming the full key, what it must be and what it got. Checked:
   run length, and at least one training batch (:func:`check_train_batches`).
 
 :func:`resolve_auto` first fills in the values derived from others (MNP's warm-up as a fraction of
-the run when the dataset has no config of its own, or scaled to a run shortened below it). Once the model is built,
+the run when the dataset has no config of its own, or scaled to a run shortened below it), after
+:func:`resolve_epochs` sized the run by optimiser steps on the data where the config asks for it (dataset=custom). Once the model is built,
 :func:`check_manual_optimization` refuses the Trainer keys a model's own optimisation step cannot honour.
 """
 from __future__ import annotations
@@ -23,7 +24,7 @@ import math
 import re
 import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf, open_dict
@@ -67,6 +68,26 @@ def resolve_auto(cfg: DictConfig) -> None:
             _check_fraction("model.warmup_fraction", frac, upper_open=True)
             epochs = cfg.trainer.get("max_epochs")
             cfg.model.warmup_epochs = int(round(frac * epochs)) if isinstance(epochs, int) and epochs > 0 else 0
+
+
+def resolve_epochs(cfg: DictConfig, load: Callable[[], tuple]) -> tuple | None:
+    """``trainer.max_epochs: null`` with ``train_steps: S`` (dataset=custom's configs): the epochs that give about
+    S optimiser steps on this data, ceil(S / training batches per epoch), at least ``min_epochs``; said in one
+    line. ``load()`` builds and sets up the datamodule, ``(name, datamodule)``, which is returned for reuse;
+    None (nothing loaded) when the epochs are given or the data is not named yet (``dataset.path`` missing)."""
+    steps, epochs = cfg.get("train_steps"), cfg.trainer.get("max_epochs")
+    if epochs is not None or steps is None or OmegaConf.missing_keys(cfg.get("dataset") or {}):
+        return None
+    _check_int("train_steps", steps, 1)
+    least = cfg.get("min_epochs", 1)
+    _check_int("min_epochs", least, 1)
+    loaded = load()
+    batches = len(loaded[1].train_dataloader())
+    with open_dict(cfg):
+        cfg.trainer.max_epochs = max(math.ceil(steps / batches), least)
+    log.info("%d training batches per epoch: trainer.max_epochs=%d for about train_steps=%d optimiser steps (at least "
+             "min_epochs=%d; set trainer.max_epochs to choose)", batches, cfg.trainer.max_epochs, steps, least)
+    return loaded
 
 
 # ---------------------------------------------------------------------------- types
