@@ -1,8 +1,11 @@
-"""Default ``model=mnp`` against default ``model=mlp`` on your-own-data files of different shapes.
+"""Every model's defaults on your own data, on four small scikit-learn sets split into views.
 
-``python benchmarks/custom_defaults.py [--out benchmarks/custom_defaults.json]`` writes the four
-tabular sets below as ``.npz`` files (the ``dataset=custom`` format), trains both models on each with
-nothing but ``dataset=custom dataset.path=<file>``, and records test accuracy, ECE and time.
+``python benchmarks/custom_defaults.py [--out benchmarks/custom_defaults.json]`` writes wine (2 views: 7 + 6
+columns), iris (2 + 2), breast_cancer (3 views of 10: means, standard errors, worst values) and digits (the
+left and right halves of each 8×8 image) as ``.npz`` files (the ``dataset=custom`` format), trains every model
+on each with nothing but ``dataset=custom dataset.path=<file>`` (a run sized by optimiser steps), and with
+``--before`` also with the fixed epochs those defaults replaced (60 for mnp, 20 for the others), and records
+test accuracy, ECE, noisy accuracy, epochs and wall time. One thread per run (``MNP_TORCH_THREADS=1``).
 """
 from __future__ import annotations
 
@@ -16,17 +19,29 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
+MODELS = ["mnp", "mnp_official", "mlp", "mcd", "de_ef", "de_lf", "sngp", "etp", "tmc", "mgp"]
+BEFORE = {"mnp": 60, "mnp_official": 60}  # the fixed trainer.max_epochs on custom data before; 20 for the others
 
 
-def blobs(n: int, k: int, dims: list[int], informative: list[float], seed: int) -> dict[str, np.ndarray]:
-    """Views whose class means differ by ``informative[v]`` standard deviations on a few columns."""
-    rng = np.random.default_rng(seed)
-    y = rng.integers(0, k, n)
-    arrays = {"y": y}
-    for v, (d, sep) in enumerate(zip(dims, informative), 1):
-        means = rng.normal(size=(k, d)) * sep * (rng.random(d) < 0.3)
-        arrays[f"x{v}"] = means[y] + rng.normal(size=(n, d)) + rng.normal(size=d) * 5
-    return arrays
+def wine() -> dict[str, np.ndarray]:
+    from sklearn.datasets import load_wine
+
+    d = load_wine()
+    return {"x1": d.data[:, :7], "x2": d.data[:, 7:], "y": d.target}
+
+
+def iris() -> dict[str, np.ndarray]:
+    from sklearn.datasets import load_iris
+
+    d = load_iris()
+    return {"x1": d.data[:, :2], "x2": d.data[:, 2:], "y": d.target}
+
+
+def breast_cancer() -> dict[str, np.ndarray]:
+    from sklearn.datasets import load_breast_cancer
+
+    d = load_breast_cancer()
+    return {"x1": d.data[:, :10], "x2": d.data[:, 10:20], "x3": d.data[:, 20:], "y": d.target}
 
 
 def digits_two_views() -> dict[str, np.ndarray]:
@@ -38,12 +53,8 @@ def digits_two_views() -> dict[str, np.ndarray]:
     return {"x1": img[:, :, :4].reshape(-1, 32), "x2": img[:, :, 4:].reshape(-1, 32), "y": d.target}
 
 
-DATASETS = {
-    "blobs_2view_3class_300": lambda: blobs(300, 3, [8, 5], [0.8, 0.6], seed=0),
-    "blobs_4view_10class_1000": lambda: blobs(1000, 10, [2, 50, 12, 30], [1.0, 0.5, 0.8, 0.0], seed=1),
-    "blobs_6view_5class_500": lambda: blobs(500, 5, [100, 100, 20, 20, 6, 6], [0.4, 0.4, 0.6, 0.6, 1.0, 0.0], seed=2),
-    "digits_2view_10class_1797": digits_two_views,
-}
+DATASETS = {"wine_2view_3class_178": wine, "iris_2view_3class_150": iris,
+            "breast_cancer_3view_2class_569": breast_cancer, "digits_2view_10class_1797": digits_two_views}
 
 
 def run(model: str, path: Path, out_dir: Path, overrides: tuple[str, ...] = ()) -> dict:
@@ -59,14 +70,15 @@ def run(model: str, path: Path, out_dir: Path, overrides: tuple[str, ...] = ()) 
     if done.returncode:
         raise RuntimeError(f"{' '.join(cmd[1:])} failed: {done.stderr.strip().splitlines()[-1:]}")
     m = json.loads((out_dir / "metrics.json").read_text())
-    return {"acc": m["test/acc"], "ece": m["test/ece"], "noisy_acc": m.get("noise/acc_mean"),
+    return {"acc": m["test/acc"], "ece": m["test/ece"], "noisy_acc": m.get("noise/acc_mean"), "epochs": m["epochs"],
             "wall_s": round(time.perf_counter() - t0, 1)}
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "custom_defaults.json"))
-    ap.add_argument("--models", nargs="+", default=["mnp", "mlp"])
+    ap.add_argument("--models", nargs="+", default=MODELS)
+    ap.add_argument("--before", action="store_true", help="also the fixed epochs of the defaults before")
     ap.add_argument("--override", action="append", default=[], help="extra train.py override for every run")
     args = ap.parse_args(argv)
     rows = []
@@ -75,9 +87,13 @@ def main(argv: list[str] | None = None) -> int:
             path = Path(tmp) / f"{name}.npz"
             np.savez(path, **make())
             for model in args.models:
-                res = run(model, path, Path(tmp) / f"{name}_{model}", tuple(args.override))
-                rows.append({"dataset": name, "model": model, **res})
-                print(json.dumps(rows[-1]), flush=True)
+                variants = {"defaults": ()}
+                if args.before:
+                    variants["before"] = (f"trainer.max_epochs={BEFORE.get(model, 20)}",)
+                for label, extra in variants.items():
+                    res = run(model, path, Path(tmp) / f"{name}_{model}_{label}", (*extra, *args.override))
+                    rows.append({"dataset": name, "model": model, "config": label, **res})
+                    print(json.dumps(rows[-1]), flush=True)
     Path(args.out).write_text(json.dumps({"command": "python benchmarks/custom_defaults.py " + " ".join(argv or sys.argv[1:]),
                                           "overrides": args.override, "runs": rows}, indent=2) + "\n")
     return 0

@@ -26,7 +26,8 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class RawData:
-    """Views (N×d_v float arrays), 0-based integer labels (N,), optional split indices and OOD views."""
+    """Views (N×d_v float arrays), 0-based integer labels (N,), optional split indices (``split``: where they
+    came from, for the load line), OOD views, and ``label_offset``: 1 where the file's labels were 1-based."""
 
     views: list[np.ndarray]
     y: np.ndarray
@@ -34,6 +35,8 @@ class RawData:
     test_idx: np.ndarray | None = None
     source: str = "<memory>"
     external_ood: dict[str, list[np.ndarray]] = field(default_factory=dict)
+    split: str = "given with the data"
+    label_offset: int = 0
 
 
 class IndexBatchDataset(Dataset):
@@ -249,6 +252,7 @@ class MultiViewDataModule(pl.LightningDataModule):
         self.test_views = scaled(test_idx, fit_own=self.scale_test_separately)
         self.test_y = torch.as_tensor(label[test_idx])
         self.train_idx, self.val_idx, self.test_idx = train_idx, val_idx, test_idx
+        log.info("%s", self._loaded(raw, from_files, len(ood_idx)))
         self.ood_sets: dict[str, tuple[list[Tensor], Tensor]] = {}
         if len(ood_idx):
             ood = scaled(ood_idx)
@@ -259,6 +263,17 @@ class MultiViewDataModule(pl.LightningDataModule):
                   for v, (x, sc) in enumerate(zip(ood_views, scalers))]
             self.ood_sets[name] = self.build_external_ood(name, ov)
         self._ready = True
+
+    def _loaded(self, raw: RawData, from_files: bool, n_ood: int) -> str:
+        """The run's one line on its data: source, rows per split, views, classes and where the split came from."""
+        rows = f"{len(self.train_idx)} train / {len(self.test_idx)} test rows"
+        rows += f" / {len(self.val_idx)} validation" if len(self.val_idx) else ""
+        rows += f" (+ {n_ood} of the held-out classes, OOD)" if n_ood else ""
+        split = raw.split if from_files else \
+            f"drawn per class from seed {self.seed} (dataset.test_fraction={self.test_fraction:g})"
+        base = " (1-based in the file, renumbered from 0)" if raw.label_offset else ""
+        return (f"loaded {raw.source}: {rows}, {len(self.view_dims)} views of dims {self.view_dims}, "
+                f"{self.num_classes} classes{base}; split: {split}")
 
     def _tensor(self, x: np.ndarray, sc: Scaler, source: str, v: int) -> Tensor:
         """One view's rows scaled to float32; a DataError names the view if scaling overflowed."""

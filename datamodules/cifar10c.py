@@ -123,7 +123,8 @@ class CIFAR10C(MultiViewDataModule):
                                 f"the views have {views[0].shape[1]}")
             ood[name] = [x] * len(views)  # the OOD image's features copied into every view
         idx = np.arange(n_train + n_test)
-        return RawData(views, y, idx[:n_train], idx[n_train:], source=str(self.feature_dir), external_ood=ood)
+        return RawData(views, y, idx[:n_train], idx[n_train:], source=str(self.feature_dir), external_ood=ood,
+                       split="the cache's train / test features")
 
     # ---------------------------------------------------------------- OOD sets
     def build_external_ood(self, name: str, ood_views: list[Tensor]) -> tuple[list[Tensor], Tensor]:

@@ -110,6 +110,7 @@ class FeatureDataModule(MultiViewDataModule):
             p_tr, p_te = (self._fetch(i) for i in spec.split_files[f.name])
             raw.train_idx, raw.test_idx = split_indices(read_index(p_tr), read_index(p_te), len(raw.y),
                                                         f"{p_tr} + {p_te.name}")
+            raw.split = f"the index files {p_tr.name} / {p_te.name}"
         elif self.split == "files" and raw.train_idx is None:
             log.info("%s: no split files, drawing a stratified split from seed %d", raw.source, self.seed)
         warn_duplicates(raw)

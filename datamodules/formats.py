@@ -8,7 +8,8 @@
 - ``.npz`` with ``x1..xM`` (N×d), ``y`` (N,) and optional ``train_idx`` / ``test_idx``.
 
 Labels: the base (0 or 1) is decided from the whole file, never per split: labels whose minimum is 1
-are MATLAB's 1-based labels and are shifted down by one. Views come back as float64.
+are MATLAB's 1-based labels and are shifted down by one (``RawData.label_offset``). Views come back as
+float64. A split the file gives is named in ``RawData.split``.
 """
 from __future__ import annotations
 
@@ -64,8 +65,9 @@ def read_file(path: str | Path) -> RawData:
 
 
 # ---------------------------------------------------------------------------- label and view helpers
-def labels(raw, source: str) -> np.ndarray:
-    """Integer labels (N,) from a column/row vector, shifted to 0-based if the whole file is 1-based."""
+def labels(raw, source: str) -> tuple[np.ndarray, int]:
+    """Integer labels (N,) from a column/row vector, shifted to 0-based if the whole file is 1-based, and the
+    shift (1 or 0)."""
     y = np.asarray(raw)
     if y.ndim > 2 or (y.ndim == 2 and min(y.shape) > 1):
         raise DataError(f"{source}: labels have shape {y.shape}; expected a vector of N labels")
@@ -81,7 +83,7 @@ def labels(raw, source: str) -> np.ndarray:
     if yf.min() < 0:
         raise DataError(f"{source}: labels must be non-negative (row {int(yf.argmin())} is {int(yf.min())})")
     y = yf.astype(np.int64)
-    return y - 1 if y.min() == 1 else y
+    return (y - 1, 1) if y.min() == 1 else (y, 0)
 
 
 def orient(x, n: int, source: str, name: str, auto: bool = True) -> np.ndarray:
@@ -131,15 +133,16 @@ def from_mapping(d: Mapping, source: str) -> RawData:
     if numbered(d, r"x(\d+)_train"):
         return pre_split(d, source)
     if "X" in d:
-        y = labels(d[label_key(d, source)], source)
+        y, offset = labels(d[label_key(d, source)], source)
         cells = np.asarray(d["X"])
         views = list(cells.ravel()) if cells.dtype == object else [cells]
-        return RawData([orient(x, len(y), source, str(v + 1)) for v, x in enumerate(views)], y, source=source)
+        return RawData([orient(x, len(y), source, str(v + 1)) for v, x in enumerate(views)], y, source=source,
+                       label_offset=offset)
     vs = numbered(d, r"x(\d+)")
     if vs:
         check_consecutive(vs, source, "x1..xM")
-        y = labels(d[label_key(d, source)], source)
-        return RawData([orient(d[f"x{v}"], len(y), source, f"x{v}") for v in vs], y, source=source)
+        y, offset = labels(d[label_key(d, source)], source)
+        return RawData([orient(d[f"x{v}"], len(y), source, f"x{v}") for v in vs], y, source=source, label_offset=offset)
     keys = sorted(k for k in d if not k.startswith("__"))
     raise DataError(f"{source}: unknown layout with keys {keys}; expected x1_train.. + gt_train/gt_test, "
                     "X (cell) + gt, or x1..xM + gt")
@@ -153,7 +156,7 @@ def pre_split(d: Mapping, source: str) -> RawData:
         if key not in d:
             raise DataError(f"{source}: pre-split file lacks key '{key}'")
     gt_train, gt_test = np.asarray(d["gt_train"]).ravel(), np.asarray(d["gt_test"]).ravel()
-    y = labels(np.concatenate([gt_train, gt_test]), source)  # label base from the whole file
+    y, offset = labels(np.concatenate([gt_train, gt_test]), source)  # label base from the whole file
     n_train, n_test = len(gt_train), len(gt_test)
     views = []
     for v in vs:
@@ -164,7 +167,8 @@ def pre_split(d: Mapping, source: str) -> RawData:
                             f"x{v}_test; train and test must have the same dims")
         views.append(np.concatenate([tr, te]))
     idx = np.arange(n_train + n_test)
-    return RawData(views, y, idx[:n_train], idx[n_train:], source=source)
+    return RawData(views, y, idx[:n_train], idx[n_train:], source=source, split="the file's x*_train / x*_test",
+                   label_offset=offset)
 
 
 def read_mat(path: Path) -> RawData:
@@ -198,7 +202,7 @@ def read_npz(path: Path) -> RawData:
     if not vs:
         raise DataError(f"{source}: .npz has no views x1..xM; keys are {sorted(d)}")
     check_consecutive(vs, source, "x1..xM")
-    y = labels(d["y"], source)
+    y, offset = labels(d["y"], source)
     views = []
     for v in vs:
         x = np.asarray(d[f"x{v}"])
@@ -208,7 +212,8 @@ def read_npz(path: Path) -> RawData:
         views.append(x.astype(np.float64))
     train_idx, test_idx = (split_indices(d.get("train_idx"), d.get("test_idx"), len(y), source)
                            if "train_idx" in d or "test_idx" in d else (None, None))
-    return RawData(views, y, train_idx, test_idx, source=source)
+    return RawData(views, y, train_idx, test_idx, source=source, split="the file's train_idx / test_idx",
+                   label_offset=offset)
 
 
 def read_index(path: Path) -> np.ndarray:

@@ -172,9 +172,17 @@ def photo_patches(size: int = 32, window: int = 64, stride: int = 32) -> ImageSe
 
 # ---------------------------------------------------------------------------- corruptions
 # Two parameter sets (the named switch ``corruption_params``):
-# * "imagenet_c": imagecorruptions.corrupt, which uses ImageNet-C's severities for every corruption;
+# * "imagenet_c": ImageNet-C's severities for every corruption, as imagecorruptions.corrupt applies them; its
+#   four noise corruptions (every default) are computed here, the same arrays from the same seed, so only the
+#   others (blur, weather, digital) need the optional imagecorruptions package, which brings OpenCV;
 # * "cifar10_c": the noise corruptions with the severities of Hendrycks & Dietterich's make_cifar_c.py,
 #   i.e. the distribution of the published CIFAR-10-C files (ImageNet-C's noise is 2-5x stronger).
+IMAGENET_C_NOISE = {
+    "gaussian_noise": (0.08, 0.12, 0.18, 0.26, 0.38),
+    "shot_noise": (60, 25, 12, 5, 3),
+    "impulse_noise": (0.03, 0.06, 0.09, 0.17, 0.27),
+    "speckle_noise": (0.15, 0.2, 0.35, 0.45, 0.6),
+}
 CIFAR10C_NOISE = {
     "gaussian_noise": (0.04, 0.06, 0.08, 0.09, 0.10),
     "shot_noise": (500, 250, 100, 75, 50),
@@ -190,8 +198,8 @@ def _imagecorruptions():
         try:
             import imagecorruptions
         except ImportError as e:
-            raise ImportError(f"corrupting images needs imagecorruptions with setuptools<81 ({e}); "
-                              "pip install imagecorruptions 'setuptools<81' opencv-python-headless") from None
+            raise ImportError(f"corruptions other than {', '.join(IMAGENET_C_NOISE)} need imagecorruptions with "
+                              f"setuptools<81 ({e}); pip install -e '.[corruptions]'") from None
     return imagecorruptions
 
 
@@ -211,6 +219,8 @@ def check_corruption(corruption: str, severity: int, params: str = "imagenet_c")
         if corruption not in CIFAR10C_NOISE:
             raise DataError(f"corruption_params=cifar10_c covers {sorted(CIFAR10C_NOISE)}, not '{corruption}'; "
                             "use corruption_params=imagenet_c (imagecorruptions) for it")
+        return
+    if corruption in IMAGENET_C_NOISE:
         return
     ic = _imagecorruptions()
     names = ic.get_corruption_names("all")
@@ -238,26 +248,48 @@ def cifar10c_noise(images: np.ndarray, corruption: str, severity: int, rng: np.r
     return np.uint8(np.clip(x, 0, 1) * 255)  # truncation, as make_cifar_c.py saves
 
 
+def imagenet_c_noise(image: np.ndarray, corruption: str, severity: int) -> np.ndarray:
+    """``imagecorruptions.corrupt``'s noise corruption of one uint8 image (H, W, 3), drawing from NumPy's global
+    RNG as it does (impulse_noise: ``skimage.util.random_noise`` with an ``rng`` drawn from it)."""
+    import skimage.util
+
+    c = IMAGENET_C_NOISE[corruption][int(severity) - 1]
+    x = np.asarray(image) / 255.0
+    if corruption == "gaussian_noise":
+        x = x + np.random.normal(size=x.shape, scale=c)
+    elif corruption == "shot_noise":
+        x = np.random.poisson(x * c) / float(c)
+    elif corruption == "impulse_noise":
+        x = skimage.util.random_noise(x, mode="s&p", amount=c, rng=np.random.randint(2**31))
+    else:  # speckle_noise
+        x = x + x * np.random.normal(size=x.shape, scale=c)
+    return np.uint8(np.clip(x, 0, 1) * 255)
+
+
 def corrupt_images(images: np.ndarray, corruption: str, severity: int, seed: int,
                    params: str = "imagenet_c") -> np.ndarray:
     """Corrupt every uint8 image (N, H, W, 3) reproducibly from ``seed``.
 
-    "imagenet_c" calls ``imagecorruptions.corrupt`` image by image. It draws from NumPy's global RNG,
-    seeded here and restored after, except impulse_noise, whose ``skimage.util.random_noise`` makes a
-    fresh generator; for the duration of the call that function gets an ``rng`` drawn from the global one.
+    "imagenet_c" corrupts image by image as ``imagecorruptions.corrupt`` does (its noise corruptions by
+    :func:`imagenet_c_noise`, the others by that package), drawing from NumPy's global RNG, seeded here and
+    restored after. imagecorruptions' impulse_noise calls ``skimage.util.random_noise``, which makes a fresh
+    generator; for the duration of the call that function gets an ``rng`` drawn from the global one.
     """
     if params == "cifar10_c":
         return cifar10c_noise(images, corruption, severity, np.random.default_rng(seed))
     import skimage.util
 
-    ic = _imagecorruptions()
-    random_noise = skimage.util.random_noise
     state = np.random.get_state()
     np.random.seed(seed)
-    skimage.util.random_noise = lambda *a, **k: random_noise(*a, rng=np.random.randint(2**31), **k)
     try:
-        return np.stack([ic.corrupt(np.ascontiguousarray(img), corruption_name=corruption, severity=int(severity))
-                         for img in images]).astype(np.uint8)
+        if corruption in IMAGENET_C_NOISE:
+            return np.stack([imagenet_c_noise(img, corruption, severity) for img in images])
+        ic, random_noise = _imagecorruptions(), skimage.util.random_noise
+        skimage.util.random_noise = lambda *a, **k: random_noise(*a, rng=np.random.randint(2**31), **k)
+        try:
+            return np.stack([ic.corrupt(np.ascontiguousarray(img), corruption_name=corruption,
+                                        severity=int(severity)) for img in images]).astype(np.uint8)
+        finally:
+            skimage.util.random_noise = random_noise
     finally:
-        skimage.util.random_noise = random_noise
         np.random.set_state(state)

@@ -38,4 +38,5 @@ class TwoMoons(MultiViewDataModule):
     def load(self) -> RawData:
         views, y = two_moons(self.n_train + self.n_test, self.noise, self.seed, self.num_views)
         idx = np.arange(self.n_train + self.n_test)
-        return RawData(views, y, idx[: self.n_train], idx[self.n_train:], source="two_moons")
+        return RawData(views, y, idx[: self.n_train], idx[self.n_train:], source="two_moons",
+                       split="dataset.n_train / dataset.n_test generated rows")

@@ -5,7 +5,7 @@ giving scores of shape (M, B, N); :func:`normalise` (``sparsemax`` or ``softmax`
 weights over the context axis. Squared distances come from one matmul (‖t‖² + ‖c‖² − 2 t·c), and all
 modalities are scored in one batched matmul whenever their feature sizes agree. Scores are computed
 in float32 even under autocast: distances lose too much precision in half precision, and entmax has
-no autocast support (PITFALLS.md).
+no autocast support (its sparsemax would run in whatever precision autocast hands it).
 """
 from __future__ import annotations
 

@@ -3,7 +3,8 @@
 Optimisation is manual so that the optional contrastive-only warm-up (official code) has its own
 Adam: the first ``warmup_epochs`` epochs minimise L_RBF alone with a linearly decayed learning rate,
 then the main Adam (``optim``, :func:`mnp.optim.make_optimizer`) takes over, its schedule counted
-from the end of the warm-up. Both optimisers and the schedule live in the checkpoint.
+from the end of the warm-up. Both optimisers and the schedule live in the checkpoint (the warm-up Adam's
+moments only until the warm-up is over).
 """
 from __future__ import annotations
 
@@ -84,6 +85,13 @@ class MNPTraining:
             keras_eps_(warm)
         warm.register_step_post_hook(self._after_optimizer_step)
         return [main, {"optimizer": warm}]
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        """Past the warm-up, its optimiser never steps again: its Adam moments are left out (on CUB 5.4 of 67 MB)."""
+        super().on_save_checkpoint(checkpoint)
+        states = checkpoint.get("optimizer_states") or []
+        if len(states) > 1 and self._trainer is not None and not self._in_warmup():
+            states[1] = {**states[1], "state": {}}
 
     def _after_optimizer_step(self, optimizer, args, kwargs) -> None:
         self.clear_context_cache()  # fused Adam updates the parameters without bumping their versions

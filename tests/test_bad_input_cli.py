@@ -348,6 +348,7 @@ def test_cli_truncated_file_one_line_exit_1_no_outputs_traceback_in_train_log(tm
     assert err[-1].startswith(f"error: {path}: file is corrupt or truncated (") and \
         err[-1].endswith(f"); re-download or replace it (traceback in {run_dir / 'train.log'})")
     assert "Traceback" not in r.stderr + r.stdout  # on the console: one line
+    assert (r.stdout + r.stderr).count("file is corrupt or truncated") == 1  # not echoed as a log line on stdout
     log = (run_dir / "train.log").read_text()  # in the log: where it was raised, should it be a bug
     assert "Traceback (most recent call last):" in log and 'datamodules/formats.py", line' in log
     assert hydra_only(run_dir)
@@ -378,8 +379,8 @@ def test_every_failure_leaves_its_traceback_in_the_log_file(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("override,expected", [
-    ("model.bogus=1", "error: Could not override 'model.bogus'. To append to your config use +model.bogus=1; "
-                      "Key 'bogus' is not in struct"),
+    ("model.bogus=1", "error: model.bogus is not a key of the model (Key 'bogus' is not in struct; in a sweep, of "
+                      "every model it runs): check its spelling (the models' keys: docs/usage.md)"),
     ("model=nosuch", "error: In 'train': Could not find 'model/nosuch' Available options in 'model': de_ef, de_lf, "),
     ("seed=[", "error: no viable alternative at input '['"),
 ])

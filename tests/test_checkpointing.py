@@ -101,15 +101,21 @@ def test_a_checkpoint_folder_that_became_a_file_is_named_not_blamed_on_the_disk(
     assert (tmp_path / "checkpoints").read_text() == "my notes"
 
 
-def test_truncated_last_checkpoint_resumes_from_the_previous_one(tmp_path, caplog):
-    """Power loss while last.ckpt was written: the re-run resumes from prev.ckpt (one epoch earlier) with a
-    warning naming the damaged file and ends where an uninterrupted run ends; prev.ckpt is never given up
-    for the damaged file. A temp file the crash left behind is removed."""
+def test_a_run_keeps_one_checkpoint_and_a_crash_while_writing_it_resumes_from_the_previous_one(tmp_path, caplog):
+    """prev.ckpt lives only while last.ckpt is replaced: a finished write leaves last.ckpt alone. A crash in that
+    window that left last.ckpt damaged (power loss on a disk that does not honour fsync): the re-run resumes from
+    prev.ckpt with a warning naming the damaged file and ends where an uninterrupted run ends; prev.ckpt is never
+    given up for the damaged file, and goes once a good last.ckpt is in place. A temp file the crash left behind
+    is removed."""
     straight = train(compose_train(tmp_path / "straight", [*MLP_RUN, "trainer.max_epochs=4"]))
     run = tmp_path / "run"
-    train(compose_train(run, [*MLP_RUN, "trainer.max_epochs=3", "test=false"]))
     last, prev = run / "checkpoints" / "last.ckpt", run / "checkpoints" / "prev.ckpt"
-    assert torch.load(last, weights_only=True)["epoch"] == 2 and torch.load(prev, weights_only=True)["epoch"] == 1
+    train(compose_train(run, [*MLP_RUN, "trainer.max_epochs=2", "test=false"]))
+    epoch_1 = last.read_bytes()
+    train(compose_train(run, [*MLP_RUN, "trainer.max_epochs=3", "test=false"]))
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["last.ckpt"]  # no second copy on disk
+    assert torch.load(last, weights_only=True)["epoch"] == 2
+    prev.write_bytes(epoch_1)  # the window: the old last.ckpt kept as prev.ckpt, the new one damaged
     last.write_bytes(last.read_bytes()[:5000])
     stale = run / "checkpoints" / ".last.ckpt.4242.0123abcd.tmp"
     stale.write_bytes(b"half a checkpoint")
@@ -117,8 +123,30 @@ def test_truncated_last_checkpoint_resumes_from_the_previous_one(tmp_path, caplo
     assert f"{last} cannot be read: it is a truncated or damaged zip archive" in caplog.text
     assert f"resuming from {prev} (epoch 1) instead" in caplog.text
     assert results(resumed) == results(straight)
-    assert [torch.load(f, weights_only=True)["epoch"] for f in (last, prev)] == [3, 2]
-    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["last.ckpt", "prev.ckpt"]
+    assert torch.load(last, weights_only=True)["epoch"] == 3
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["last.ckpt"]
+
+
+def test_past_the_warmup_a_checkpoint_leaves_out_the_warmup_optimiser(tmp_path):
+    """MNP's warm-up Adam never steps after the warm-up: its moments are in the warm-up's checkpoints only (the
+    resumed run still equals the uninterrupted one: tests/test_determinism.py)."""
+    from datamodules import TensorDataModule
+    from mnp.core.checkpointing import checkpoint_callbacks
+    from mnp.model import MNP
+
+    rng = np.random.default_rng(0)
+    y = np.repeat(np.arange(2), 20)
+    dm = TensorDataModule([rng.normal(size=(40, 4)) + y[:, None]], y, np.arange(40), np.arange(0), batch_size=20)
+    model = MNP(num_classes=2, view_dims=[4], d_e=8, memory_size=4, projection="linear", warmup_epochs=2)
+    last = tmp_path / "last.ckpt"
+    for epochs in (1, 4):  # stop in the warm-up, then resume past it
+        pl.Trainer(max_epochs=epochs, logger=False, enable_progress_bar=False, enable_model_summary=False,
+                   callbacks=checkpoint_callbacks(tmp_path), plugins=[AtomicCheckpointIO(last if last.exists() else None)]
+                   ).fit(model, dm, ckpt_path=last if last.exists() else None)
+        main, warm = torch.load(last, weights_only=True)["optimizer_states"]
+        if epochs == 1:  # in the warm-up only the warm-up Adam has stepped
+            assert warm["state"] and not main["state"]
+    assert main["state"] and warm["state"] == {} and warm["param_groups"]
 
 
 def test_unreadable_last_checkpoint_without_a_previous_one_stops_and_keeps_it(tmp_path, capsys):

@@ -22,6 +22,8 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
+from mnp.core.rundir import register_resolver
+
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
 SNAPSHOT = ROOT / "tests" / "data" / "resolved_configs.json"
@@ -64,6 +66,7 @@ def compose_pair(model: str, dataset: str) -> dict:
 
 
 def resolved_configs() -> dict[str, dict]:
+    register_resolver()  # ${mnp_warmup:W,E} of conf/model_dataset (also when run as a script, without conftest)
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):

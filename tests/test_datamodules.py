@@ -1,5 +1,6 @@
 """Feature datamodules on the real files (docs/method.md §4), scaling from the training split, held-out-class OOD,
 tiny generated caltech101/hmdb/custom files, and the MLP learning handwritten end to end."""
+import logging
 import os
 
 import numpy as np
@@ -156,6 +157,31 @@ def test_custom_npz_with_and_without_its_split(tmp_path, tiny_views):
     strat = CustomDataModule(str(path), split="stratified")
     strat.setup()
     np.testing.assert_array_equal(np.bincount(strat.test_y.numpy()), [2, 2, 2])  # 20% of 12 per class
+
+
+def test_one_line_says_what_was_loaded_and_one_based_labels_warn(tmp_path, tiny_views, caplog):
+    views, y = tiny_views
+    path = tmp_path / "mine.npz"
+    np.savez(path, x1=views[0], x2=views[1], y=y + 1, train_idx=np.arange(6, 36), test_idx=np.arange(6))
+    with caplog.at_level(logging.INFO):
+        CustomDataModule(str(path)).setup()
+        CustomDataModule(str(path), split="stratified", val_fraction=0.2).setup()
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings == [f"{path}: labels are 1-based (1..3); they are renumbered 0..2, the labels of "
+                        "predictions.npz"] * 2
+    loaded = [r.getMessage() for r in caplog.records if r.getMessage().startswith("loaded ")]
+    assert loaded == [f"loaded {path}: 30 train / 6 test rows, 2 views of dims [5, 3], 3 classes (1-based in the "
+                      "file, renumbered from 0); split: the file's train_idx / test_idx",
+                      f"loaded {path}: 24 train / 6 test rows / 6 validation, 2 views of dims [5, 3], 3 classes "
+                      "(1-based in the file, renumbered from 0); split: drawn per class from seed 0 "
+                      "(dataset.test_fraction=0.2)"]
+
+
+def test_the_papers_one_based_files_load_without_a_warning(real_file, caplog):
+    with caplog.at_level(logging.INFO):
+        real_dm(real_file, "cub").setup()
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert "10 classes (1-based in the file, renumbered from 0); split: the index files" in caplog.text
 
 
 # ---------------------------------------------------------------------------- configs and end to end

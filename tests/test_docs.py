@@ -45,6 +45,27 @@ def test_docs_cite_nothing_outside_the_repository():
         assert not re.search(r"SPEC §|PITFALLS\.md|SOURCES\.md|issue #\d", text), path.name
 
 
+def test_code_and_configs_cite_nothing_outside_the_repository():
+    """A comment that cites a file the repository lacks (PITFALLS.md) says the reason itself instead."""
+    files = [p for d in ("mnp", "baselines", "datamodules", "conf", "benchmarks") for p in (ROOT / d).rglob("*")
+             if p.suffix in (".py", ".yaml")] + [ROOT / "train.py", ROOT / "evaluate.py"]
+    cited = [p.relative_to(ROOT).as_posix() for p in files if re.search(r"PITFALLS\.md|SPEC §", p.read_text())]
+    assert cited == []
+
+
+def test_the_slow_marker_says_how_many_tests_it_marks():
+    import subprocess
+    import sys
+    import tomllib
+
+    text = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["markers"][0]
+    said = re.match(r"slow: (\d+) tests", text)
+    res = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "slow", "-p", "no:warnings"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    marked = re.search(r"^(\d+)/\d+ tests collected", res.stdout, re.M)
+    assert said and marked and int(said.group(1)) == int(marked.group(1)), (text, res.stdout[-500:])
+
+
 def test_readme_is_a_user_guide():
     text = (ROOT / "README.md").read_text()
     assert len(text.encode()) <= 12_500

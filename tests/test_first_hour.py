@@ -63,6 +63,7 @@ def test_a_run_ends_with_a_summary_naming_its_directory_and_files(mnp_run):
     assert "Finished: mnp on custom, seed 0, 4 epochs" in out
     assert f"accuracy            {100 * metrics['test/acc']:.2f} %" in out
     assert f"ECE                 {metrics['test/ece']:.4f}" in out and "noisy accuracy" in out and "total time" in out
+    assert f"train time / epoch  {metrics['time/train_epoch_s']:.2f} s (median of 3 main epochs)" in out  # no warm-up
     assert f"Run directory: {run_dir.resolve()}" in out
     assert re.search(r"^\s+metrics\.json  \(\d", out, re.M) and re.search(r"^\s+checkpoints/last\.ckpt  \(", out, re.M)
     log = (run_dir / "train.log").read_text()
@@ -72,9 +73,13 @@ def test_a_run_ends_with_a_summary_naming_its_directory_and_files(mnp_run):
 def test_progress_is_one_line_per_epoch_with_stage_and_whole_run_eta_when_not_a_tty(mnp_run):
     res, run_dir = mnp_run
     out = res.stdout + res.stderr
-    lines = re.findall(r"(warm-up|main) epoch (\d)/4  loss (\S+)  elapsed \S+  ETA (\S+)", out)
+    lines = re.findall(r"(warm-up|main) epoch (\d)/4(.*?)  elapsed \S+  ETA (\S+)", out)
     assert [(stage, int(e)) for stage, e, _, _ in lines] == [("warm-up", 1), ("main", 2), ("main", 3), ("main", 4)]
-    assert lines[-1][3] == "0s" and all(loss != "n/a" for _, _, loss, _ in lines)
+    assert lines[-1][3] == "0s"
+    # the warm-up says it trains L_RBF alone; a main epoch shows what the classifier learned before the loss
+    assert re.fullmatch(r" \(L_RBF only\)  loss \S+", lines[0][2]), lines[0]
+    for _, _, learned, _ in lines[1:]:
+        assert re.fullmatch(r"  train acc [01]\.\d{3}  class loss \S+  loss \S+", learned), learned
     assert "━" not in out and "it/s" not in out  # no progress bar in a log
     assert len(re.findall(r"epoch \d/4", (run_dir / "train.log").read_text())) == 4
 
@@ -106,6 +111,20 @@ def test_evaluate_works_from_another_directory_and_writes_only_inside_the_run(mn
     assert f"Run directory: {(run_dir / 'eval').resolve()}" in res.stdout + res.stderr
 
 
+def test_evaluate_helps_example_of_another_noise_protocol_runs(mnp_run, tmp_path):
+    from mnp.core.help import evaluate_help
+
+    _, run_dir = mnp_run
+    example = next(ln.split()[1:] for ln in evaluate_help().splitlines() if "eval.noise_levels" in ln)
+    assert example[0] == "evaluate.py" and example[1] == "ckpt_path=last.ckpt"
+    out = tmp_path / "eval"
+    overrides = [t for t in example[2:] if "=" in t]  # the words after it describe it
+    res = run_cli(["evaluate.py", f"ckpt_path={run_dir / 'checkpoints' / 'last.ckpt'}", *overrides, f"output_dir={out}"])
+    assert res.returncode == 0, res.stderr[-2000:]
+    levels = [k for k in json.loads((out / "metrics.json").read_text()) if k.startswith("noise/acc@")]
+    assert levels == ["noise/acc@0.5", "noise/acc@1", "noise/acc@2"]
+
+
 def test_evaluate_without_a_checkpoint_is_one_line():
     res = run_cli(["evaluate.py"])
     assert res.returncode == 1 and res.stderr.strip() == "error: ckpt_path is required: add ckpt_path=<value> to the command"
@@ -116,8 +135,13 @@ def test_evaluate_without_a_checkpoint_is_one_line():
     (["model=mnp", "model.tau=oops"], "error: model.tau must be a number, got 'oops'"),
     ([], "error: dataset.path is required"),
     (["trainer.max_epochs=-1"], "error: trainer.max_epochs must be an integer >= 1, got -1"),
-    (["model=mnp", "model.warmup_epochs=100"], "error: model.warmup_epochs=100 >= trainer.max_epochs=60"),
+    (["model=mnp", "model.warmup_epochs=600"], "error: model.warmup_epochs=600 >= trainer.max_epochs=500"),
     (["model=mnp", "model.clip_norm=-0.1"], "error: model.clip_norm must be > 0 (or null), got -0.1"),
+    (["model=mlp", "model.warmup_epochs=10"], "error: model.warmup_epochs is not a key of the model (Key "
+     "'warmup_epochs' is not in struct; in a sweep, of every model it runs): check its spelling (the models' keys: "
+     "docs/usage.md), and give a key only some models of a sweep have in a command of its own for those; "
+     "+model.warmup_epochs would pass it to a model that does not take it; MNP's warm-up follows a shorter "
+     "trainer.max_epochs by itself"),
 ])
 def test_config_errors_are_one_line_before_anything_is_written(tmp_path, data_file, args, message):
     path = [] if "dataset.path" in message else [f"dataset.path={data_file}"]
@@ -161,6 +185,48 @@ def test_warmup_is_a_quarter_of_the_run_for_a_dataset_without_its_own_config(tmp
     assert cfg.model.warmup_epochs == 100  # a dataset's own config keeps its value
 
 
+def test_a_run_shortened_below_the_datasets_warmup_scales_it_in_one_line(tmp_path, caplog):
+    """``-m model=mnp,mlp dataset=cub trainer.max_epochs=20`` used to fail MNP's job on its 100 warm-up epochs."""
+    import logging
+
+    # (dataset, trainer.max_epochs) -> warm-up: 100 of CUB's 150 epochs, 100 of Handwritten's 105, 100 of PIE's 350
+    cases = {("cub", 20): 13, ("cub", 120): 100, ("cub", None): 100, ("handwritten", 5): 4, ("pie", 1): 0,
+             ("pie", 101): 100, ("pie", 100): 29}
+    for (dataset, epochs), warmup in cases.items():
+        cfg = compose_train(tmp_path, ["model=mnp", f"dataset={dataset}"] +
+                            ([f"trainer.max_epochs={epochs}"] if epochs else []))
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="mnp.core.validate"):
+            resolve_auto(cfg)
+        validate(cfg)
+        assert cfg.model.warmup_epochs == warmup, (dataset, epochs)
+        lines = [r.getMessage() for r in caplog.records]
+        assert len(lines) == (warmup != 100), lines  # one line when it is scaled
+    caplog.clear()
+    cfg = compose_train(tmp_path, ["model=mnp", "dataset=cub", "trainer.max_epochs=20"])
+    with caplog.at_level(logging.INFO, logger="mnp.core.validate"):
+        resolve_auto(cfg)
+    assert [r.getMessage() for r in caplog.records] == [
+        "trainer.max_epochs=20 leaves no epoch after the dataset's 100 warm-up epochs: the warm-up keeps its share "
+        "of the run, model.warmup_epochs=13 (100 of 150 by default; set model.warmup_epochs to choose)"]
+    cfg = compose_train(tmp_path, ["model=mnp", "dataset=cub", "trainer.max_epochs=20", "model.warmup_epochs=100"])
+    resolve_auto(cfg)
+    with pytest.raises(ConfigError, match=r"^model.warmup_epochs=100 >= trainer.max_epochs=20"):
+        validate(cfg)  # a warm-up the user gives is the user's
+
+
+def test_the_quick_preset_runs_every_model_on_every_dataset_in_a_few_short_epochs(tmp_path):
+    models, datasets = (sorted(p.stem for p in (ROOT / "conf" / g).glob("*.yaml")) for g in ("model", "dataset"))
+    for model in models:
+        for dataset in datasets:
+            cfg = compose_train(tmp_path, [f"model={model}", f"dataset={dataset}", "experiment=quick"] +
+                                (["dataset.path=x.npz"] if dataset == "custom" else []))
+            resolve_auto(cfg)
+            validate(cfg)
+            assert (cfg.trainer.max_epochs, cfg.trainer.limit_train_batches, cfg.experiment_name) == (10, 5, "quick")
+            assert cfg.model.get("warmup_epochs", 0) < 10
+
+
 # ---------------------------------------------------------------------------- sweeps
 def test_a_sweep_ends_with_one_line_per_job_and_the_report_command(tmp_path, data_file):
     res = run_cli(["train.py", "-m", "model=mlp", "dataset=custom", f"dataset.path={data_file}", "seed=0,1",
@@ -190,10 +256,15 @@ def test_on_a_terminal_the_bar_names_the_stage_and_the_whole_run_eta(tmp_path):
 
     class Recorded(RunProgressBar):
         seen: list = []
+        postfix: list = []
 
         def on_train_epoch_start(self, trainer, pl_module):
             super().on_train_epoch_start(trainer, pl_module)
             self.seen.append(self.train_progress_bar.desc)
+
+        def on_train_epoch_end(self, trainer, pl_module):
+            super().on_train_epoch_end(trainer, pl_module)
+            self.postfix.append(self.get_metrics(trainer, pl_module))
 
     rng = np.random.default_rng(0)
     y = np.repeat(np.arange(3), 20)
@@ -202,8 +273,12 @@ def test_on_a_terminal_the_bar_names_the_stage_and_the_whole_run_eta(tmp_path):
     bar = Recorded()
     pl.Trainer(max_epochs=3, default_root_dir=tmp_path, logger=False, enable_checkpointing=False,
                enable_model_summary=False, callbacks=[bar]).fit(model, dm)
-    assert bar.seen[0].startswith("warm-up 1/3") and bar.seen[1].startswith("main 2/3 · run ETA ")
+    assert bar.seen[0].startswith("warm-up 1/3 (L_RBF only)") and bar.seen[1].startswith("main 2/3 · run ETA ")
     assert bar.seen[2].startswith("main 3/3 · run ETA ")
+    # the bar shows what was learned: the warm-up's loss alone, then train accuracy and classification loss
+    assert list(bar.postfix[0]) == ["loss"]
+    assert [list(p) for p in bar.postfix[1:]] == [["train acc", "class loss", "loss"]] * 2
+    assert 0 <= float(bar.postfix[-1]["train acc"]) <= 1 and float(bar.postfix[-1]["class loss"]) > 0
 
 
 def test_console_entry_points_run_from_any_directory(tmp_path):

@@ -101,9 +101,15 @@ def test_pre_split_label_base_from_whole_file_and_dtype_cast(tmp_path):
 
 
 def test_label_base_rule():
-    np.testing.assert_array_equal(labels(np.array([[1], [2], [3]], np.uint8), "f"), [0, 1, 2])
-    np.testing.assert_array_equal(labels(np.array([0, 2, 1]), "f"), [0, 2, 1])
-    np.testing.assert_array_equal(labels(np.array([2.0, 3.0]), "f"), [2, 3])  # neither 0- nor 1-based: as is
+    y, offset = labels(np.array([[1], [2], [3]], np.uint8), "f")
+    np.testing.assert_array_equal(y, [0, 1, 2])
+    assert offset == 1
+    y, offset = labels(np.array([0, 2, 1]), "f")
+    np.testing.assert_array_equal(y, [0, 2, 1])
+    assert offset == 0
+    y, offset = labels(np.array([2.0, 3.0]), "f")
+    np.testing.assert_array_equal(y, [2, 3])  # neither 0- nor 1-based: as is
+    assert offset == 0
 
 
 def test_square_view_is_ambiguous(tmp_path):

@@ -216,3 +216,30 @@ def test_check_corruption_rejects_bad_names():
         im.check_corruption("snow", 1, "cifar10_c")
     with pytest.raises(DataError, match="1..5"):
         im.check_corruption("shot_noise", 6)
+
+
+def test_imagenet_c_noise_is_imagecorruptions_without_it():
+    """The four ImageNet-C noise corruptions (every default) give imagecorruptions.corrupt's arrays from the same
+    seed, so the default install needs neither that package nor the OpenCV it brings."""
+    import sys
+    import tomllib
+
+    deps = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert not [d for d in deps if d.startswith(("imagecorruptions", "opencv"))]  # they come with the extras only
+
+    x = np.ascontiguousarray(im.digits_images(32).images[:6])
+    for corruption in im.IMAGENET_C_NOISE:
+        for severity in (1, 3, 5):
+            sys.modules.pop("imagecorruptions", None)  # imported by an earlier test
+            ours = im.corrupt_images(x, corruption, severity, seed=11)
+            assert "imagecorruptions" not in sys.modules, corruption  # not imported for a noise corruption
+            ic = im._imagecorruptions()
+            np.random.seed(11)
+            import skimage.util
+            noise = skimage.util.random_noise
+            skimage.util.random_noise = lambda *a, **k: noise(*a, rng=np.random.randint(2**31), **k)
+            try:
+                theirs = np.stack([ic.corrupt(img, corruption_name=corruption, severity=severity) for img in x])
+            finally:
+                skimage.util.random_noise = noise
+            np.testing.assert_array_equal(ours, theirs, err_msg=f"{corruption} s{severity}")

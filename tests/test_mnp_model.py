@@ -176,7 +176,9 @@ def test_warmup_trains_only_l_rbf_then_resumes_into_the_shifted_schedule(tmp_pat
     lrs2 = LearningRates()
     t2 = trainer(tmp_path, 4, callbacks=[lrs2])
     t2.fit(resumed, datamodule(), ckpt_path=ckpt)
-    assert len(t2.optimizers) == 2 and len(t2.optimizers[1].state) > 0  # the warm-up Adam came back
+    # the warm-up Adam came back, without its moments: a checkpoint past the warm-up leaves them out (it never steps
+    # again; tests/test_checkpointing.py::test_past_the_warmup_a_checkpoint_leaves_out_the_warmup_optimiser)
+    assert len(t2.optimizers) == 2 and len(t2.optimizers[1].state) == 0
     assert lrs2.main == [1e-3, 1e-4]  # the main schedule starts counting after the warm-up
     assert len(resumed.epoch_times) == 2
     assert changed(before, resumed, "encoders.0.enc_r.") and changed(before, resumed, "decoder.")

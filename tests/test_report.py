@@ -201,9 +201,9 @@ def test_ood_table_columns_in_paper_order(tmp_path):
     md = (tmp_path / "out" / "results.md").read_text()
     assert "| Method | Accuracy (%) ↑ | ECE ↓ | AUROC SVHN ↑ | AUROC CIFAR100 ↑ |" in md
     t4 = md_table(md, "4")
-    assert t4["MNP"][2:] == ["**0.870 ± 0.000** (1)", "**0.790 ± 0.000** (1)"]
-    assert t4["MGP"][2:] == ["<u>0.800 ± 0.000</u> (1)", "<u>0.750 ± 0.000</u> (1)"]
-    assert t4["MCD"][2] == "0.790 ± 0.000 (1)"
+    assert t4["MNP"][2:] == ["**0.870** (n = 1)", "**0.790** (n = 1)"]  # one seed: no spread shown
+    assert t4["MGP"][2:] == ["<u>0.800</u> (n = 1)", "<u>0.750</u> (n = 1)"]
+    assert t4["MCD"][2] == "0.790 (n = 1)"
 
 
 def test_paper_comparison(sweep, tmp_path):
@@ -407,3 +407,22 @@ def test_update_replaces_only_the_groups_rerun(sweep, tmp_path):
         {k: v for k, v in before.items() if k[:2] != ("mnp", "pie")}
     md = (out / "results.md").read_text()
     assert "with the rows of 5 other groups kept" in md and "MGP" in md.split("## Experiment", 1)[1]
+
+
+def test_custom_runs_are_grouped_by_their_file_one_seed_shows_no_spread_and_the_report_stays_beside_them(tmp_path,
+                                                                                                          capsys):
+    """Runs on two custom files get a column each (their best marks compare runs on one file); a single seed is
+    shown as its value and "(n = 1)", not "± 0.00 (1)"; without --out the report goes to <first dir>/report."""
+    root = tmp_path / "logs"
+    for stem, accs in {"wine": {"mnp": 0.90, "mlp": 0.95}, "iris": {"mnp": 0.97, "mlp": 0.93}}.items():
+        for model, acc in accs.items():
+            d = write_run(root / stem, "default", model, "custom", 0, acc, 0.05)
+            with open(d / "config.yaml", "a") as f:
+                f.write(f"dataset:\n  name: custom\n  path: /data/{stem}.npz\n")
+    assert main([str(root), "--no-plots"]) == 0
+    assert f"-> {root / 'report' / 'results.md'}" in capsys.readouterr().out
+    md = (root / "report" / "results.md").read_text()
+    assert "| Method | iris | wine |" in md and "Custom" not in md and "±" not in md_table(md, "1")["MNP"][0]
+    assert md_table(md, "1") == {"MLP": ["<u>93.00</u> (n = 1)", "**95.00** (n = 1)"],
+                                 "MNP": ["**97.00** (n = 1)", "<u>90.00</u> (n = 1)"]}
+    assert r"\textbf{97.00}\,{\scriptsize($n = 1$)}" in (root / "report" / "results.tex").read_text()

@@ -1,5 +1,6 @@
 """SIGTERM (kill, a scheduler, a container stop) ends a run or a sweep with exit status 143 and one
-``error:`` line, keeps a resumable last.ckpt, and the same command resumes (mnp.core.signals)."""
+``error:`` line, keeps a resumable last.ckpt, and the same command resumes (mnp.core.signals); Ctrl-C (SIGINT)
+ends the same way with status 130."""
 from __future__ import annotations
 
 import os
@@ -22,7 +23,8 @@ def start(tmp_path, *args) -> subprocess.Popen:
     env = {**os.environ, "WANDB_MODE": "disabled", "MNP_TORCH_THREADS": "1", "OMP_NUM_THREADS": "1"}
     env.pop("HYDRA_FULL_ERROR", None)
     return subprocess.Popen([sys.executable, "train.py", *args, f"paths.log_dir={tmp_path / 'logs'}", *SLOW], cwd=ROOT,
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as in a terminal
 
 
 def wait_for(pattern: str, root: Path, proc: subprocess.Popen, timeout: float = 120) -> Path:
@@ -62,6 +64,23 @@ def test_sigterm_in_the_warmup_exits_143_in_one_line_and_the_same_command_resume
     assert f"resuming from {last}" in out
     assert "Finished: mnp on synthetic, seed 0, 4 epochs" in out
     assert int(load_checkpoint(last)["epoch"]) == 3
+
+
+def test_ctrl_c_in_training_exits_130_in_one_line_saying_how_to_resume(tmp_path):
+    proc = start(tmp_path)
+    last = wait_for("logs/default/runs/*/checkpoints/last.ckpt", tmp_path, proc)
+    proc.send_signal(signal.SIGINT)  # what Ctrl-C sends
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-2000:]
+    done = int(load_checkpoint(last)["epoch"]) + 1  # a readable, resumable checkpoint
+    assert 1 <= done < 4
+    lines = [ln for ln in (out + err).splitlines() if "error" in ln.lower() or "Traceback" in ln or "Interrupt" in ln
+             or "Ctrl-C" in ln]
+    assert len(lines) == 1 and re.fullmatch(
+        rf"error: interrupted by Ctrl-C during training; re-run the same command to resume from epoch {done + 1} of 4 "
+        rf"\({re.escape(str(last))} holds epochs? 1(-{done})?\)", lines[0]), (out + err)[-2000:]
+    assert lines[0] in err and not (last.parent.parent / "metrics.json").exists()
+    assert lines[0][len("error: "):] in (last.parent.parent / "train.log").read_text()  # the log says why it ended
 
 
 def test_sigterm_stops_a_sweep_whose_summary_names_the_interrupted_job(tmp_path):

@@ -23,7 +23,7 @@ from mnp.core.sweep import FAILED, SKIPPED, JobFailed, ValidationMetrics, is_mis
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
 PRESETS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
-SWEEPS = [p for p in PRESETS if not p.startswith("optuna") and p != "switches"]
+SWEEPS = [p for p in PRESETS if not p.startswith("optuna") and p not in ("switches", "quick")]  # quick: not a sweep
 MODELS = {"mlp", "mnp", "mnp_official", "mcd", "de_ef", "de_lf", "sngp", "etp", "tmc", "mgp"}
 DATASETS = {"synthetic", "handwritten", "cub", "pie", "caltech101", "scene15", "hmdb", "cifar10c", "digits_c", "custom"}
 # K and the paper's N^m per dataset (docs/method.md §2)

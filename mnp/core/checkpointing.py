@@ -1,6 +1,6 @@
 """Checkpoints and run directories that survive crashes: atomic writes (the replaced ``last.ckpt`` stays as
-``prev.ckpt``), ``weights_only`` loads that fail in one clear line, one process per run directory, and a
-``csv/metrics.csv`` that keeps every epoch across resumes."""
+``prev.ckpt`` while its successor is written), ``weights_only`` loads that fail in one clear line, one process
+per run directory, and a ``csv/metrics.csv`` that keeps every epoch across resumes."""
 from __future__ import annotations
 
 import csv
@@ -12,6 +12,7 @@ import os
 import pickle
 import re
 import tempfile
+import time
 import warnings
 import zipfile
 from pathlib import Path
@@ -27,6 +28,7 @@ from datamodules.files import TEMP, atomic_write
 log = logging.getLogger(__name__)
 
 CFG_KEY = "mnp_cfg"  # resolved config stored inside every checkpoint (plain containers)
+ELAPSED_KEY = "elapsed_s"  # the run's wall time up to the checkpoint, over all its sessions
 LAST, PREVIOUS = "last.ckpt", "prev.ckpt"
 LOCK = ".lock"
 
@@ -42,7 +44,10 @@ def check_writable(out_dir: Path) -> None:
 
 class AtomicCheckpointIO(TorchCheckpointIO):
     """Lightning's ``CheckpointIO`` with atomic saves and ``weights_only=True`` loads. A replaced ``last.ckpt``
-    of this run (written here, or ``resumed_from``; not a stale one of a fresh start) stays as ``prev.ckpt``."""
+    of this run (written here, or ``resumed_from``; not a stale one of a fresh start) stays as ``prev.ckpt``
+    until the new one is in place (written, fsynced, renamed, the directory fsynced); then ``prev.ckpt`` goes, so
+    a run keeps one checkpoint on disk, not two. Where a crash in that window left a damaged ``last.ckpt``,
+    :func:`resume_checkpoint` resumes from ``prev.ckpt``."""
 
     def __init__(self, resumed_from: str | None = None):
         self.ours = {str(Path(resumed_from).resolve())} if resumed_from else set()
@@ -59,6 +64,8 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             raise OSError(f"could not write the checkpoint {path} ({' '.join(str(e).split())[:200]}); "
                           f"is the disk full? The last good checkpoint is kept in {path.parent}") from e
         self.ours.add(str(path))
+        if path.name == LAST:  # also one a crash left behind: a good last.ckpt is now in place
+            path.with_name(PREVIOUS).unlink(missing_ok=True)
 
     def load_checkpoint(self, path, map_location=None, weights_only=None) -> dict:
         return safe_load(path, map_location)
@@ -86,6 +93,21 @@ def checkpoint_callbacks(ckpt_dir: Path, monitor: str | None = None, every_n_epo
     if monitor:
         callbacks.append(ModelCheckpoint(filename="best", monitor=monitor, mode="min", **common))
     return callbacks
+
+
+class RunTime(pl.Callback):
+    """A run's wall time over all its sessions: every checkpoint stores the time so far, and a resumed run
+    counts on from its checkpoint's (``time/total_s`` is then the whole run's, not the last session's)."""
+
+    def __init__(self, start: float, resumed_from: str | None = None):
+        self.start = start  # time.perf_counter() when this session began
+        self.before = float(load_checkpoint(resumed_from).get(ELAPSED_KEY, 0.0)) if resumed_from else 0.0
+
+    def elapsed(self) -> float:
+        return self.before + time.perf_counter() - self.start
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint) -> None:
+        checkpoint[ELAPSED_KEY] = self.elapsed()
 
 
 # ---------------------------------------------------------------------------- reading

@@ -10,7 +10,7 @@ import tempfile
 from pathlib import Path
 
 from mnp.core import signals
-from mnp.core.console import quiet, traceback_to_log_file
+from mnp.core.console import quiet, to_log_file, traceback_to_log_file
 from mnp.core.errors import USER_ERRORS
 from mnp.core.summary import STATUS_ENV, sweep_incomplete, sweep_summary
 
@@ -47,7 +47,7 @@ def main_guarded(main) -> None:
     """Run a ``@hydra.main`` entry point; Hydra's own errors (an unknown config key, a missing
     config option, a malformed override), a sweep's failed job and a sweep with skipped jobs end in one
     line ``error: <message>`` and exit status 1, like the errors :func:`run_guarded` handles; SIGTERM
-    ends in one line and exit status 143 (:mod:`mnp.core.signals`)."""
+    and Ctrl-C end in one line and exit status 143 and 130 (:mod:`mnp.core.signals`)."""
     quiet()
     sys.argv[1:] = [quote_path_value(a) for a in sys.argv[1:]]
     status = Path(tempfile.mkstemp(prefix="mnp-sweep-", suffix=".jsonl")[1])
@@ -73,12 +73,13 @@ def _run_main(main, status: Path) -> None:
     os.environ["HYDRA_FULL_ERROR"] = os.environ[_GUARDED] = "1"  # Hydra re-raises; we print
     try:
         main()
-    except signals.Terminated as e:  # a sweep stops at once; its summary names the interrupted job
+    except (signals.Terminated, KeyboardInterrupt) as e:  # a sweep stops at once; its summary names the interrupted job
         _print_sweep(status)
-        _fail(signals.message(e), signals.EXIT_CODE)
+        stop = signals.stopped(e)
+        _fail(str(stop), stop.exit_code)
     except (HydraException, JobFailed) as e:
         _print_sweep(status)
-        _fail(one_line(e))
+        _fail(not_a_model_key(one_line(e)))
     except OSError as e:  # Hydra creates the run directory (and saves its config) before the job runs
         where = f" {e.filename}" if e.filename else ""
         _fail(f"cannot create the run directory{where}: {e.strerror or e}; set paths.log_dir or hydra.run.dir "
@@ -89,6 +90,20 @@ def _run_main(main, status: Path) -> None:
     _print_sweep(status)
     if sweep_incomplete(status):  # skipped jobs: the sweep ran, but its results are not all there
         _fail(sweep_incomplete(status))
+
+
+def not_a_model_key(line: str) -> str:
+    """Hydra's advice for a key the chosen model lacks (``+model.<key>=...``) adds it to a model that cannot take it
+    (and fails for the models of a sweep that have it): say what to do instead."""
+    found = re.match(r"Could not override '(model\.[\w.]+)'\. To append to your config use \+\S+; (Key .* not in struct)",
+                     line)
+    if not found:
+        return line
+    key = found.group(1)
+    hint = "; MNP's warm-up follows a shorter trainer.max_epochs by itself" if key == "model.warmup_epochs" else ""
+    return (f"{key} is not a key of the model ({found.group(2)}; in a sweep, of every model it runs): check its "
+            f"spelling (the models' keys: docs/usage.md), and give a key only some models of a sweep have in a "
+            f"command of its own for those; +{key} would pass it to a model that does not take it{hint}")
 
 
 PATH_KEYS = ("ckpt_path", "dataset.path", "data_dir", "output_dir", "dataset.data_dir", "paths.log_dir",
@@ -128,9 +143,10 @@ def run_guarded(fn, cfg):
         return fn(cfg)
     try:
         return fn(cfg)
-    except (signals.Terminated, SIGTERMException) as e:
-        log.error("%s", signals.message(e))
-        _fail(signals.message(e), signals.EXIT_CODE)
+    except (signals.Terminated, SIGTERMException, KeyboardInterrupt) as e:  # the line on stderr, and in train.log
+        stop = signals.stopped(e)
+        to_log_file(str(stop))
+        _fail(str(stop), stop.exit_code)
     except USER_ERRORS as e:  # one line; the traceback (an internal bug raises these types too) goes to train.log
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         where = traceback_to_log_file(e)
@@ -141,6 +157,7 @@ def run_guarded(fn, cfg):
 
 
 def _fail(msg: str, status: int = 1) -> None:
-    """The CLIs' one way out on an error: ``error: <msg>`` on stderr, exit status 1 (143 after SIGTERM)."""
+    """The CLIs' one way out on an error: ``error: <msg>`` on stderr, exit status 1 (143 after SIGTERM, 130 after
+    Ctrl-C)."""
     print(f"error: {msg}", file=sys.stderr)
     sys.exit(status)

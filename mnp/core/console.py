@@ -2,9 +2,10 @@
 
 Dropped: Lightning's GPU/TPU availability lines and its litlogger tip, its ``LeafSpec is deprecated``
 warning (raised inside Lightning itself), the ``torch.jit.script`` deprecation raised when gpytorch is
-imported (MGP), and on a resume Lightning's notes that the checkpoint directory is not empty and that
-states were restored (the pipeline logs one line instead), and its note of a SIGTERM (the run's error line
-says it). A failed run's traceback goes to its log file only (:func:`traceback_to_log_file`).
+imported (MGP), wandb's ``The anonymous setting has no effect``, and on a resume Lightning's notes that the
+checkpoint directory is not empty and that states were restored (the pipeline logs one line instead), and its
+notes of a SIGTERM or a Ctrl-C (the run's error line says it). A failed run's traceback goes to its log file only
+(:func:`traceback_to_log_file`).
 """
 from __future__ import annotations
 
@@ -23,12 +24,14 @@ NOISY_WARNINGS = [
 # Lightning's info lines that describe the machine or advertise a product
 NOISY_LINES = ("GPU available:", "TPU available:", "HPU available:", "💡 Tip:",
                "Restoring states from the checkpoint path", "Restored all states from the checkpoint",
-               "Received SIGTERM")  # "[rank: 0] Received SIGTERM: 15": the run's error line says what happens next
+               # "[rank: 0] Received SIGTERM: 15", "Detected KeyboardInterrupt, attempting graceful shutdown ...":
+               # the run's error line says what happens next
+               "Received SIGTERM", "Detected KeyboardInterrupt")
 
 
 class _DropLines(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
-        return not re.sub(r"^\[rank: \d+\] ", "", str(record.getMessage())).startswith(NOISY_LINES)
+        return not re.sub(r"^\[rank: \d+\] ", "", str(record.getMessage()).lstrip()).startswith(NOISY_LINES)
 
 
 def quiet() -> None:
@@ -45,14 +48,19 @@ def quiet() -> None:
             logger.addFilter(_DropLines())
 
 
-def traceback_to_log_file(e: BaseException) -> Path | None:
-    """Write ``e``'s full traceback to the run's log file (Hydra's ``<run dir>/<job name>.log``, a handler of
-    the root logger) and not to the console; return that file, or None when the process has none."""
+def to_log_file(message: str, e: BaseException | None = None) -> Path | None:
+    """Write ``message`` (and ``e``'s full traceback) to the run's log file (Hydra's ``<run dir>/<job name>.log``,
+    a handler of the root logger) and not to the console; return that file, or None when the process has none."""
     files = [h for h in logging.getLogger().handlers if isinstance(h, logging.FileHandler) and
              h.baseFilename != os.devnull  # pytest attaches one on /dev/null
              and not getattr(h, "dropped", False)]  # a refused job's log (runrecord.DeferredFileHandler) stays as it was
-    record = logging.getLogger("mnp").makeRecord("mnp", logging.ERROR, __file__, 0, "run failed: %s: %s",
-                                                 (type(e).__name__, e), (type(e), e, e.__traceback__))
+    record = logging.getLogger("mnp").makeRecord("mnp", logging.ERROR, __file__, 0, "%s", (message,),
+                                                 None if e is None else (type(e), e, e.__traceback__))
     for handler in files:
         handler.handle(record)
     return Path(files[0].baseFilename) if files else None
+
+
+def traceback_to_log_file(e: BaseException) -> Path | None:
+    """:func:`to_log_file` of a failed run: ``run failed: <type>: <message>`` and the traceback."""
+    return to_log_file(f"run failed: {type(e).__name__}: {e}", e)

@@ -22,6 +22,7 @@ Examples:
   python train.py model=mnp dataset=cub logger=wandb               log to wandb (offline unless WANDB_MODE=online)
   python train.py model=mnp dataset=pie                            run it again: resumes from last.ckpt, or skips if done
   python train.py -m experiment=paper_main                         the paper's Tables 1-3 (8 models x 6 datasets x 5 seeds)
+  python train.py experiment=quick model=mgp dataset=pie           a quick try of any model on any dataset (< 1 min)
 
 Common keys: seed=0  trainer.max_epochs=N  trainer=gpu  dataset.batch_size=200  ckpt_path=last|null|<file>
              paths.log_dir=logs  eval.noise_levels=[0.1,1]  eval.noise_max_subsets=64 (noised view subsets,
@@ -39,7 +40,7 @@ usage: python evaluate.py ckpt_path=<run dir>/checkpoints/last.ckpt [data_dir=<d
 Examples:
   python evaluate.py ckpt_path=logs/default/runs/mnp_pie_s0/checkpoints/last.ckpt
   python evaluate.py ckpt_path=/abs/path/last.ckpt data_dir=/data/mnp        data moved to another directory
-  python evaluate.py ckpt_path=last.ckpt eval.noise_levels=[0.5,1,2]           another noise protocol
+  python evaluate.py ckpt_path=last.ckpt +eval.noise_levels=[0.5,1,2]          another noise protocol (+eval.<key>)
 """
 
 

@@ -2,8 +2,8 @@
 
 All functions take *probabilities* (never logits) and return Python floats or tensors on the
 input's device. Accuracy and ECE use torchmetrics; AUROC is computed here on the full set of
-scores at once because torchmetrics' binary AUROC sigmoid-squashes out-of-range scores batch by
-batch (PITFALLS.md), which saturates large uncertainty scores into ties.
+scores at once because torchmetrics' binary AUROC sigmoid-squashes scores outside [0, 1] batch by
+batch, which saturates large uncertainty scores (entropies, variances) into ties.
 """
 from __future__ import annotations
 

@@ -25,9 +25,9 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from mnp.core import signals
 from mnp.core.accel import configure as configure_accel, matmul_precision
-from mnp.core.checkpointing import (CFG_KEY, AtomicCheckpointIO, CsvHistory, atomic_write, check_epochs, check_fits,
-                               check_writable, checkpoint_callbacks, holds_run_dir, keep_csv_history,
-                               load_checkpoint, resume_checkpoint)
+from mnp.core.checkpointing import (CFG_KEY, AtomicCheckpointIO, CsvHistory, RunTime, atomic_write, check_epochs,
+                                   check_fits, check_writable, checkpoint_callbacks, holds_run_dir,
+                                   keep_csv_history, load_checkpoint, resume_checkpoint)
 from mnp.core.errors import USER_ERRORS
 from mnp.core.oom import allocation_failure, explains_memory, record_data
 from mnp.core.outputs import write_json, write_npz
@@ -38,7 +38,8 @@ from mnp.core.rundir import (check_reuse, data_hashes, eval_dir, hydra_variant, 
 from mnp.core.startup import FirstStep, run_start
 from mnp.core.stored_config import checked_run_config, init_keys, restore_model
 from mnp.core.summary import log_run_summary
-from mnp.core.validate import check_eval, check_manual_optimization, check_train_batches, resolve_auto, validate
+from mnp.core.validate import (check_eval, check_manual_optimization, check_train_batches, resolve_auto,
+                               resolve_epochs, validate)
 from mnp.core.wandb_utils import log_summary, run_identity
 
 log = logging.getLogger(__name__)
@@ -207,13 +208,14 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     Returns the metrics dict (also when the job is skipped because it already finished).
     """
     t0, started = time.perf_counter(), run_start(time.time())
+    loaded = resolve_epochs(cfg, lambda: build_datamodule(cfg))  # dataset=custom: epochs sized by steps on the data
     resolve_auto(cfg)
-    validate(cfg)  # the whole config, before anything is built or written
+    validate(cfg)  # the whole config, before anything else is built or written
     absolute_data_paths(cfg)
     out_dir = Path(cfg.paths.output_dir)
     metrics_path = out_dir / "metrics.json"
     resume_from = resume_checkpoint(cfg.get("ckpt_path"), out_dir)
-    dataset_name, dm = make_datamodule(cfg)
+    dataset_name, dm = loaded or make_datamodule(cfg)
     if metrics_path.exists() or resume_from:  # a finished or resumable run of another config is never reused
         check_run_dir(cfg, out_dir, resume_from, metrics_path.exists(), dm.data_files())
     if cfg.get("skip_if_done", False) and metrics_path.exists():
@@ -230,7 +232,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             cfg.variant = variant
     set_threads(cfg.get("torch_threads"))
     pl.seed_everything(int(cfg.seed), workers=True, verbose=False)
-    dm.setup("fit")
+    if loaded is None:  # dataset=custom with epochs sized by steps has read its data already
+        dm.setup("fit")
     with open_dict(cfg):  # the sha256 of every data file read: config.yaml and the checkpoints record it
         cfg.data_hash = data_hashes(dm.data_files())
     check_train_batches(cfg.trainer, len(dm.train_dataloader()))  # a fraction of them that rounds to none
@@ -244,7 +247,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         lg.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
     progress, bar = progress_callbacks(bool(cfg.trainer.get("enable_progress_bar", True)))
     callbacks, first_step = build_callbacks(cfg, out_dir, has_val), FirstStep()
-    trainer = build("trainer", cfg.trainer, logger=loggers or False, callbacks=callbacks + progress + [first_step],
+    clock = RunTime(t0, resume_from)
+    trainer = build("trainer", cfg.trainer, logger=loggers or False, callbacks=[*callbacks, clock, *progress, first_step],
                     enable_checkpointing=any(isinstance(c, ModelCheckpoint) for c in callbacks), enable_progress_bar=bar,
                     default_root_dir=str(out_dir), plugins=[AtomicCheckpointIO(resume_from)],
                     limit_val_batches=None if has_val else 0)
@@ -269,16 +273,16 @@ def train(cfg: DictConfig) -> dict[str, Any]:
                 trainer.test(model, datamodule=dm, ckpt_path=str(last), verbose=False)
             else:
                 trainer.test(model, datamodule=dm, verbose=False)
-            times = {"time/total_s": time.perf_counter() - t0}
+            times = {"time/total_s": clock.elapsed()}  # every session of a resumed run
             if first_step.at is not None:
                 times["time/startup_s"] = first_step.at - started
             results = {} if not trainer.is_global_zero else write_outputs(out_dir, model, identity, {**times, **step},
                                                                            tested=time.time())
-            if results:
-                log_run_summary(results, out_dir)
             for lg in loggers:
                 if isinstance(lg, WandbLogger):
                     log_summary(lg, results, out_dir, model.n_bins)
+            if results:  # last: it lists the run's files, the figures log_summary saves included
+                log_run_summary(results, out_dir)
             return results
     finally:
         finish_wandb()

@@ -1,9 +1,14 @@
-"""Progress a person can follow: the stage (warm-up or main), the epoch of the whole run and an ETA.
+"""Progress a person can follow: the stage (warm-up or main), the epoch of the whole run, what the epoch
+learned and an ETA.
 
-On a terminal the progress bar stays, its description naming the stage and the whole-run ETA
-(:class:`RunProgressBar`). When stdout is not a terminal (a log file, a sweep worker, CI) the bar is
-replaced by one log line per epoch (:class:`EpochLines`), so ``train.log`` and redirected output show
-progress while the run goes.
+What it learned (:func:`learning`): the train accuracy and the classification loss come before the total
+loss, which for MNP is nearly all L_RBF (orders of magnitude above the classification loss L_TY, so it
+hides whether the classifier learns); MNP's warm-up trains L_RBF alone and says so.
+
+On a terminal the progress bar stays, its description naming the stage and the whole-run ETA, its postfix
+what was learned (:class:`RunProgressBar`). When stdout is not a terminal (a log file, a sweep worker, CI)
+the bar is replaced by one log line per epoch (:class:`EpochLines`), so ``train.log`` and redirected output
+show progress while the run goes.
 """
 from __future__ import annotations
 
@@ -61,13 +66,23 @@ class RunClock:
         return left_warm * means.get("warm-up", fallback) + left_main * means.get("main", fallback)
 
 
-def _loss(trainer) -> str:
-    v = trainer.callback_metrics.get("train/loss")
-    return f"{float(v):.4g}" if v is not None else "n/a"
+# (logged key, label, format) in display order: train/ty is MNP's classification loss L_TY (eq. 14)
+LEARNING = (("train/acc", "train acc", ".3f"), ("train/ty", "class loss", ".4g"), ("train/loss", "loss", ".4g"))
+WARMUP_NOTE = " (L_RBF only)"  # MNP's warm-up: the contrastive loss alone, no classifier yet
+
+
+def learning(metrics) -> dict[str, str]:
+    """The last epoch's train accuracy, classification loss and total loss, those logged, as text by label."""
+    return {label: format(float(metrics[key]), fmt) for key, label, fmt in LEARNING if metrics.get(key) is not None}
+
+
+def note(stage: str) -> str:
+    return WARMUP_NOTE if stage == "warm-up" else ""
 
 
 class EpochLines(pl.Callback):
-    """One log line per training epoch: stage, epoch of total, loss, elapsed time and whole-run ETA."""
+    """One log line per training epoch: stage, epoch of total, train accuracy, classification and total loss,
+    elapsed time and whole-run ETA."""
 
     def __init__(self):
         self.clock = RunClock()
@@ -81,13 +96,14 @@ class EpochLines(pl.Callback):
         if not trainer.is_global_zero:
             return
         eta = self.clock.eta(trainer, pl_module, trainer.current_epoch + 1)
-        log.info("%s epoch %d/%d  loss %s  elapsed %s  ETA %s", stage, trainer.current_epoch + 1, trainer.max_epochs,
-                 _loss(trainer), duration(time.perf_counter() - self.clock.start),
-                 duration(eta) if eta is not None else "n/a")
+        learned = "  ".join(f"{k} {v}" for k, v in learning(trainer.callback_metrics).items()) or "loss n/a"
+        log.info("%s epoch %d/%d%s  %s  elapsed %s  ETA %s", stage, trainer.current_epoch + 1, trainer.max_epochs, note(stage),
+                 learned, duration(time.perf_counter() - self.clock.start), duration(eta) if eta is not None else "n/a")
 
 
 class RunProgressBar(TQDMProgressBar):
-    """Lightning's bar, described as ``main 12/105 · run ETA 1m10s``."""
+    """Lightning's bar, described as ``main 12/105 · run ETA 1m10s`` (``warm-up 3/105 (L_RBF only) · ...``), with
+    the train accuracy, classification loss and loss as its postfix."""
 
     def __init__(self):
         super().__init__()
@@ -98,12 +114,18 @@ class RunProgressBar(TQDMProgressBar):
         self.clock.epoch_started()
         eta = self.clock.eta(trainer, pl_module, trainer.current_epoch)
         stage = self.clock.stage(pl_module)
-        text = f"{stage} {trainer.current_epoch + 1}/{trainer.max_epochs}"
+        text = f"{stage} {trainer.current_epoch + 1}/{trainer.max_epochs}{note(stage)}"
         self.train_progress_bar.set_description(text + (f" · run ETA {duration(eta)}" if eta is not None else ""))
 
     def on_train_epoch_end(self, trainer, pl_module) -> None:
         self.clock.epoch_ended(self.clock.stage(pl_module))
         super().on_train_epoch_end(trainer, pl_module)
+
+    def get_metrics(self, trainer, pl_module) -> dict:
+        """What was learned, then the other progress-bar metrics (``val/acc``); no version number."""
+        shown = {key for key, _, _ in LEARNING}
+        rest = {k: v for k, v in super().get_metrics(trainer, pl_module).items() if k not in shown and k != "v_num"}
+        return {**learning(trainer.callback_metrics), **rest}
 
 
 def progress_callbacks(enabled: bool, tty: bool | None = None) -> tuple[list[pl.Callback], bool]:

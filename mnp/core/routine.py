@@ -308,8 +308,9 @@ class Routine(pl.LightningModule):
             arrays[f"ood/{name}/is_ood"] = y.numpy()
             arrays[f"ood/{name}/probs"] = torch.cat(store["probs"]).numpy()
         results["time/test_s"] = self._test_time
-        if self.epoch_times:
+        if self.epoch_times:  # MNP times its main epochs only
             results["time/train_epoch_s"] = float(statistics.median(self.epoch_times))
+            results["time/train_epochs"] = len(self.epoch_times)
         self.test_results, self.test_arrays = results, arrays
         for k, v in results.items():
             self.log(k, v, add_dataloader_idx=False)

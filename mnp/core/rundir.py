@@ -31,6 +31,7 @@ RESOLVER = "mnp_run_suffix"
 EVAL_RESOLVER = "mnp_eval_dir"
 PENDING_RESOLVER = "mnp_pending_record"
 JOBS_RESOLVER = "mnp_gpu_jobs"
+WARMUP_RESOLVER = "mnp_warmup"
 # keys that cannot change a run's numbers: these exactly (group choices, bookkeeping) ...
 NON_RESULT_KEYS = frozenset({
     "model", "dataset", "seed", "data_hash", "declared", "experiment", "experiment_name", "variant", "launcher", "logger", "callbacks",
@@ -71,9 +72,10 @@ def run_suffix(overrides: Iterable[str]) -> str:
 
 
 def register_resolver() -> None:
-    """``${mnp_run_suffix:${hydra.overrides.task}}`` in conf/hydra/default.yaml,
-    ``${mnp_eval_dir:${ckpt_path}}`` in conf/evaluate.yaml, ``${mnp_pending_record:}`` in conf/train.yaml and
-    ``${mnp_gpu_jobs:}`` in conf/launcher/gpu_joblib.yaml (mnp.core.resources)."""
+    """The configs' resolvers: ``${mnp_run_suffix:${hydra.overrides.task}}`` in conf/hydra/default.yaml,
+    ``${mnp_eval_dir:${ckpt_path}}`` in conf/evaluate.yaml, ``${mnp_pending_record:}`` in conf/train.yaml,
+    ``${mnp_gpu_jobs:}`` in conf/launcher/gpu_joblib.yaml (mnp.core.resources) and ``${mnp_warmup:W,E}`` in
+    conf/model_dataset/."""
     if not OmegaConf.has_resolver(RESOLVER):
         OmegaConf.register_new_resolver(RESOLVER, lambda overrides: run_suffix(list(overrides or [])))
     if not OmegaConf.has_resolver(EVAL_RESOLVER):
@@ -82,6 +84,18 @@ def register_resolver() -> None:
         OmegaConf.register_new_resolver(PENDING_RESOLVER, pending_subdir)
     if not OmegaConf.has_resolver(JOBS_RESOLVER):
         OmegaConf.register_new_resolver(JOBS_RESOLVER, gpu_jobs)
+    if not OmegaConf.has_resolver(WARMUP_RESOLVER):
+        OmegaConf.register_new_resolver(WARMUP_RESOLVER, scaled_warmup)
+
+
+def scaled_warmup(warmup: int, of: int, *, _root_) -> int:
+    """``${mnp_warmup:W,E}``: a dataset's W warm-up epochs of its E. A ``trainer.max_epochs`` that leaves no epoch
+    after them (a run shortened for a quick try, or a sweep's shared ``trainer.max_epochs``) scales the warm-up
+    to the same share W/E of the shorter run, keeping at least one main epoch."""
+    epochs = OmegaConf.select(_root_, "trainer.max_epochs")
+    if not isinstance(epochs, int) or isinstance(epochs, bool) or epochs < 1 or epochs > warmup:
+        return int(warmup)  # a bad trainer.max_epochs is the validation's to report
+    return max(min(round(warmup * epochs / of), epochs - 1), 0)
 
 
 def eval_dir(ckpt_path: str) -> str:

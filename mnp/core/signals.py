@@ -1,5 +1,7 @@
 """SIGTERM (``kill``, a scheduler's stop, a container's stop): the run stops at a safe point, keeps its
-resumable ``last.ckpt`` and exits with status 143 and one line saying where to resume.
+resumable ``last.ckpt`` and exits with status 143 and one line saying where to resume. Ctrl-C (SIGINT) ends
+the same way with status 130: Lightning ends ``fit`` on a ``KeyboardInterrupt`` with ``sys.exit(1)``, which
+:func:`resumable` turns into :class:`Interrupted`.
 
 While a Trainer runs, Lightning's own handler notes the signal and raises ``SIGTERMException`` at the next
 batch or epoch end; that exception is a ``SystemExit`` with status 0, so it is turned into
@@ -18,13 +20,32 @@ import time
 from pathlib import Path
 
 EXIT_CODE = 128 + signal.SIGTERM  # 143: what a shell reports for a process ended by SIGTERM
-PLAIN = "terminated by SIGTERM; re-run the same command to continue (training resumes from checkpoints/last.ckpt)"
+SIGTERM, CTRL_C = "terminated by SIGTERM", "interrupted by Ctrl-C"
+CONTINUE = "; re-run the same command to continue (training resumes from checkpoints/last.ckpt)"
 MAIN_PID = "MNP_MAIN_PID"  # the process the user started; a sweep's workers inherit it
 GRACE_S = 10.0  # how long a sweep's workers get to record their jobs and end before they are killed
 
 
 class Terminated(BaseException):
     """The process got SIGTERM. Not an ``Exception``: a sweep's launcher must stop, not start the next job."""
+
+    exit_code = EXIT_CODE
+
+
+class Interrupted(Terminated):
+    """The user pressed Ctrl-C (SIGINT)."""
+
+    exit_code = 128 + signal.SIGINT  # 130
+
+
+def stopped(e: BaseException) -> Terminated:
+    """What ``e`` (:class:`Terminated`, a bare ``SIGTERMException`` of ``evaluate.py``'s test loop, or a
+    ``KeyboardInterrupt`` outside the Trainer) means, with its one line and exit status."""
+    if isinstance(e, Terminated) and str(e):
+        return e
+    if isinstance(e, (Interrupted, KeyboardInterrupt)):
+        return Interrupted(CTRL_C + CONTINUE)
+    return Terminated(SIGTERM + CONTINUE)
 
 
 @contextlib.contextmanager
@@ -44,7 +65,7 @@ def _on_sigterm(signum, frame) -> None:
     if signal.getsignal(signal.SIGTERM) is not _on_sigterm:
         return  # called from Lightning's handler, which a running Trainer installed: it stops at the next batch
     end_children()
-    raise Terminated(PLAIN)
+    raise Terminated(SIGTERM + CONTINUE)
 
 
 def _parent(pid: int) -> int | None:
@@ -82,41 +103,43 @@ def end_children(grace: float = GRACE_S) -> None:
             return
 
 
-def message(e: BaseException) -> str:
-    """The one line of a :class:`Terminated` or a bare ``SIGTERMException`` (``evaluate.py``'s test loop)."""
-    return str(e) if isinstance(e, Terminated) and str(e) else PLAIN
-
-
-def resume_message(stage: str, ckpt_dir: Path, max_epochs: int) -> str:
-    """What was interrupted and what the same command will do next, from the ``last.ckpt`` that is kept."""
+def resume_message(stage: str, ckpt_dir: Path, max_epochs: int, cause: str = SIGTERM) -> str:
+    """What was interrupted (``cause``: SIGTERM or Ctrl-C) and what the same command will do next, from the
+    ``last.ckpt`` that is kept."""
     from mnp.core.checkpointing import LAST, CheckpointError, safe_load
 
     last = Path(ckpt_dir) / LAST
     try:
         done = int(safe_load(last).get("epoch", -1)) + 1
     except (CheckpointError, FileNotFoundError):
-        return f"terminated by SIGTERM during {stage}, before any checkpoint was written; re-run the same command " \
-               "to start again"
+        return f"{cause} during {stage}, before any checkpoint was written; re-run the same command to start again"
     if done >= max_epochs:
-        return f"terminated by SIGTERM during {stage}; re-run the same command to test the trained model ({last} " \
-               f"holds all {done} epochs)"
+        return f"{cause} during {stage}; re-run the same command to test the trained model ({last} holds all " \
+               f"{done} epochs)"
     held = "epoch 1" if done == 1 else f"epochs 1-{done}"
-    return f"terminated by SIGTERM during {stage}; re-run the same command to resume from epoch {done + 1} of " \
-           f"{max_epochs} ({last} holds {held})"
+    return f"{cause} during {stage}; re-run the same command to resume from epoch {done + 1} of {max_epochs} " \
+           f"({last} holds {held})"
 
 
 @contextlib.contextmanager
 def resumable(trainer, ckpt_dir: Path):
-    """Around ``trainer.fit`` and ``trainer.test``: SIGTERM ends in :class:`Terminated` naming the epoch to resume
-    from."""
+    """Around ``trainer.fit`` and ``trainer.test``: SIGTERM ends in :class:`Terminated`, Ctrl-C in
+    :class:`Interrupted`, each naming the epoch to resume from."""
     from pytorch_lightning.trainer.states import TrainerFn
     from pytorch_lightning.utilities.exceptions import SIGTERMException
 
+    def where(cause: str) -> str:
+        stage = "testing" if trainer.state.fn == TrainerFn.TESTING else "training"
+        return resume_message(stage, ckpt_dir, int(trainer.max_epochs), cause)
+
     try:
         yield
-    except (SIGTERMException, Terminated):
-        stage = "testing" if trainer.state.fn == TrainerFn.TESTING else "training"
-        raise Terminated(resume_message(stage, ckpt_dir, int(trainer.max_epochs))) from None
+    except (SIGTERMException, Terminated) as e:
+        raise (Interrupted(where(CTRL_C)) if isinstance(e, Interrupted) else Terminated(where(SIGTERM))) from None
+    except (KeyboardInterrupt, SystemExit) as e:  # Lightning ends a Ctrl-C in fit or test with sys.exit(1)
+        if isinstance(e, SystemExit) and not trainer.interrupted:
+            raise
+        raise Interrupted(where(CTRL_C)) from None
 
 
 def stop_if_worker() -> None:

@@ -55,11 +55,11 @@ def run_summary(results: dict, out_dir: Path) -> str:
     rows += [(f"OOD AUROC ({k.split('/')[1]})", f"{v:.4f}") for k, v in sorted(results.items())
              if k.startswith("ood/") and k.endswith("/auroc")]
     if "time/train_epoch_s" in results:
-        rows.append(("train time / epoch", f"{results['time/train_epoch_s']:.2f} s"))
+        rows.append(("train time / epoch", f"{results['time/train_epoch_s']:.2f} s" + _epochs_timed(results)))
     if "time/test_s" in results:
         rows.append(("test time", f"{results['time/test_s']:.2f} s"))
     if "time/total_s" in results:
-        rows.append(("total time", duration(results["time/total_s"])))
+        rows.append(("total time", duration(results["time/total_s"])))  # every session of a resumed run
     if "time/startup_s" in results:
         rows.append(("start-up", f"{results['time/startup_s']:.1f} s (to the first training step)"))
     if "time/teardown_s" in results:
@@ -70,10 +70,24 @@ def run_summary(results: dict, out_dir: Path) -> str:
     lines += [f"  {label:<{width}}  {value}" for label, value in rows]
     out_dir = Path(out_dir).resolve()
     lines.append(f"Run directory: {out_dir}")
-    files = sorted(p for p in out_dir.rglob("*")
-                   if p.is_file() and not any(part.startswith(".") for part in p.relative_to(out_dir).parts))
-    lines += [f"  {p.relative_to(out_dir)}  ({_size(p)})" for p in files]
+    lines += [f"  {p.relative_to(out_dir)}  ({_size(p)})" for p in run_files(out_dir)]
     return "\n".join(lines)
+
+
+def _epochs_timed(results: dict) -> str:
+    """`` (median of N main epochs)``: MNP's warm-up epochs are not timed (nor counted here)."""
+    n = results.get("time/train_epochs")
+    if not n:
+        return ""
+    main = " main" if results.get("epochs") is not None and n < results["epochs"] else ""
+    return f" (median of {n}{main} epoch{'s' if n > 1 else ''})"
+
+
+def run_files(out_dir: Path) -> list[Path]:
+    """The files of a run directory worth listing: not hidden (Hydra's ``.hydra/``), no empty log."""
+    return sorted(p for p in out_dir.rglob("*")
+                  if p.is_file() and not any(part.startswith(".") for part in p.relative_to(out_dir).parts)
+                  and not (p.suffix == ".log" and p.stat().st_size == 0))
 
 
 def log_run_summary(results: dict, out_dir: Path) -> None:
@@ -122,7 +136,7 @@ def sweep_summary(status_file: Path) -> str:
     sweep_dirs = sorted({str(Path(j["dir"]).parent) for j in jobs})
     head = ("Sweep stopped: " if "interrupted" in counts else "Sweep finished: ") + \
         ", ".join(f"{n} {s}" for s, n in counts.items())
-    tail = [f"Aggregate with: python -m mnp.tools.report {' '.join(sweep_dirs)} --out results/<name>"]
+    tail = [f"Aggregate with: python -m mnp.tools.report {' '.join(sweep_dirs)}  (writes {sweep_dirs[0]}/report)"]
     return "\n".join([head, *lines, *tail])
 
 

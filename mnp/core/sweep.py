@@ -9,7 +9,7 @@ command exits non-zero. :func:`run_job` keeps to that contract:
   removes a ``failed.json`` / ``skipped.json`` left by an earlier attempt;
 * a built-in dataset's files are absent: writes ``skipped.json`` with the reason and returns normally,
   so the other jobs run (a file the config names, ``dataset.path``, that is not there is a failure: a typo);
-* SIGTERM: records the job as interrupted and stops the sweep (:mod:`mnp.core.signals`);
+* SIGTERM or Ctrl-C: records the job as interrupted and stops the sweep (:mod:`mnp.core.signals`);
 * any other error: writes ``failed.json`` (type, message, traceback) and re-raises it as a plain
   ``Exception``, so Hydra records the failure and the remaining jobs still run.
 
@@ -36,7 +36,7 @@ import datamodules
 from datamodules.errors import DataError
 from mnp.core.console import traceback_to_log_file
 from mnp.core.outputs import write_json
-from mnp.core.signals import Terminated, message, stop_if_worker
+from mnp.core.signals import Terminated, stop_if_worker, stopped
 from mnp.core.summary import record_job
 
 log = logging.getLogger(__name__)
@@ -114,10 +114,11 @@ def run_job(fn: Callable[[DictConfig], dict], cfg: DictConfig) -> Any:
     record_job("started", out_dir)  # a job whose worker is killed stays "started": the summary names it
     try:
         value = _objective(cfg, fn(cfg) or {})
-    except (Terminated, SIGTERMException) as e:  # the sweep stops here; a re-run resumes this job
-        record_job("interrupted", out_dir, message(e))
+    except (Terminated, SIGTERMException, KeyboardInterrupt) as e:  # the sweep stops here; a re-run resumes this job
+        stop = stopped(e)
+        record_job("interrupted", out_dir, str(stop))
         stop_if_worker()
-        raise Terminated(message(e)) from None
+        raise stop from None
     except Exception as e:  # noqa: BLE001 - every error is recorded, then handed to Hydra
         msg = " ".join(str(e).split()) or type(e).__name__
         if is_missing_data(e) and not OmegaConf.select(cfg, "dataset.path", default=None):

@@ -13,16 +13,19 @@ naming the full key, what it must be and what it got. Checked:
   training batch (:func:`check_train_batches`).
 
 :func:`resolve_auto` first fills in the values derived from others (MNP's warm-up as a fraction of
-the run when the dataset has no config of its own) and records what the config gave for them. Once the model is
-built, :func:`check_manual_optimization` refuses the Trainer keys a model's own optimisation step cannot honour.
+the run when the dataset has no config of its own, or scaled to a run shortened below it), after
+:func:`resolve_epochs` sized the run by optimiser steps on the data where the config asks for it (dataset=custom), and records what the config gave for them. Once the model is built,
+:func:`check_manual_optimization` refuses the Trainer keys a model's own optimisation step cannot honour.
 """
 from __future__ import annotations
 
 import inspect
+import logging
 import math
+import re
 import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf, open_dict
@@ -31,6 +34,10 @@ from mnp.core.accel import CUDA_GRAPH, PRECISIONS
 from mnp.core.missing import missing_flag
 from mnp.core.domains import check_domains
 from mnp.core.protocols import resolve_noise_batch_rows
+from mnp.core.rundir import WARMUP_RESOLVER, register_resolver
+
+log = logging.getLogger(__name__)
+SCALED = re.compile(r"\$\{" + WARMUP_RESOLVER + r":\s*(\d+)\s*,\s*(\d+)\s*\}")
 
 
 class ConfigError(ValueError):
@@ -39,12 +46,27 @@ class ConfigError(ValueError):
 
 # ---------------------------------------------------------------------------- derived values
 def resolve_auto(cfg: DictConfig) -> None:
-    """``model.warmup_epochs: null`` means ``round(model.warmup_fraction × trainer.max_epochs)``.
+    """``model.warmup_epochs: null`` means ``round(model.warmup_fraction × trainer.max_epochs)``; a dataset's
+    ``${mnp_warmup:W,E}`` is W, or its share of a ``trainer.max_epochs`` that leaves no epoch after it
+    (:func:`mnp.core.rundir.scaled_warmup`), said in one line. Both become plain numbers here.
 
     What the config gave for the keys changed here is kept in ``declared`` (``{dotted key: value}``), so
     a re-run is compared with a run by what the user set, not by derived values (mnp/core/rundir.py).
     """
+    register_resolver()
     model = cfg.get("model") or {}
+    raw = OmegaConf.to_container(model, resolve=False).get("warmup_epochs") if isinstance(model, DictConfig) else None
+    scaled = SCALED.fullmatch(raw.strip()) if isinstance(raw, str) else None
+    if scaled:
+        with open_dict(cfg):
+            cfg.model.warmup_epochs = value = int(cfg.model.warmup_epochs)
+        warmup, of = (int(g) for g in scaled.groups())
+        if value != warmup:  # scaled to a shortened run: a resume with more epochs compares what the config gave
+            with open_dict(cfg):
+                cfg.declared = {"model.warmup_epochs": raw.strip()}
+            log.info("trainer.max_epochs=%d leaves no epoch after the dataset's %d warm-up epochs: the warm-up keeps "
+                     "its share of the run, model.warmup_epochs=%d (%d of %d by default; set model.warmup_epochs to "
+                     "choose)", cfg.trainer.max_epochs, warmup, value, warmup, of)
     if "warmup_fraction" not in model:
         return
     with open_dict(cfg):
@@ -56,6 +78,26 @@ def resolve_auto(cfg: DictConfig) -> None:
             declared["model.warmup_epochs"] = None
             cfg.model.warmup_epochs = int(round(frac * epochs)) if isinstance(epochs, int) and epochs > 0 else 0
         cfg.declared = declared
+
+
+def resolve_epochs(cfg: DictConfig, load: Callable[[], tuple]) -> tuple | None:
+    """``trainer.max_epochs: null`` with ``train_steps: S`` (dataset=custom's configs): the epochs that give about
+    S optimiser steps on this data, ceil(S / training batches per epoch), at least ``min_epochs``; said in one
+    line. ``load()`` builds and sets up the datamodule, ``(name, datamodule)``, which is returned for reuse;
+    None (nothing loaded) when the epochs are given or the data is not named yet (``dataset.path`` missing)."""
+    steps, epochs = cfg.get("train_steps"), cfg.trainer.get("max_epochs")
+    if epochs is not None or steps is None or OmegaConf.missing_keys(cfg.get("dataset") or {}):
+        return None
+    _check_int("train_steps", steps, 1)
+    least = cfg.get("min_epochs", 1)
+    _check_int("min_epochs", least, 1)
+    loaded = load()
+    batches = len(loaded[1].train_dataloader())
+    with open_dict(cfg):
+        cfg.trainer.max_epochs = max(math.ceil(steps / batches), least)
+    log.info("%d training batches per epoch: trainer.max_epochs=%d for about train_steps=%d optimiser steps (at least "
+             "min_epochs=%d; set trainer.max_epochs to choose)", batches, cfg.trainer.max_epochs, steps, least)
+    return loaded
 
 
 # ---------------------------------------------------------------------------- types

@@ -9,7 +9,7 @@ exits 1 when a block differs from what the files give (tests/test_docs.py runs i
   --out results/switches --models mnp --relabel``;
 * ``results/digits_c/results.csv``: ``python -m mnp.tools.report <digits_c sweep> --out results/digits_c``;
 * ``docs/goals.csv``: the goal table of the fidelity issue; ``benchmarks/custom_defaults.json``:
-  ``python benchmarks/custom_defaults.py``; ``figures/figure2.json``: ``python -m mnp.tools.figure2 --out figures``;
+  ``python benchmarks/custom_defaults.py --before``; ``figures/figure2.json``: ``python -m mnp.tools.figure2 --out figures``;
   the GPU and start-up measurements of :mod:`mnp.tools.docgen_speed` (its renderers are registered here); the models'
   declared domains (``domains`` of each class in ``conf/model/``, mnp.core.domains) for the table of model keys.
   ``figures/noise_curves.json`` and ``.png`` (accuracy per σ with the ceiling, :mod:`mnp.tools.noise_figure`) are
@@ -159,20 +159,26 @@ def render_switches(src: dict) -> str:
 
 
 def render_custom_defaults(src: dict) -> str:
-    """Default `mnp` against default `mlp` on your-own-data files (benchmarks/custom_defaults.json)."""
+    """Every model's defaults on your-own-data files, and the fixed epochs before them
+    (benchmarks/custom_defaults.json)."""
     runs = src["custom_defaults"].get("runs", [])
-    by = {(r["dataset"], r["model"]): r for r in runs}
-    rows = ["| data file | `mnp` acc % / ECE / noisy acc % | `mlp` acc % / ECE / noisy acc % | acc `mnp` − `mlp` |",
-            "|---|---|---|---|"]
+    by = {(r["dataset"], r["model"], r.get("config", "defaults")): r for r in runs}
+    files = list(dict.fromkeys(r["dataset"] for r in runs))
+    rows = ["| model | " + " | ".join(files) + " |", "|---|" + "---|" * len(files)]
 
-    def text(r: dict) -> str:
-        noisy = f"{100 * r['noisy_acc']:.2f}" if r.get("noisy_acc") is not None else "–"
-        return f"{100 * r['acc']:.2f} / {r['ece']:.3f} / {noisy}"
+    def text(r: dict | None) -> str:
+        if r is None:
+            return "–"
+        ece = f"{r['ece']:.3f}" if r.get("ece") is not None else "n/a"
+        return f"{100 * r['acc']:.2f} / {ece}"
 
-    for d in dict.fromkeys(r["dataset"] for r in runs):
-        a, b = by.get((d, "mnp")), by.get((d, "mlp"))
-        if a and b:
-            rows.append(f"| {d} | {text(a)} | {text(b)} | {100 * (a['acc'] - b['acc']):+.2f} |")
+    for m in dict.fromkeys(r["model"] for r in runs):
+        cells = []
+        for d in files:
+            now, before = by.get((d, m, "defaults")), by.get((d, m, "before"))
+            cells.append(text(now) + (f" ({now['epochs']} ep; before {before['epochs']} ep: {text(before)})"
+                                      if now and before else ""))
+        rows.append(f"| `{m}` | " + " | ".join(cells) + " |")
     return "\n".join(rows)
 
 

@@ -1,4 +1,5 @@
-"""Results tables and plots of finished sweeps: ``python -m mnp.tools.report <sweep_dir>... --out <dir>``.
+"""Results tables and plots of finished sweeps: ``python -m mnp.tools.report <sweep_dir>... [--out <dir>]``
+(default ``<first sweep dir>/report``).
 
 Reads every ``metrics.json`` under the given directories (plus the run's ``config.yaml`` for the
 ablation ``variant``), lists the failed (``failed.json``) and skipped (``skipped.json``) jobs and those
@@ -124,7 +125,7 @@ def report(dirs: list[str | Path], out: str | Path, paper: bool = False, plots: 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m mnp.tools.report", description=__doc__.splitlines()[0])
     ap.add_argument("dirs", nargs="+", help="sweep directories (e.g. logs/paper_main/multiruns)")
-    ap.add_argument("--out", required=True, help="output directory for results.md/.tex/.csv and plots/")
+    ap.add_argument("--out", help="output directory for results.md/.tex/.csv and plots/ (default: <first dir>/report)")
     ap.add_argument("--paper", action="store_true", help="add a comparison with the paper's numbers (docs/method.md §7)")
     ap.add_argument("--no-plots", action="store_true", help="tables only")
     ap.add_argument("--models", nargs="+", help="only these models' runs")
@@ -139,6 +140,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="also log the aggregate table to this wandb project as a run of its own (job_type=report; "
                          "offline under <out>/wandb unless WANDB_MODE=online; mnp.tools.report_wandb)")
     args = ap.parse_args(argv)
+    args.out = args.out or str(Path(args.dirs[0]) / "report")  # beside the runs, not in the repository's results/
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
         res = report(args.dirs, args.out, paper=args.paper, plots=not args.no_plots, models=args.models, seeds=args.seeds,

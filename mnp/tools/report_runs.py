@@ -93,12 +93,19 @@ def _read_record(path: Path, jobs: list[Job]) -> dict | None:
     return record
 
 
+def data_label(dataset: str, cfg: dict) -> str:
+    """A run's dataset as the report groups it: ``custom`` runs by their data file's stem (``dataset.path``), so
+    runs on different files get their own columns and best marks."""
+    path = (cfg.get("dataset") or {}).get("path") if dataset == "custom" else None
+    return Path(str(path)).stem if path else dataset
+
+
 def load(dirs: Iterable[str | Path], relabel: bool = False) -> tuple[list[Run], list[Job]]:
     """Every run (metrics.json) and every failed/skipped job under ``dirs``; a metrics.json, failed.json or
     skipped.json that cannot be read or holds no job's record is an ``unreadable`` job, with a warning.
 
     ``metrics.json`` written by ``evaluate.py`` (it has a ``checkpoint`` key) is not a sweep job
-    and is left out. A job found twice (the same experiment, model, variant, dataset and seed)
+    and is left out. A ``dataset=custom`` run's dataset is its file's stem (:func:`data_label`). A job found twice (the same experiment, model, variant, dataset and seed)
     counts once: the most recent file wins. ``relabel``: each run's experiment and variant from where it
     lives and how its saved config differs from today's defaults (:mod:`mnp.tools.relabel`).
     """
@@ -122,7 +129,7 @@ def load(dirs: Iterable[str | Path], relabel: bool = False) -> tuple[list[Run], 
                 from mnp.tools.relabel import experiment_of, variant_of
                 variant = variant_of(cfg, str(m["model"]), str(m["dataset"]), int(m.get("seed", 0)))
                 experiment = experiment_of(mpath.parent, experiment)
-            run = Run(mpath.parent, experiment, str(m["model"]), str(m["dataset"]), int(m.get("seed", 0)),
+            run = Run(mpath.parent, experiment, str(m["model"]), data_label(str(m["dataset"]), cfg), int(m.get("seed", 0)),
                       None if variant is None else str(variant), m, cfg)
             key = (run.experiment, run.model, run.variant, run.dataset, run.seed)
             if key in runs:

@@ -122,17 +122,19 @@ def speedups(agg: dict, experiment: str, fast: str = "mnp", slow: str = "mgp") -
 
 # ---------------------------------------------------------------------------- rendering
 def _cell_text(c: Cell, metric: Metric, pm: str) -> str:
-    return f"{metric.fmt(c.mean)}{pm}{metric.fmt(c.std)}"
+    """``mean ± std``; a single seed has no spread to show: its value alone."""
+    return metric.fmt(c.mean) if c.n == 1 else f"{metric.fmt(c.mean)}{pm}{metric.fmt(c.std)}"
 
 
-# how a cell is written: missing, ±, best, second best, the number of seeds
-MD_STYLE = ("–", " ± ", "**{}**", "<u>{}</u>", "{} ({})")
-TEX_STYLE = ("--", r"$\pm$", r"\textbf{{{}}}", r"\underline{{{}}}", r"{}\,{{\scriptsize({})}}")
+# how a cell is written: missing, ±, best, second best, the number of seeds (n = 1 said plainly)
+MD_STYLE = ("–", " ± ", "**{}**", "<u>{}</u>", "{} ({})", "{} (n = 1)")
+TEX_STYLE = ("--", r"$\pm$", r"\textbf{{{}}}", r"\underline{{{}}}", r"{}\,{{\scriptsize({})}}",
+             r"{}\,{{\scriptsize($n = 1$)}}")
 
 
 def _row_cells(t: Table, i: int, ranks: dict, style: tuple) -> list[str]:
     """Row ``i``'s cells: mean ± std, the best of a column marked, the second best too, and the seed count."""
-    missing, pm, best, second, count = style
+    missing, pm, best, second, count, single = style
     cells = []
     for j, (_, _, metric) in enumerate(t.columns):
         c = t.cells.get((i, j))
@@ -141,7 +143,7 @@ def _row_cells(t: Table, i: int, ranks: dict, style: tuple) -> list[str]:
             continue
         s = _cell_text(c, metric, pm)
         s = {1: best, 2: second}.get(ranks.get((i, j)), "{}").format(s)
-        cells.append(count.format(s, c.n))
+        cells.append(single.format(s) if c.n == 1 else count.format(s, c.n))
     return cells
 
 
