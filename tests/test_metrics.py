@@ -113,8 +113,9 @@ def test_non_finite_test_probabilities_are_counted_and_reported(caplog):
     model = MLP(num_classes=3, view_dims=[4, 5])
     probs = torch.full((6, 3), 1 / 3)
     probs[[1, 4], 0] = float("nan")
+    model.noise_levels, model.missing_sets = [], []
+    model.on_test_epoch_start()  # the test loop's empty state; then one batch's clean predictions
     model._clean = {"probs": [probs], "labels": [torch.zeros(6, dtype=torch.long)], "unc": [torch.zeros(6)]}
-    model._extra, model._noisy_labels, model._ood, model._test_time = {}, [], {}, 0.0
     model.log = lambda *a, **k: None
     with caplog.at_level(logging.WARNING, logger="mnp.core.routine"):
         model.on_test_epoch_end()

@@ -72,11 +72,11 @@ def test_the_summary_says_what_it_times_and_lists_the_files_there(tmp_path, monk
     says it is a median of the timed epochs."""
     import logging
 
-    import mnp.core.wandb_utils as wandb_utils
+    import mnp.core.pipeline as pipeline
     from mnp.core.summary import run_summary
 
     monkeypatch.setenv("WANDB_MODE", "disabled")
-    monkeypatch.setattr(wandb_utils, "log_summary", lambda lg, results, out: (out / "noise.png").write_bytes(b"png"))
+    monkeypatch.setattr(pipeline, "log_summary", lambda lg, results, out, *a: (out / "noise.png").write_bytes(b"png"))
     (tmp_path / "evaluate.log").touch()
     with caplog.at_level(logging.INFO, logger="mnp"):
         res = train(compose_train(tmp_path, ["model=mlp", "trainer.max_epochs=2", "logger=wandb",

@@ -84,8 +84,9 @@ def test_runs_are_named_after_their_directory_and_grouped_by_experiment_model_da
         assert run.info.job_type == "train" and set(run.info.tags) == {"mlp", "synthetic", "wb"}
     assert runs[0].info.run_id != runs[1].info.run_id
     run = only_run(mnp_job)
-    assert run.info.display_name == mnp_job.name and run.info.run_group == "wb/mnp_custom_tiny"
-    assert set(run.info.tags) == {"mnp", "custom", "wb"}
+    # a custom file's runs are grouped by the file's stem, as the report's cells are
+    assert run.info.display_name == mnp_job.name and run.info.run_group == "wb/mnp_views_tiny"
+    assert set(run.info.tags) == {"mnp", "custom", "views", "wb"}
 
 
 def test_the_whole_resolved_config_is_logged_nested(mlp_jobs, mnp_job):

@@ -8,7 +8,8 @@ directory holds. ``train.yaml`` therefore points Hydra's record at a folder of t
 Hydra's log files in the run directory hold their lines in memory (:class:`DeferredFileHandler`).
 :func:`accept` moves the record into ``.hydra/`` and writes the log once the job is accepted; a job
 that stops before (a bad config, a busy directory, a run of another config or other data) or is
-skipped as done leaves the directory byte for byte as it was.
+skipped as done leaves the directory byte for byte as it was, unless the directory held nothing else:
+then the failed job's record and log, with its traceback, are written there.
 """
 from __future__ import annotations
 
@@ -87,6 +88,17 @@ def _held_logs() -> list[DeferredFileHandler]:
     return [h for h in logging.getLogger().handlers if isinstance(h, DeferredFileHandler) and h.held is not None]
 
 
+def _untouched() -> bool:
+    """The job's directory holds nothing but this job's staged record and its still empty log files: no
+    earlier or concurrent job (its record, log, lock, config, metrics or checkpoints) is there to keep."""
+    job = _hydra_job()
+    if job is None or not job[0].is_dir():
+        return False
+    logs = {Path(h.baseFilename).resolve() for h in _held_logs()}
+    return all(p.name.startswith(PENDING) or (p.resolve() in logs and p.is_file() and p.stat().st_size == 0)
+               for p in job[0].iterdir())
+
+
 def accept() -> None:
     """The job runs in its directory: Hydra's record replaces the one in ``.hydra/``, the log is written."""
     pending = _pending()
@@ -108,6 +120,10 @@ def staged(fn):
         _hold_logs()
         try:
             return fn(cfg, *args, **kwargs)
+        except BaseException:
+            if _untouched():  # a new directory: the failed job's record and log (its traceback) are written
+                accept()
+            raise
         finally:
             pending = _pending()
             if pending is not None:

@@ -1,8 +1,9 @@
 """Weights & Biases for train.py (``logger=wandb``) and the report (``mnp.tools.report --wandb-project``).
 
 A run's identity (:func:`run_identity`): name = the run directory's name (``mnp_cub_s2``), group =
-``<experiment>/<model>_<dataset>[_<variant>]`` (its seeds, one cell of the paper's tables), tags = model,
-dataset and experiment; conf/logger/wandb.yaml sets job_type = train. The resolved run config is logged
+``<experiment>/<model>_<dataset>[_<variant>]`` (:mod:`mnp.core.naming`: its seeds, one cell of the paper's
+tables; a custom file's stem as the dataset), tags = model, dataset, experiment (and a custom file's stem);
+conf/logger/wandb.yaml sets job_type = train. The resolved run config is logged
 whole (nested, shown as dotted keys: ``model.tau``, ``dataset.batch_size``) by :class:`RunLogger`. The
 per-epoch curves (``train/*``, ``val/*``, ``time/epoch_s``) come from Lightning; :func:`log_summary` adds
 the final metrics, the test-time tables (:mod:`mnp.core.wandb_tables`) with their charts, and the
@@ -19,6 +20,7 @@ from hydra.utils import get_class
 from omegaconf import DictConfig
 from pytorch_lightning.loggers import WandbLogger
 
+from mnp.core.naming import data_label, group_name
 from mnp.core.wandb_tables import run_tables
 
 
@@ -47,11 +49,6 @@ class RunLogger(WandbLogger):
             super().log_hyperparams(params, *args, **kwargs)
 
 
-def group_name(experiment: str, model: str, dataset: str, variant: str | None = None) -> str:
-    """``<experiment>/<model>_<dataset>[_<variant>]``: the runs whose mean over seeds is one table cell."""
-    return f"{experiment}/{model}_{dataset}" + (f"_{variant}" if variant else "")
-
-
 def run_identity(cfg: DictConfig, node: DictConfig) -> dict:
     """``name``, ``group`` and ``tags`` of a wandb logger config ``node`` that leaves them null, from the
     run config (see the module doc); nothing for other loggers."""
@@ -59,9 +56,10 @@ def run_identity(cfg: DictConfig, node: DictConfig) -> dict:
         return {}
     experiment = str(cfg.get("experiment_name", "default"))
     model, dataset = str(cfg.model.get("name")), str(cfg.dataset.get("name"))
+    label = data_label(dataset, cfg.dataset)  # a custom file's stem, as the report's cells name it
     identity = {"name": Path(cfg.paths.output_dir).name,
-                "group": group_name(experiment, model, dataset, cfg.get("variant")),
-                "tags": [model, dataset, experiment]}
+                "group": group_name(experiment, model, label, cfg.get("variant")),
+                "tags": [model, dataset, experiment] + ([label] if label != dataset else [])}
     return {k: v for k, v in identity.items() if node.get(k) is None}
 
 

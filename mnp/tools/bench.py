@@ -209,11 +209,25 @@ def parse_args(argv=None):
 
 
 def run(args) -> dict:
+    """The measurements, with the libraries' and datamodules' warnings and info lines silenced while they run
+    (restored after: a caller in the same process, a test, keeps its logging)."""
+    quiet = [logging.getLogger(name) for name in ("pytorch_lightning", "lightning", "lightning.pytorch",
+                                                  "lightning_fabric", "datamodules")]
+    levels = [logger.level for logger in quiet]
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore")
+        for logger in quiet:
+            logger.setLevel(logging.ERROR)
+        try:
+            return _measure(args)
+        finally:
+            for logger, level in zip(quiet, levels):
+                logger.setLevel(level)
+
+
+def _measure(args) -> dict:
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
-    warnings.filterwarnings("ignore")
-    for name in ("pytorch_lightning", "lightning", "lightning.pytorch", "lightning_fabric", "datamodules"):
-        logging.getLogger(name).setLevel(logging.ERROR)
     meta = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)",
             "threads": torch.get_num_threads(), "precision": args.precision, "compile": args.compile,
             "torch": torch.__version__, "repeats": args.repeats, "quick": args.quick,

@@ -14,6 +14,8 @@ from typing import Iterable
 import numpy as np
 from omegaconf import OmegaConf
 
+from mnp.core.naming import data_label
+
 log = logging.getLogger(__name__)
 
 MODEL_ORDER = ["mcd", "de_ef", "sngp", "etp", "de_lf", "tmc", "mgp", "mnp", "mnp_official", "mlp"]
@@ -93,20 +95,13 @@ def _read_record(path: Path, jobs: list[Job]) -> dict | None:
     return record
 
 
-def data_label(dataset: str, cfg: dict) -> str:
-    """A run's dataset as the report groups it: ``custom`` runs by their data file's stem (``dataset.path``), so
-    runs on different files get their own columns and best marks."""
-    path = (cfg.get("dataset") or {}).get("path") if dataset == "custom" else None
-    return Path(str(path)).stem if path else dataset
-
-
 def load(dirs: Iterable[str | Path], relabel: bool = False) -> tuple[list[Run], list[Job]]:
     """Every run (metrics.json) and every failed/skipped job under ``dirs``; a metrics.json, failed.json or
     skipped.json that cannot be read or holds no job's record is an ``unreadable`` job, with a warning.
 
     ``metrics.json`` written by ``evaluate.py`` (it has a ``checkpoint`` key) is not a sweep job
-    and is left out. A ``dataset=custom`` run's dataset is its file's stem (:func:`data_label`). A job found twice (the same experiment, model, variant, dataset and seed)
-    counts once: the most recent file wins. ``relabel``: each run's experiment and variant from where it
+    and is left out. A ``dataset=custom`` run's dataset is its file's stem (:func:`mnp.core.naming.data_label`).
+    A job found twice (the same experiment, model, variant, dataset and seed) counts once: the most recent file wins. ``relabel``: each run's experiment and variant from where it
     lives and how its saved config differs from today's defaults (:mod:`mnp.tools.relabel`).
     """
     runs: dict[tuple, Run] = {}
@@ -129,8 +124,8 @@ def load(dirs: Iterable[str | Path], relabel: bool = False) -> tuple[list[Run], 
                 from mnp.tools.relabel import experiment_of, variant_of
                 variant = variant_of(cfg, str(m["model"]), str(m["dataset"]), int(m.get("seed", 0)))
                 experiment = experiment_of(mpath.parent, experiment)
-            run = Run(mpath.parent, experiment, str(m["model"]), data_label(str(m["dataset"]), cfg), int(m.get("seed", 0)),
-                      None if variant is None else str(variant), m, cfg)
+            run = Run(mpath.parent, experiment, str(m["model"]), data_label(str(m["dataset"]), cfg.get("dataset")),
+                      int(m.get("seed", 0)), None if variant is None else str(variant), m, cfg)
             key = (run.experiment, run.model, run.variant, run.dataset, run.seed)
             if key in runs:
                 old = runs[key]
