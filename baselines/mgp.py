@@ -13,7 +13,8 @@
   σ² = 1 / Σ_m w_m/σ²_m,  μ = σ² Σ_m w_m μ_m/σ²_m, with weights ``train_weighting`` (uniform) while
   training and ``test_weighting`` (entropy: w_m ∝ the negative differential entropy
   −(½ log(2π σ²_m) + ½), normalised over views as in the official ``combine_dist``) at test.
-  Those weights are well defined only while every view's σ² lies on the same side of 1/(2πe);
+  The official weights are convex only while every view's σ² lies on the same side of 1/(2πe); elsewhere
+  they are taken by magnitude (``entropy_weights``), which leaves them unchanged where they were convex.
   ``softmax_entropy`` (also official) is always positive. With missing views the product runs over
   the views present, the weights renormalised over them.
 * Prediction: ``mc_samples`` softmax samples of the fused Gaussian. Uncertainty ``predictive``
@@ -47,6 +48,21 @@ def dirichlet_targets(y: Tensor, num_classes: int, eps: float) -> tuple[Tensor, 
     return alpha.log() - 0.5 * s2, s2
 
 
+def entropy_weights(neg_entropy: Tensor) -> Tensor:
+    """The official ``combine_dist`` weights over axis 0, w_m = h_m / Σ_m' h_m with h the negative differential
+    entropies, taken as |h_m| / Σ_m' |h_m|.
+
+    h_m = −(½ log(2π σ²_m) + ½) changes sign at σ²_m = 1/(2πe) ≈ 0.0585. Where the views' h share one sign (every
+    σ² on the same side) both forms are the same convex weights, bit for bit (|h| = −h exactly). Where they do not,
+    the official weights leave [0, 1]: some are negative, and all grow without bound as Σ h → 0, so the fused
+    precision Σ w_m/σ²_m can be negative, its variance too, and the Monte Carlo softmax of μ + √σ² ε is NaN
+    (iris and breast_cancer of benchmarks/custom_defaults.py: 4 of 30 and 7 of 113 test rows). |h| keeps the
+    weights convex and continuous in σ², a view's weight passing through 0 where its h changes sign.
+    """
+    magnitude = neg_entropy.abs()
+    return magnitude / magnitude.sum(0)
+
+
 def fuse_experts(means: Tensor, variances: Tensor, weighting: str,
                  present: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """Weighted product of Gaussian experts over axis 0: (M, B, K) -> (B, K) mean and variance; with
@@ -57,7 +73,7 @@ def fuse_experts(means: Tensor, variances: Tensor, weighting: str,
         w = torch.full_like(variances, 1.0 / variances.shape[0])
     elif weighting in ("entropy", "softmax_entropy"):
         neg_entropy = -(0.5 * torch.log(2 * math.pi * variances) + 0.5)
-        w = neg_entropy / neg_entropy.sum(0) if weighting == "entropy" else neg_entropy.softmax(0)
+        w = entropy_weights(neg_entropy) if weighting == "entropy" else neg_entropy.softmax(0)
     else:
         raise ValueError(f"unknown weighting '{weighting}'; choose one of {', '.join(WEIGHTINGS)}")
     if present is not None:

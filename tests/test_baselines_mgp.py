@@ -5,8 +5,9 @@ import gpytorch
 import pytest
 import torch
 
-from baselines.mgp import MGP, data_lengthscales, dirichlet_targets, fuse_experts
+from baselines.mgp import MGP, data_lengthscales, dirichlet_targets, entropy_weights, fuse_experts
 from datamodules.base import TensorDataModule
+from mnp.core import metrics
 from mnp.core.protocols import add_noise
 
 
@@ -58,6 +59,60 @@ def test_uniform_fusion_by_hand():
     assert [t.item() for t in fuse_experts(m, v, "uniform")] == [1.0, 1.0]
     assert [t.item() for t in fuse_experts(m, v, "poe")] == [1.0, 0.5]
 
+
+
+def official_entropy_weights(variances):
+    """The official combine_dist weights, h_m / Σ h, h the negative differential entropies."""
+    h = -(0.5 * torch.log(2 * math.pi * variances) + 0.5)
+    return h / h.sum(0)
+
+
+def test_entropy_fusion_stays_a_gaussian_across_one_over_two_pi_e():
+    """Variances on both sides of 1/(2πe), where h changes sign: the official weights leave [0, 1] (here
+    iris' 2 views, ≈ +6.7 and −5.7) and the fused variance is negative. The weights must stay convex, and
+    equal the official ones bit for bit where every view's h has the same sign."""
+    same_side = torch.tensor([[0.02, 0.3], [0.05, 0.9], [0.01, 2.0]])  # columns: all h > 0, all h < 0
+    assert torch.equal(entropy_weights(-(0.5 * torch.log(2 * math.pi * same_side) + 0.5)),
+                       official_entropy_weights(same_side))
+    means = torch.tensor([[-0.3, 1.2], [2.0, -0.5]])
+    variances = torch.tensor([[0.026263, 0.0731], [0.15039, 0.0412]])  # straddling 1/(2πe) ≈ 0.0585, Σ h ≈ 0
+    assert (official_entropy_weights(variances) < 0).any()  # the failure this guards against
+    h = -(0.5 * torch.log(2 * math.pi * variances) + 0.5)
+    w = h.abs() / h.abs().sum(0)
+    mean, var = fuse_experts(means, variances, "entropy")
+    torch.testing.assert_close(var, 1 / (w / variances).sum(0))
+    torch.testing.assert_close(mean, var * (w * means / variances).sum(0))
+    assert (var > 0).all() and (var <= variances.max(0).values).all()
+    assert ((mean >= means.min(0).values) & (mean <= means.max(0).values)).all()  # a convex combination
+
+
+def test_iris_two_views_give_finite_probabilities(one_thread):
+    """iris as benchmarks/custom_defaults.py splits it (sepals | petals), MGP's own 20 full-batch steps: the
+    petal view's latent variances fall below 1/(2πe) on some test rows while the sepal view's stay above."""
+    from sklearn.datasets import load_iris
+
+    d = load_iris()
+    dm = TensorDataModule([d.data[:, :2], d.data[:, 2:]], d.target, scaling="standard", seed=0)
+    dm.setup()
+    torch.manual_seed(0)
+    model = MGP(3, [2, 2], mc_samples=50)
+    model.init_from_data(dm.train_views)
+    opt = torch.optim.Adam(model.parameters(), lr=0.1)
+    for _ in range(20):
+        loss, _ = model.training_loss(dm.train_views, dm.train_y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    model.eval()
+    with torch.no_grad():
+        _, variances = model.view_posteriors(dm.test_views)
+        probs, unc = model.predict(dm.test_views)
+    side = variances < 1 / (2 * math.pi * math.e)
+    assert (side.any(0) & ~side.all(0)).any()  # the views straddle 1/(2πe) somewhere
+    p = probs.mean(0)
+    assert torch.isfinite(p).all() and torch.isfinite(unc).all()
+    torch.testing.assert_close(p.sum(-1), torch.ones(len(p)))
+    assert math.isfinite(metrics.ece(p, dm.test_y)) and metrics.accuracy(p, dm.test_y) > 0.7
 
 def test_init_predict_and_loss():
     torch.manual_seed(0)
