@@ -14,7 +14,8 @@
   training and ``test_weighting`` (entropy: w_m ∝ the negative differential entropy
   −(½ log(2π σ²_m) + ½), normalised over views as in the official ``combine_dist``) at test.
   The official weights are convex only while every view's σ² lies on the same side of 1/(2πe); elsewhere
-  they are taken by magnitude (``entropy_weights``), which leaves them unchanged where they were convex.
+  they are taken by magnitude (``entropy_weights``), which leaves them unchanged where they were convex
+  (``entropy_signed``: the official h/Σh as it is, with its negative variances and NaN probabilities).
   ``softmax_entropy`` (also official) is always positive. With missing views the product runs over
   the views present, the weights renormalised over them.
 * Prediction: ``mc_samples`` softmax samples of the fused Gaussian. Uncertainty ``predictive``
@@ -38,7 +39,7 @@ from mnp.core.domains import COUNT, NON_NEGATIVE, POSITIVE, Domain, check_domain
 from mnp.optim import OPTIM_DOMAINS, make_optimizer
 from mnp.core.routine import Routine
 
-WEIGHTINGS = ("uniform", "poe", "entropy", "softmax_entropy")
+WEIGHTINGS = ("uniform", "poe", "entropy", "entropy_signed", "softmax_entropy")
 
 
 def dirichlet_targets(y: Tensor, num_classes: int, eps: float) -> tuple[Tensor, Tensor]:
@@ -71,9 +72,14 @@ def fuse_experts(means: Tensor, variances: Tensor, weighting: str,
         w = torch.ones_like(variances)
     elif weighting == "uniform":
         w = torch.full_like(variances, 1.0 / variances.shape[0])
-    elif weighting in ("entropy", "softmax_entropy"):
+    elif weighting in ("entropy", "entropy_signed", "softmax_entropy"):
         neg_entropy = -(0.5 * torch.log(2 * math.pi * variances) + 0.5)
-        w = entropy_weights(neg_entropy) if weighting == "entropy" else neg_entropy.softmax(0)
+        if weighting == "entropy":
+            w = entropy_weights(neg_entropy)
+        elif weighting == "entropy_signed":  # the official combine_dist verbatim: NaN where h changes sign
+            w = neg_entropy / neg_entropy.sum(0)
+        else:
+            w = neg_entropy.softmax(0)
     else:
         raise ValueError(f"unknown weighting '{weighting}'; choose one of {', '.join(WEIGHTINGS)}")
     if present is not None:

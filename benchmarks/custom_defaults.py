@@ -80,6 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--models", nargs="+", default=MODELS)
     ap.add_argument("--before", action="store_true", help="also the fixed epochs of the defaults before")
     ap.add_argument("--override", action="append", default=[], help="extra train.py override for every run")
+    ap.add_argument("--update", action="store_true",
+                    help="replace only the --models' rows of --out, keep the others (the command is added to updated_by)")
     args = ap.parse_args(argv)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -94,9 +96,21 @@ def main(argv: list[str] | None = None) -> int:
                     res = run(model, path, Path(tmp) / f"{name}_{model}_{label}", (*extra, *args.override))
                     rows.append({"dataset": name, "model": model, "config": label, **res})
                     print(json.dumps(rows[-1]), flush=True)
-    Path(args.out).write_text(json.dumps({"command": "python benchmarks/custom_defaults.py " + " ".join(argv or sys.argv[1:]),
-                                          "overrides": args.override, "runs": rows}, indent=2) + "\n")
+    command = "python benchmarks/custom_defaults.py " + " ".join(argv or sys.argv[1:])
+    result = {"command": command, "overrides": args.override, "runs": rows}
+    if args.update and Path(args.out).is_file():
+        result = updated(json.loads(Path(args.out).read_text()), rows, args.models, command)
+    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
     return 0
+
+
+def updated(previous: dict, rows: list[dict], models: list[str], command: str) -> dict:
+    """``previous`` with the rows of ``models`` replaced by ``rows``, in dataset then model order."""
+    kept = [r for r in previous["runs"] if r["model"] not in models] + rows
+    order = {name: i for i, name in enumerate(DATASETS)}
+    rank = {name: i for i, name in enumerate(MODELS)}
+    kept.sort(key=lambda r: (order.get(r["dataset"], len(order)), rank.get(r["model"], len(rank))))
+    return {**previous, "runs": kept, "updated_by": [*previous.get("updated_by", []), command]}
 
 
 if __name__ == "__main__":

@@ -60,7 +60,6 @@ def test_uniform_fusion_by_hand():
     assert [t.item() for t in fuse_experts(m, v, "poe")] == [1.0, 0.5]
 
 
-
 def official_entropy_weights(variances):
     """The official combine_dist weights, h_m / Σ h, h the negative differential entropies."""
     h = -(0.5 * torch.log(2 * math.pi * variances) + 0.5)
@@ -77,6 +76,9 @@ def test_entropy_fusion_stays_a_gaussian_across_one_over_two_pi_e():
     means = torch.tensor([[-0.3, 1.2], [2.0, -0.5]])
     variances = torch.tensor([[0.026263, 0.0731], [0.15039, 0.0412]])  # straddling 1/(2πe) ≈ 0.0585, Σ h ≈ 0
     assert (official_entropy_weights(variances) < 0).any()  # the failure this guards against
+    signed_var = fuse_experts(means, variances, "entropy_signed")[1]  # the official formula, kept as a switch
+    torch.testing.assert_close(signed_var, 1 / (official_entropy_weights(variances) / variances).sum(0))
+    assert (signed_var < 0).any()
     h = -(0.5 * torch.log(2 * math.pi * variances) + 0.5)
     w = h.abs() / h.abs().sum(0)
     mean, var = fuse_experts(means, variances, "entropy")
