@@ -99,9 +99,9 @@ class RunTime(pl.Callback):
     """A run's wall time over all its sessions: every checkpoint stores the time so far, and a resumed run
     counts on from its checkpoint's (``time/total_s`` is then the whole run's, not the last session's)."""
 
-    def __init__(self, start: float, resumed_from: str | None = None):
+    def __init__(self, start: float, resumed: dict | None = None):
         self.start = start  # time.perf_counter() when this session began
-        self.before = float(load_checkpoint(resumed_from).get(ELAPSED_KEY, 0.0)) if resumed_from else 0.0
+        self.before = float(resumed.get(ELAPSED_KEY, 0.0)) if resumed else 0.0  # the loaded resume checkpoint's
 
     def elapsed(self) -> float:
         return self.before + time.perf_counter() - self.start
@@ -169,47 +169,47 @@ def load_checkpoint(path, map_location="cpu") -> dict:
     return ckpt
 
 
-def resume_checkpoint(ckpt_path: str | None, out_dir: Path) -> str | None:
-    """``None`` (fresh), the readable given path, or for ``"last"`` this run's ``last.ckpt`` if any; one
-    that cannot be read gives way to ``prev.ckpt`` with a warning (and :class:`AtomicCheckpointIO` will
-    not move it over ``prev.ckpt``: it is not a checkpoint of this run)."""
+def resume_checkpoint(ckpt_path: str | None, out_dir: Path) -> tuple[str | None, dict | None]:
+    """``(None, None)`` (fresh), or the path to resume from and its loaded contents (read once, for the checks
+    before the resume): the readable given path, or for ``"last"`` this run's ``last.ckpt`` if any; one that
+    cannot be read gives way to ``prev.ckpt`` with a warning (and :class:`AtomicCheckpointIO` will not move it
+    over ``prev.ckpt``: it is not a checkpoint of this run)."""
     if ckpt_path in (None, "", "none", "null"):
-        return None
+        return None, None
     if ckpt_path != "last":
-        load_checkpoint(ckpt_path)
-        return str(ckpt_path)
+        return str(ckpt_path), load_checkpoint(ckpt_path)
     last, prev = Path(out_dir) / "checkpoints" / LAST, Path(out_dir) / "checkpoints" / PREVIOUS
     if not last.exists() and not prev.exists():
-        return None
+        return None, None
     try:
-        load_checkpoint(last)
-        return str(last)
+        return str(last), load_checkpoint(last)
     except UnsafeCheckpoint:
         raise
     except (CheckpointError, FileNotFoundError) as e:
         problem = str(e)
     try:
-        epoch = int(load_checkpoint(prev)["epoch"])
+        ckpt = load_checkpoint(prev)
     except (CheckpointError, FileNotFoundError):
         raise CheckpointError(f"{problem}; nor is there a readable {prev} to resume from; move {out_dir} away "
                               "to start afresh, or set ckpt_path=null to overwrite it") from None
-    log.warning("%s; resuming from %s (epoch %d) instead", problem, prev, epoch)
-    return str(prev)
+    log.warning("%s; resuming from %s (epoch %d) instead", problem, prev, int(ckpt["epoch"]))
+    return str(prev), ckpt
 
 
-def check_epochs(ckpt_path: str, max_epochs: int) -> None:
-    """One clear error, before anything is written, when a checkpoint has trained more epochs than the run may
-    (Lightning would stop inside ``fit`` with a traceback)."""
-    trained = int(load_checkpoint(ckpt_path)["epoch"]) + 1
+def check_epochs(ckpt_path: str, max_epochs: int, ckpt: dict | None = None) -> None:
+    """One clear error, before anything is written, when a checkpoint (``ckpt``: its contents if loaded
+    already) has trained more epochs than the run may (Lightning would stop inside ``fit`` with a traceback)."""
+    trained = int((ckpt or load_checkpoint(ckpt_path))["epoch"]) + 1
     if trained > max_epochs:
         raise ValueError(f"cannot resume from {ckpt_path}: it has trained {trained} epochs, more than "
                          f"trainer.max_epochs={max_epochs}; nothing was changed. Set trainer.max_epochs >= {trained} "
                          "to train on, or ckpt_path=null to start afresh")
 
 
-def check_fits(ckpt_path: str, model: pl.LightningModule) -> None:
-    """One clear error when a checkpoint holds the weights of another model, dataset or size."""
-    ckpt = load_checkpoint(ckpt_path)
+def check_fits(ckpt_path: str, model: pl.LightningModule, ckpt: dict | None = None) -> None:
+    """One clear error when a checkpoint (``ckpt``: its contents if loaded already) holds the weights of another
+    model, dataset or size."""
+    ckpt = ckpt or load_checkpoint(ckpt_path)
     theirs, ours = ckpt["state_dict"], model.state_dict()
     added = set(getattr(model, "filled_on_load", ()))  # buffers newer than the checkpoint, filled on load
     diff = [f"{k} is missing" for k in sorted(ours.keys() - theirs.keys() - added)] + \

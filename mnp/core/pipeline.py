@@ -183,12 +183,12 @@ def _identity(cfg: DictConfig, model_name: str | None, dataset_name: str | None,
             "experiment": cfg.get("experiment_name", "default")}
 
 
-def check_run_dir(cfg: DictConfig, out_dir: Path, resume_from: str | None, finished: bool, data_files) -> None:
-    """The run in ``out_dir`` is reused (skipped as finished, or resumed) only by a job of its config and data
-    (else :class:`RunDirConflict`); a resume keeps the values derived for the run."""
+def check_run_dir(cfg: DictConfig, out_dir: Path, resumed: dict | None, finished: bool, data_files) -> None:
+    """The run in ``out_dir`` is reused (skipped as finished, or resumed from the checkpoint ``resumed``) only by
+    a job of its config and data (else :class:`RunDirConflict`); a resume keeps the values derived for the run."""
     inside = None  # no config.yaml beside the checkpoint: compare with the config stored inside it
-    if resume_from and cfg.get("ckpt_path") == "last" and not (out_dir / "config.yaml").is_file():
-        inside = load_checkpoint(resume_from).get(CFG_KEY)
+    if resumed and cfg.get("ckpt_path") == "last" and not (out_dir / "config.yaml").is_file():
+        inside = resumed.get(CFG_KEY)
     stored = stored_config(out_dir, inside)
     if stored is None:
         return
@@ -214,15 +214,15 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     absolute_data_paths(cfg)
     out_dir = Path(cfg.paths.output_dir)
     metrics_path = out_dir / "metrics.json"
-    resume_from = resume_checkpoint(cfg.get("ckpt_path"), out_dir)
+    resume_from, resumed = resume_checkpoint(cfg.get("ckpt_path"), out_dir)  # read once for the checks below
     dataset_name, dm = loaded or make_datamodule(cfg)
     if metrics_path.exists() or resume_from:  # a finished or resumable run of another config is never reused
-        check_run_dir(cfg, out_dir, resume_from, metrics_path.exists(), dm.data_files())
+        check_run_dir(cfg, out_dir, resumed, metrics_path.exists(), dm.data_files())
     if cfg.get("skip_if_done", False) and metrics_path.exists():
         log.info("skipping: %s already exists", metrics_path)
         return json.loads(metrics_path.read_text())
     if resume_from:
-        check_epochs(resume_from, cfg.trainer.max_epochs)
+        check_epochs(resume_from, cfg.trainer.max_epochs, resumed)
         log.info("resuming from %s", resume_from)
     accept()  # from here on the job is the run directory's: Hydra's record and train.log are written
     check_writable(out_dir)
@@ -240,14 +240,14 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     model_name, model = build_model(cfg, dm)
     check_manual_optimization(cfg.trainer, model_name, model.automatic_optimization)
     if resume_from:
-        check_fits(resume_from, model)
+        check_fits(resume_from, model, resumed)
     has_val = len(getattr(dm, "val_y", [])) > 0
     loggers = build_loggers(cfg)
     for lg in loggers:  # the whole resolved run config, not just the model's hyperparameters
         lg.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
     progress, bar = progress_callbacks(bool(cfg.trainer.get("enable_progress_bar", True)))
     callbacks, first_step = build_callbacks(cfg, out_dir, has_val), FirstStep()
-    clock = RunTime(t0, resume_from)
+    clock, resumed = RunTime(t0, resumed), None  # Lightning reads the checkpoint itself: this copy goes
     trainer = build("trainer", cfg.trainer, logger=loggers or False, callbacks=[*callbacks, clock, *progress, first_step],
                     enable_checkpointing=any(isinstance(c, ModelCheckpoint) for c in callbacks), enable_progress_bar=bar,
                     default_root_dir=str(out_dir), plugins=[AtomicCheckpointIO(resume_from)],
