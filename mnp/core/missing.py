@@ -101,8 +101,9 @@ def missing_results(stores: dict[tuple[int, ...], tuple[list[Tensor], list[Tenso
         results[f"missing/acc@v{k}"], results[f"missing/ece@v{k}"] = scores((k,))
     results["missing/acc_mean"] = float(np.mean([results[f"missing/acc@v{k}"] for k in range(num_views)]))
     results["missing/ece_mean"] = float(np.mean([results[f"missing/ece@v{k}"] for k in range(num_views)]))
-    if subsets := [tuple(s) for s in noise_subsets if len(s) < num_views]:
-        results["missing/acc_subsets_mean"] = float(np.mean([scores(s)[0] for s in subsets]))
+    if subsets := [tuple(s) for s in noise_subsets if len(s) < num_views]:  # a single view's accuracy is known
+        results["missing/acc_subsets_mean"] = float(np.mean([results[f"missing/acc@v{s[0]}"] if len(s) == 1
+                                                             else scores(s)[0] for s in subsets]))
     return results
 
 
