@@ -57,19 +57,20 @@ def _refuse(path: Path, where: str, what: str) -> None:
                        "written by train.py can be evaluated")
 
 
-def _check_plain(value: Any, where: str, path: Path) -> None:
-    """Plain containers of plain values, no Hydra special key (nested ``_target_`` included), no ``${``."""
+def _check_stored(value: Any, where: str, path: Path, plain: bool = True) -> None:
+    """No string anywhere holds an interpolation (``${``); with ``plain``, also only plain containers of plain
+    values, string keys and no Hydra special key (a nested ``_target_`` included)."""
     if isinstance(value, dict):
         for key, item in value.items():
-            if not isinstance(key, str):
+            if plain and not isinstance(key, str):
                 _refuse(path, where, f"has a non-string key {key!r}")
-            if key.startswith("_") and key.endswith("_"):
+            if plain and key.startswith("_") and key.endswith("_"):
                 _refuse(path, f"{where}.{key}", "holds a Hydra special key")
-            _check_plain(item, f"{where}.{key}", path)
+            _check_stored(item, f"{where}.{key}", path, plain)
     elif isinstance(value, (list, tuple)):
         for i, item in enumerate(value):
-            _check_plain(item, f"{where}[{i}]", path)
-    elif not isinstance(value, PLAIN):
+            _check_stored(item, f"{where}[{i}]", path, plain)
+    elif plain and not isinstance(value, PLAIN):
         _refuse(path, where, f"holds a {type(value).__name__}")
     elif isinstance(value, str) and "${" in value:
         _refuse(path, where, "holds an interpolation")
@@ -92,22 +93,11 @@ def checked_run_config(stored: Any, path: Path) -> dict:
             target = node.get("_target_")
             registry, kind = (MODELS, "models") if key == "model" else (DATAMODULES, "datamodules")
             _registered_class(target, registry, kind, f"{key}._target_", path)
-            _check_plain({k: v for k, v in node.items() if k != "_target_"}, key, path)
+            _check_stored({k: v for k, v in node.items() if k != "_target_"}, key, path)
         else:  # never instantiated; still no interpolation that resolving the config would evaluate
-            _check_interpolations(node, key, path)
+            _check_stored(node, key, path, plain=False)
     dataset = {**stored["dataset"], **READ_ONLY.get(stored["dataset"]["_target_"], {})}
     return {**stored, "dataset": dataset}
-
-
-def _check_interpolations(value: Any, where: str, path: Path) -> None:
-    if isinstance(value, dict):
-        for key, item in value.items():
-            _check_interpolations(item, f"{where}.{key}", path)
-    elif isinstance(value, (list, tuple)):
-        for i, item in enumerate(value):
-            _check_interpolations(item, f"{where}[{i}]", path)
-    elif isinstance(value, str) and "${" in value:
-        _refuse(path, where, "holds an interpolation")
 
 
 def restore_model(ckpt: dict, target: str, path: Path):
@@ -117,7 +107,7 @@ def restore_model(ckpt: dict, target: str, path: Path):
     hparams = ckpt.get("hyper_parameters")
     if not isinstance(hparams, dict):
         raise CheckpointError(f"checkpoint {path} holds no constructor arguments; it was not written by train.py")
-    _check_plain(dict(hparams), "hyper_parameters", path)
+    _check_stored(dict(hparams), "hyper_parameters", path)
     known = set(init_keys(cls))
     if unknown := sorted(set(hparams) - known):
         raise CheckpointError(f"checkpoint {path}: {cls.__name__} takes no argument {unknown[0]!r}; it was written "
