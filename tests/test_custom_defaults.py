@@ -11,7 +11,7 @@ from cfg_utils import ROOT, compose_train
 from mnp.core.pipeline import train
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from custom_defaults import DATASETS, run  # noqa: E402
+from custom_defaults import DATASETS, run, updated  # noqa: E402
 
 
 @pytest.mark.slow
@@ -50,3 +50,17 @@ def test_the_epochs_come_from_the_training_batches_in_one_line(tmp_path, caplog)
     assert train(compose_train(tmp_path / "b", [*base, "min_epochs=2", "dataset.batch_size=30"]))["epochs"] == 3
     assert train(compose_train(tmp_path / "c", [*base, "min_epochs=5", "dataset.batch_size=30"]))["epochs"] == 5
     assert train(compose_train(tmp_path / "d", [*base, "trainer.max_epochs=2"]))["epochs"] == 2  # given: as given
+
+
+def test_update_replaces_only_the_models_rerun_and_keeps_the_table_order():
+    """``--update``: the re-run model's rows replace its old ones, every other row stays, rows stay in dataset
+    then model order, and the command joins ``updated_by``."""
+    wine, iris = list(DATASETS)[:2]
+    old = {"command": "first", "overrides": [], "runs": [
+        {"dataset": wine, "model": "mnp", "acc": 0.9}, {"dataset": wine, "model": "mgp", "acc": 0.5},
+        {"dataset": iris, "model": "mnp", "acc": 0.8}, {"dataset": iris, "model": "mgp", "acc": 0.4}]}
+    new = [{"dataset": wine, "model": "mgp", "acc": 1.0}, {"dataset": iris, "model": "mgp", "acc": 0.9}]
+    got = updated(old, new, ["mgp"], "second")
+    assert [(r["dataset"], r["model"], r["acc"]) for r in got["runs"]] == [
+        (wine, "mnp", 0.9), (wine, "mgp", 1.0), (iris, "mnp", 0.8), (iris, "mgp", 0.9)]
+    assert got["command"] == "first" and got["updated_by"] == ["second"]
