@@ -168,7 +168,7 @@ class MultiViewDataModule(pl.LightningDataModule):
     def __init__(self, batch_size: int = 200, eval_batch_size: int = 1000, scaling: str = "minmax",
                  scale_test_separately: bool = False, val_fraction: float = 0.0, test_fraction: float = 0.2,
                  use_split_files: bool = True, ood_classes: Sequence[int] | None = None, seed: int = 0,
-                 shuffle: bool = True, full_batches: bool = False):
+                 shuffle: bool = True, full_batches: bool = False, val_seed: int = 0):
         super().__init__()
         self.full_batches = bool(full_batches)  # official: N // batch_size full batches per epoch from a stream
         self.batch_size = positive_int("batch_size", batch_size)
@@ -179,6 +179,8 @@ class MultiViewDataModule(pl.LightningDataModule):
         self.use_split_files = use_split_files
         self.ood_classes = sorted(int(c) for c in (ood_classes or []))
         self.seed, self.shuffle = int(seed), shuffle
+        self.val_seed = int(val_seed)  # the validation rows are fixed per dataset, whatever the run's seed
+        self.eval_split = "test"  # "val": the evaluation reads the validation rows, never the test rows
         self._ready = False
         Scaler(scaling)  # fail early on an unknown scaling name
 
@@ -229,7 +231,9 @@ class MultiViewDataModule(pl.LightningDataModule):
                             "check the labels or the split files")
         val_idx = np.empty(0, dtype=np.int64)
         if self.val_fraction > 0:
-            tr_local, va_local = stratified_split(y[train_idx], self.val_fraction, self.seed + 1)
+            # selection protocol (docs/method.md §5.4): a stratified share of the training rows, drawn from
+            # val_seed alone, so every seed and every candidate is scored on the same validation rows
+            tr_local, va_local = stratified_split(y[train_idx], self.val_fraction, self.val_seed)
             train_idx, val_idx = train_idx[tr_local], train_idx[va_local]
         self.num_classes = int(keep.sum())
         if self.num_classes < 2:
@@ -310,6 +314,10 @@ class MultiViewDataModule(pl.LightningDataModule):
         return index_loader(self.val_views, self.val_y, self.eval_batch_size, False)
 
     def test_dataloader(self) -> list[DataLoader]:
+        if self.eval_split == "val":  # the selection protocol: the validation rows only, no test or OOD rows
+            if len(self.val_y) == 0:
+                raise DataError("eval.split=val needs validation rows: set dataset.val_fraction > 0")
+            return [index_loader(self.val_views, self.val_y, self.eval_batch_size, False)]
         loaders = [index_loader(self.test_views, self.test_y, self.eval_batch_size, False)]
         loaders += [index_loader(v, o, self.eval_batch_size, False) for v, o in self.ood_sets.values()]
         return loaders

@@ -6,6 +6,7 @@ validation split) and logger files.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -15,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytorch_lightning as pl
 from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.loggers import WandbLogger
@@ -74,6 +76,7 @@ def make_datamodule(cfg: DictConfig) -> tuple[str, pl.LightningDataModule]:
     name, node = _split_name(cfg.dataset)
     dm = build("dataset", node)
     record_data(cfg, dm)
+    dm.eval_split = (cfg.get("eval") or {}).get("split", "test")  # val: the selection protocol reads no test row
     return name, dm
 
 
@@ -177,10 +180,19 @@ def write_outputs(out_dir: Path, model, identity: dict, extra: dict, tested: flo
     return results
 
 
-def _identity(cfg: DictConfig, model_name: str | None, dataset_name: str | None, trainer) -> dict:
+def _identity(cfg: DictConfig, model_name: str | None, dataset_name: str | None, trainer, dm) -> dict:
     return {"model": model_name, "dataset": dataset_name, "seed": int(cfg.get("seed", 0)),
             "epochs": int(trainer.current_epoch) if trainer is not None else None,
-            "experiment": cfg.get("experiment_name", "default")}
+            "experiment": cfg.get("experiment_name", "default"), **split_record(dm)}
+
+
+def split_record(dm) -> dict:
+    """Which rows the evaluation read, and the validation rows by count and sha256 (the same on every seed)."""
+    out = {"eval_split": getattr(dm, "eval_split", "test")}
+    val_idx = np.asarray(getattr(dm, "val_idx", []), dtype=np.int64)
+    if len(val_idx):
+        out.update({"val_rows": len(val_idx), "val_idx_sha256": hashlib.sha256(val_idx.tobytes()).hexdigest()})
+    return out
 
 
 def check_run_dir(cfg: DictConfig, out_dir: Path, resumed: dict | None, finished: bool, data_files) -> None:
@@ -263,7 +275,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
                 raise KeyboardInterrupt("training was interrupted")
             if not cfg.get("test", True):
                 return {}
-            identity = _identity(cfg, model_name, dataset_name, trainer)
+            identity = _identity(cfg, model_name, dataset_name, trainer, dm)
             if spawned(trainer):  # the fit ran in child processes: test its end state (last.ckpt) here, on one device
                 last = out_dir / "checkpoints" / "last.ckpt"
                 identity["epochs"] = int(load_checkpoint(last)["epoch"]) + 1
@@ -336,7 +348,7 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
                          enable_checkpointing=False, enable_model_summary=False)
     with matmul_precision((run_cfg.get("accel") or {}).get("matmul_precision")):
         trainer.test(model, datamodule=dm, verbose=False)
-    identity = _identity(run_cfg, model_name, dataset_name, None)
+    identity = _identity(run_cfg, model_name, dataset_name, None, dm)
     identity["epochs"] = int(ckpt.get("epoch", -1)) + 1
     identity["checkpoint"] = str(ckpt_path)
     atomic_write(out_dir / "config.yaml", lambda tmp: OmegaConf.save(run_cfg, tmp, resolve=True))

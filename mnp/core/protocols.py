@@ -118,3 +118,23 @@ def predict_in_chunks(predict: Callable[[list[Tensor]], tuple[Tensor, Tensor]], 
     if held:
         out.append(predict([torch.cat(parts) for parts in zip(*pending)])[0].mean(0).float().cpu())
     return torch.cat(out)
+
+
+EVAL_SPLITS = ("test", "val")
+
+
+def check_split(split: str) -> str:
+    """``eval.split``: ``test`` (the report) or ``val`` (the selection protocol, docs/method.md §5.4)."""
+    if split not in EVAL_SPLITS:
+        raise ValueError(f"eval.split must be one of {', '.join(EVAL_SPLITS)}, got {split!r}")
+    return split
+
+
+def validation_names(values: dict) -> dict:
+    """The evaluation's keys renamed for the validation rows: ``test/acc`` -> ``val/acc``, ``noise/acc@1`` ->
+    ``val/noise/acc@1``, ``missing/...`` -> ``val/missing/...``; timings keep their names."""
+    def name(key: str) -> str:
+        if key.startswith("time/"):
+            return key
+        return "val/" + (key[len("test/"):] if key.startswith("test/") else key)
+    return {name(k): v for k, v in values.items()}

@@ -30,8 +30,9 @@ from torch import Tensor
 
 from mnp.core import metrics
 from mnp.core.missing import missing_flag, missing_results, present_mask, removal_sets, without
-from mnp.core.protocols import (DEFAULT_MAX_SUBSETS, add_noise, default_noise_levels, noise_generator, noise_subsets,
-                                noisy_copies, predict_in_chunks, resolve_noise_batch_rows, sigma_key)
+from mnp.core.protocols import (DEFAULT_MAX_SUBSETS, add_noise, check_split, default_noise_levels, noise_generator,
+                                noise_subsets, noisy_copies, predict_in_chunks, resolve_noise_batch_rows, sigma_key,
+                                validation_names)
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +116,7 @@ class Routine(pl.LightningModule):
     def configure_evaluation(self, noise_levels: Sequence[float] | None = None, noise_subset_size: int | None = None,
                              noise_seed: int = 0, noise: bool = True, n_bins: int = 15, sample_seed: int = 0,
                              noise_batch_rows: int | str = "auto", noise_max_subsets: int = DEFAULT_MAX_SUBSETS,
-                             missing: bool = True) -> None:
+                             missing: bool = True, split: str = "test") -> None:
         """Set the noise protocol (docs/method.md §5); called by the pipeline from ``cfg.eval``. ``sample_seed`` (the
         run's seed) seeds the test predictions' own sampling (:func:`sample_generator`).
 
@@ -129,7 +130,11 @@ class Routine(pl.LightningModule):
         its samples in another layout and gives statistically equivalent, not identical, ones.
 
         ``missing``: the missing-view protocol, each view removed in turn and each noise subset removed
-        (:func:`~mnp.core.missing.removal_sets`); skipped for a single view."""
+        (:func:`~mnp.core.missing.removal_sets`); skipped for a single view.
+
+        ``split``: ``test``, or ``val`` for the selection protocol: the whole evaluation runs on the validation
+        rows and every metric is named ``val/...`` (:func:`validation_names`), so no test metric exists."""
+        self.eval_split = check_split(split)
         self.noise_levels = list(default_noise_levels() if noise_levels is None else noise_levels)
         self.noise_subsets = noise_subsets(len(self.view_dims), noise_subset_size, noise_max_subsets,
                                            noise_seed) if noise else []
@@ -311,6 +316,8 @@ class Routine(pl.LightningModule):
         if self.epoch_times:  # MNP times its main epochs only
             results["time/train_epoch_s"] = float(statistics.median(self.epoch_times))
             results["time/train_epochs"] = len(self.epoch_times)
+        if self.eval_split == "val":
+            results, arrays = validation_names(results), validation_names(arrays)
         self.test_results, self.test_arrays = results, arrays
         for k, v in results.items():
             self.log(k, v, add_dataloader_idx=False)

@@ -52,6 +52,8 @@ def run_summary(results: dict, out_dir: Path) -> str:
         head += f", {results['epochs']} epochs"
     lines = [f"Finished: {head}"]
     rows = [(label, _fmt(results[key], kind)) for key, label, kind in ROWS if key in results]
+    rows += [(f"validation {label}", _fmt(results[f"val/{key.removeprefix('test/')}"], kind)) for key, label, kind in ROWS
+             if f"val/{key.removeprefix('test/')}" in results]  # eval.split=val: the selection protocol
     rows += [(f"OOD AUROC ({k.split('/')[1]})", f"{v:.4f}") for k, v in sorted(results.items())
              if k.startswith("ood/") and k.endswith("/auroc")]
     if "time/train_epoch_s" in results:

@@ -33,7 +33,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from mnp.core.accel import CUDA_GRAPH, PRECISIONS
 from mnp.core.missing import missing_flag
 from mnp.core.domains import check_domains
-from mnp.core.protocols import resolve_noise_batch_rows
+from mnp.core.protocols import check_split, resolve_noise_batch_rows
 from mnp.core.rundir import WARMUP_RESOLVER, register_resolver
 
 log = logging.getLogger(__name__)
@@ -218,6 +218,9 @@ def check_ranges(c: dict) -> None:
                           f"and the classifier never trains; set trainer.max_epochs > {w} "
                           f"(e.g. trainer.max_epochs={w + max(epochs, 20)}) or model.warmup_epochs < {epochs}")
     check_eval(ev)
+    if ev.get("split") == "val" and not data.get("val_fraction"):
+        raise ConfigError("eval.split=val evaluates on the validation rows: set dataset.val_fraction > 0 "
+                          "(the selection protocol uses 0.2, docs/method.md §5.4)")
     check_train_batches(trainer)
     check_accel(c.get("accel") or {})
     ckpt = (c.get("callbacks") or {}).get("checkpoint") or {}
@@ -256,6 +259,7 @@ def check_eval(ev: Mapping) -> None:
     try:
         resolve_noise_batch_rows(ev.get("noise_batch_rows", "auto"), "cpu")
         missing_flag(ev.get("missing", True))
+        check_split(ev.get("split", "test"))
     except ValueError as e:
         raise ConfigError(str(e)) from None
 
