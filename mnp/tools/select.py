@@ -1,0 +1,243 @@
+"""Choose a default on validation rows: the decision records of ``results/decisions/<model>_<dataset>.csv``.
+
+The selection protocol (docs/method.md §5.4): candidates are trained by ``experiment=select`` (the training rows
+less a fixed, stratified 20 % that the whole evaluation then reads; every metric is ``val/...``), and one
+criterion, declared up front, picks among them. This module reads ``val/`` metrics only: a run evaluated on the
+test split, or a criterion that is not a ``val/`` metric, is refused.
+
+    python -m mnp.tools.select decide logs/select --model mnp --dataset cub --decision memory_size \\
+        --match model.memory_size --criterion val/nll --out results/decisions/mnp_cub.csv
+    python -m mnp.tools.select infer logs/select --model mnp --dataset cub --decision view_weighting \\
+        --criterion val/noise/acc_mean --higher --out results/decisions/mnp_cub.csv
+
+``decide`` compares the runs whose variant contains a ``--match`` string with the runs of today's defaults (no
+variant, the candidate ``default``). ``infer`` scores inference-only settings (eq. 8′'s view weighting, over
+``distance_quantile`` × ``distance_power``) on the checkpoints of the defaults' selection runs. Each writes one
+row per candidate (mean of every ``val/`` metric over the seeds the candidates share, the criterion's paired
+difference to ``default`` and its paired t-test p-value) with a ``chosen`` flag, replacing that decision's
+earlier rows in ``--out``. The candidate with the best mean criterion is chosen; a tie keeps ``default``.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+from scipy import stats
+
+from mnp.tools.report_runs import Run, load
+
+DEFAULT = "default"
+FIELDS = ["model", "dataset", "decision", "candidate", "setting", "seeds", "n", "criterion", "goal", "score", "diff_vs_default",
+          "p_vs_default", "chosen", "status", "note"]
+QUANTILES, POWERS = (0.9, 0.99, 1.0), (0.5, 1.0, 2.0)
+
+
+class SelectionError(ValueError):
+    """A request the selection protocol refuses (test metrics, no candidates, no shared seeds)."""
+
+
+def check_criterion(criterion: str) -> None:
+    if not criterion.startswith("val/"):
+        raise SelectionError(f"the criterion must be a validation metric (val/...), got {criterion!r}: "
+                             "a default is never chosen on test rows")
+
+
+def validation_runs(dirs: list[str | Path], model: str, dataset: str) -> list[Run]:
+    """The runs of ``model`` on ``dataset`` under ``dirs``; any of them evaluated on the test split is refused."""
+    runs = [r for r in load(dirs)[0] if r.model == model and r.dataset == dataset]
+    for r in runs:
+        if r.metrics.get("eval_split") != "val":
+            raise SelectionError(f"{r.path} was evaluated on the test split; selection reads only runs of "
+                                 "experiment=select (eval.split=val)")
+    return runs
+
+
+def val_metrics(metrics: dict) -> dict[str, float]:
+    return {k: float(v) for k, v in metrics.items() if k.startswith("val/") and isinstance(v, (int, float))
+            and not isinstance(v, bool)}
+
+
+def decide(candidates: dict[str, dict[int, dict[str, float]]], criterion: str, higher: bool) -> list[dict]:
+    """One row per candidate ({name: {seed: val metrics}}) over the seeds every candidate has, the chosen flagged."""
+    check_criterion(criterion)
+    if DEFAULT not in candidates or len(candidates) < 2:
+        raise SelectionError(f"a decision needs the '{DEFAULT}' candidate and at least one other, got "
+                             f"{sorted(candidates) or 'none'}")
+    seeds = sorted(set.intersection(*(set(per_seed) for per_seed in candidates.values())))
+    if not seeds:
+        raise SelectionError("the candidates share no seed: " + "; ".join(
+            f"{name}: {sorted(per_seed)}" for name, per_seed in sorted(candidates.items())))
+    base = [candidates[DEFAULT][s].get(criterion, math.nan) for s in seeds]
+    rows = []
+    for name, per_seed in candidates.items():
+        values = [per_seed[s].get(criterion, math.nan) for s in seeds]
+        if not all(math.isfinite(v) for v in values):
+            raise SelectionError(f"candidate {name} has no finite {criterion} on every seed {seeds}")
+        keys = sorted(set.union(*(set(per_seed[s]) for s in seeds)))
+        means = {k: float(np.mean([per_seed[s].get(k, math.nan) for s in seeds])) for k in keys}
+        diff = float(np.mean(values) - np.mean(base))
+        rows.append({"candidate": name, "seeds": " ".join(map(str, seeds)), "n": len(seeds), "criterion": criterion,
+                     "goal": "max" if higher else "min", "score": float(np.mean(values)), "diff_vs_default": diff,
+                     "p_vs_default": paired_p(values, base), **means})
+    best = (max if higher else min)(r["score"] for r in rows)
+    winners = [r["candidate"] for r in rows if r["score"] == best]
+    chosen = DEFAULT if DEFAULT in winners else winners[0]
+    for r in rows:
+        r["chosen"] = r["candidate"] == chosen
+    return sorted(rows, key=lambda r: (r["candidate"] != DEFAULT, r["candidate"]))
+
+
+def paired_p(a: list[float], b: list[float]) -> float:
+    """Two-sided paired t-test p-value over seeds; 1 where every difference is 0, NaN with one seed."""
+    d = np.asarray(a) - np.asarray(b)
+    if len(d) < 2:
+        return math.nan
+    if np.all(d == d[0]):
+        return 1.0 if d[0] == 0 else 0.0
+    return float(stats.ttest_rel(a, b).pvalue)
+
+
+def write_decision(out: Path, model: str, dataset: str, decision: str, rows: list[dict], status: str,
+                   note: str) -> None:
+    """Replace ``decision``'s rows of ``out`` (other decisions kept); val columns follow the fixed ones."""
+    kept = []
+    if out.is_file():
+        with out.open() as f:
+            kept = [r for r in csv.DictReader(f) if r["decision"] != decision]
+    new = [{"model": model, "dataset": dataset, "decision": decision, "status": status, "note": note, **r}
+           for r in rows]
+    all_rows = kept + new
+    val_cols = sorted({k for r in all_rows for k in r if k.startswith("val/")})
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open("w", newline="") as f:
+        w = csv.DictWriter(f, FIELDS + val_cols, extrasaction="ignore")
+        w.writeheader()
+        for r in all_rows:
+            w.writerow({k: _cell(r.get(k, "")) for k in FIELDS + val_cols})
+
+
+def _cell(v) -> str:
+    return f"{v:.6g}" if isinstance(v, float) else str(v)
+
+
+def train_candidates(runs: list[Run], matches: list[str]) -> dict[str, dict[int, dict[str, float]]]:
+    """{candidate: {seed: val metrics}}: the defaults' runs and those whose variant contains a match."""
+    out: dict[str, dict[int, dict[str, float]]] = {}
+    for r in runs:
+        name = r.variant or DEFAULT
+        if name == DEFAULT or any(m in name for m in matches):
+            out.setdefault(name, {})[r.seed] = val_metrics(r.metrics)
+    return out
+
+
+def overrides(candidate: str) -> dict[str, str]:
+    """``"model.a=1,model.b=x"`` as {key: value}."""
+    return dict(part.split("=", 1) for part in candidate.split(",") if "=" in part)
+
+
+def settings(candidates: list[str], runs: list[Run]) -> dict[str, str]:
+    """Each candidate's values of the keys the candidates override; ``default``'s read from its runs' config."""
+    keys = sorted({k for c in candidates if c != DEFAULT for k in overrides(c)})
+    config = next((r.config for r in runs if not r.variant), {})
+    out = {c: c for c in candidates if c != DEFAULT}
+    out[DEFAULT] = ",".join(f"{k}={_lookup(config, k)}" for k in keys)
+    return out
+
+
+def _lookup(config: dict, key: str):
+    node = config
+    for part in key.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    return node
+
+
+def view_weighting_variants() -> dict[str, dict]:
+    """eq. 8 (``none``) and eq. 8′ over the grid of reference quantile q and power p."""
+    out = {"view_weighting=none": {"view_weighting": "none"}}
+    for q in QUANTILES:
+        for p in POWERS:
+            out[f"view_weighting=distance q={q:g} p={p:g}"] = {
+                "view_weighting": "distance", "distance_quantile": q, "distance_power": p}
+    return out
+
+
+def infer_candidates(runs: list[Run], current: dict) -> dict[str, dict[int, dict[str, float]]]:
+    """{candidate: {seed: val metrics}} of every view-weighting variant on the defaults' selection checkpoints;
+    the variant equal to the defaults' own setting (``current``) is named ``default``."""
+    import pytorch_lightning as pl
+    import torch
+
+    from mnp.core.pipeline import load_run
+
+    out: dict[str, dict[int, dict[str, float]]] = {}
+    for r in sorted((r for r in runs if not r.variant), key=lambda r: r.seed):
+        _, _, _, dm, model, _ = load_run(r.path / "checkpoints" / "last.ckpt")
+        if getattr(dm, "eval_split", "test") != "val":
+            raise SelectionError(f"{r.path} does not evaluate on validation rows")
+        if not hasattr(model, "distance_ref"):
+            model.register_buffer("distance_ref", torch.full((len(model.view_dims),), float("nan")))
+        for name, settings in view_weighting_variants().items():
+            model.hparams.update(settings)
+            if settings["view_weighting"] == "distance":
+                model.update_distance_reference(dm.train_views)
+            pl.Trainer(logger=False, enable_progress_bar=False, enable_model_summary=False,
+                       enable_checkpointing=False, accelerator="cpu").test(model, datamodule=dm, verbose=False)
+            same = all(current.get(k) == v for k, v in settings.items())
+            out.setdefault(DEFAULT if same else name, {})[r.seed] = val_metrics(model.test_results)
+        print(f"{r.path}: {len(out)} variants scored", flush=True)
+    return out
+
+
+def current_view_weighting(runs: list[Run]) -> dict:
+    model = next((r.config.get("model") or {} for r in runs if not r.variant), {})
+    keys = ("view_weighting", "distance_quantile", "distance_power")
+    current = {k: model.get(k) for k in keys}
+    return {"view_weighting": "none"} if current["view_weighting"] == "none" else current
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("mode", choices=["decide", "infer"], help="decide: trained candidates; infer: view weighting")
+    ap.add_argument("dirs", nargs="+", help="directories holding experiment=select runs")
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--dataset", required=True)
+    ap.add_argument("--decision", required=True, help="the setting decided, e.g. memory_size")
+    ap.add_argument("--match", action="append", default=[], help="decide: variants containing this are candidates")
+    ap.add_argument("--criterion", default="val/nll", help="a val/ metric (default val/nll, lower is better)")
+    ap.add_argument("--higher", action="store_true", help="a higher criterion is better (accuracies)")
+    ap.add_argument("--status", default="decided", help="decided, or open (why) for a decision not settled yet")
+    ap.add_argument("--note", default="")
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args(argv)
+    try:
+        check_criterion(args.criterion)
+        runs = validation_runs(args.dirs, args.model, args.dataset)
+        if args.mode == "decide":
+            if not args.match:
+                raise SelectionError("decide needs --match: which variants are this decision's candidates")
+            candidates = train_candidates(runs, args.match)
+            setting = settings(list(candidates), runs)
+        else:
+            current = current_view_weighting(runs)
+            candidates = infer_candidates(runs, current)
+            setting = {name: ",".join(f"model.{k}={v}" for k, v in values.items())
+                       for name, values in [*view_weighting_variants().items(), (DEFAULT, current)]}
+        rows = decide(candidates, args.criterion, args.higher)
+        for r in rows:
+            r["setting"] = setting.get(r["candidate"], "")
+    except (SelectionError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    write_decision(args.out, args.model, args.dataset, args.decision, rows, args.status, args.note)
+    for r in rows:
+        print(f"{'*' if r['chosen'] else ' '} {r['candidate']:48s} {args.criterion} {r['score']:.4f} "
+              f"(diff {r['diff_vs_default']:+.4f}, p {r['p_vs_default']:.3g}, seeds {r['seeds']})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,129 @@
+"""The selection protocol: fixed validation rows, an evaluation that reads no test row, and decision records
+chosen by a declared validation criterion (mnp/tools/select.py)."""
+from __future__ import annotations
+
+import csv
+import json
+import math
+
+import numpy as np
+import pytest
+import yaml
+from scipy import stats
+
+from datamodules import TensorDataModule
+
+from mnp.core.pipeline import train
+from mnp.core.protocols import validation_names
+from mnp.core.validate import ConfigError, validate
+from mnp.tools import select
+from cfg_utils import compose_train
+
+
+def _module(seed: int, **kw) -> TensorDataModule:
+    rng = np.random.default_rng(0)
+    y = np.tile(np.arange(4), 25)  # 20 training rows of each class in the first 80
+    views = [rng.normal(size=(100, 3)) + y[:, None], rng.normal(size=(100, 2))]
+    dm = TensorDataModule(views, y, np.arange(80), np.arange(80, 100), val_fraction=0.2, seed=seed, **kw)
+    dm.setup()
+    return dm
+
+
+def test_validation_rows_are_fixed_per_dataset_stratified_and_apart_from_test():
+    a, b = _module(seed=0), _module(seed=7)
+    assert np.array_equal(a.val_idx, b.val_idx)  # the run's seed does not move them
+    assert len(a.val_idx) == 16 and not set(a.val_idx) & set(a.train_idx) and not set(a.val_idx) & set(a.test_idx)
+    assert sorted(np.bincount(a.val_y.numpy()).tolist()) == [4, 4, 4, 4]  # 20 % of each class's 20 training rows
+    assert not np.array_equal(_module(seed=0, val_seed=1).val_idx, a.val_idx)
+
+
+def test_eval_split_val_serves_the_validation_rows_only():
+    dm = _module(seed=0)
+    dm.eval_split = "val"
+    (loader,) = dm.test_dataloader()
+    labels = np.concatenate([batch[1].numpy() for batch in loader])
+    assert np.array_equal(labels, dm.val_y.numpy()) and len(labels) == len(dm.val_idx)
+
+
+def test_validation_names():
+    assert validation_names({"test/acc": 1, "noise/acc@1": 2, "missing/acc_mean": 3, "time/test_s": 4}) == {
+        "val/acc": 1, "val/noise/acc@1": 2, "val/missing/acc_mean": 3, "time/test_s": 4}
+
+
+def test_eval_split_val_without_validation_rows_is_one_line(tmp_path):
+    with pytest.raises(ConfigError, match="eval.split=val .* dataset.val_fraction > 0"):
+        validate(compose_train(tmp_path, ["model=mlp", "eval.split=val"]))
+
+
+def test_select_run_records_validation_metrics_and_no_test_metric(tmp_path, one_thread):
+    res = train(compose_train(tmp_path / "r", ["model=mlp", "experiment=select", "trainer.max_epochs=3",
+                                                    "dataset.num_views=2"]))
+    assert res["eval_split"] == "val" and res["val_rows"] > 0 and len(res["val_idx_sha256"]) == 64
+    assert res["val/acc"] > 0.5 and "val/noise/acc_mean" in res and "val/missing/acc_mean" in res
+    assert not [k for k in res if k.startswith(("test/", "noise/", "missing/", "ood/"))]
+    arrays = np.load(tmp_path / "r" / "predictions.npz")
+    assert len(arrays["val/labels"]) == res["val_rows"] and "test/labels" not in arrays
+
+
+def _fake_run(root, name: str, seed: int, metrics: dict, variant: str | None = None, split: str = "val",
+              memory_size: int = 200):
+    d = root / f"{name}_s{seed}"
+    d.mkdir(parents=True)
+    (d / "metrics.json").write_text(json.dumps({"model": "mnp", "dataset": "cub", "seed": seed,
+                                                "experiment": "select", "eval_split": split, **metrics}))
+    (d / "config.yaml").write_text(yaml.safe_dump({"variant": variant, "model": {"memory_size": memory_size}}))
+
+
+def _sweep(tmp_path, nll: dict[str, list[float]]):
+    for name, values in nll.items():
+        for seed, v in enumerate(values):
+            variant = None if name == "default" else name
+            _fake_run(tmp_path, name, seed, {"val/nll": v, "val/acc": 1 - v / 10, "test/acc": 0.0}, variant)
+
+
+def test_decide_picks_the_best_validation_criterion_with_a_paired_test(tmp_path):
+    _sweep(tmp_path, {"default": [0.50, 0.52, 0.47], "model.memory_size=300": [0.45, 0.50, 0.46],
+                      "model.memory_size=400": [0.55, 0.51, 0.49], "model.projection=none": [0.1, 0.1, 0.1]})
+    out = tmp_path / "decisions" / "mnp_cub.csv"
+    assert select.main(["decide", str(tmp_path), "--model", "mnp", "--dataset", "cub", "--decision",
+                        "memory_size", "--match", "memory_size", "--out", str(out)]) == 0
+    rows = {r["candidate"]: r for r in csv.DictReader(out.open())}
+    assert set(rows) == {"default", "model.memory_size=300", "model.memory_size=400"}  # not projection=none
+    assert [c for c, r in rows.items() if r["chosen"] == "True"] == ["model.memory_size=300"]
+    assert rows["default"]["setting"] == "model.memory_size=200"
+    assert "test/acc" not in rows["default"] and float(rows["default"]["val/acc"]) == pytest.approx(
+        1 - np.mean([0.50, 0.52, 0.47]) / 10, rel=1e-5)
+    d = np.array([0.45, 0.50, 0.46]) - np.array([0.50, 0.52, 0.47])  # the t-test by hand
+    t = d.mean() / (d.std(ddof=1) / math.sqrt(3))
+    assert float(rows["model.memory_size=300"]["p_vs_default"]) == pytest.approx(2 * stats.t.sf(abs(t), 2), rel=1e-5)
+    assert float(rows["model.memory_size=300"]["diff_vs_default"]) == pytest.approx(d.mean(), rel=1e-5)
+
+
+def test_decide_keeps_default_on_a_tie_and_other_decisions_rows(tmp_path):
+    out = tmp_path / "d.csv"
+    rows = select.decide({"default": {0: {"val/nll": 1.0}}, "x=1": {0: {"val/nll": 1.0}}}, "val/nll", False)
+    assert [r["candidate"] for r in rows if r["chosen"]] == ["default"]
+    select.write_decision(out, "mnp", "cub", "a", rows, "decided", "")
+    select.write_decision(out, "mnp", "cub", "b", rows, "decided", "")
+    select.write_decision(out, "mnp", "cub", "a", rows[:1] + rows[:1], "decided", "again")
+    written = list(csv.DictReader(out.open()))
+    assert [r["decision"] for r in written] == ["b", "b", "a", "a"] and written[-1]["note"] == "again"
+
+
+def test_select_refuses_test_metrics_and_test_split_runs(tmp_path, capsys):
+    with pytest.raises(select.SelectionError, match="never chosen on test rows"):
+        select.decide({"default": {0: {"test/acc": 1.0}}, "x=1": {0: {"test/acc": 0.0}}}, "test/acc", True)
+    _fake_run(tmp_path, "default", 0, {"val/nll": 1.0})
+    _fake_run(tmp_path, "other", 0, {"test/nll": 1.0}, variant="model.memory_size=300", split="test")
+    assert select.main(["decide", str(tmp_path), "--model", "mnp", "--dataset", "cub", "--decision", "m",
+                        "--match", "memory", "--out", str(tmp_path / "o.csv")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "evaluated on the test split" in err and len(err.strip().splitlines()) == 1
+
+
+def test_decide_uses_the_seeds_all_candidates_share(tmp_path):
+    rows = select.decide({"default": {0: {"val/nll": 1.0}, 1: {"val/nll": 3.0}}, "x=1": {1: {"val/nll": 2.0}}},
+                         "val/nll", False)
+    assert {r["candidate"]: (r["seeds"], r["score"]) for r in rows} == {"default": ("1", 3.0), "x=1": ("1", 2.0)}
+    with pytest.raises(select.SelectionError, match="share no seed"):
+        select.decide({"default": {0: {"val/nll": 1.0}}, "x=1": {1: {"val/nll": 2.0}}}, "val/nll", False)
