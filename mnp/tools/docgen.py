@@ -14,7 +14,8 @@ exits 1 when a block differs from what the files give (tests/test_docs.py runs i
   declared domains (``domains`` of each class in ``conf/model/``, mnp.core.domains) for the table of model keys.
   ``figures/noise_curves.json`` and ``.png`` (accuracy per σ with the ceiling, :mod:`mnp.tools.noise_figure`) are
   rewritten from ``results/paper_main/results.csv`` when they differ from it; ``benchmarks/view_weighting_<dataset>.json``:
-  ``python benchmarks/view_weighting.py <mnp run dirs> --out ...``.
+  ``python benchmarks/view_weighting.py <mnp run dirs> --out ...``; ``results/decisions/*.csv``: the decision
+  records of :mod:`mnp.tools.select` (:mod:`mnp.tools.docgen_decisions`).
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ import sys
 from pathlib import Path
 
 from mnp.tools.report_paper import paper_values
-from mnp.tools import docgen_speed, noise_figure
+from mnp.tools import docgen_decisions, docgen_speed, noise_figure
 from mnp.tools.report_runs import dataset_label, model_label, read_results
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -274,7 +275,7 @@ RENDERERS = {"paper_main": render_paper_main, "goals": render_goals, "beats": re
              "custom_defaults": render_custom_defaults, "figure2": render_figure2,
              "depgraph": render_depgraph, "goals_summary": render_goals_summary, "digits_c": render_digits_c,
              "model_keys": render_model_keys, "noise_curves": render_noise_curves,
-             "view_weighting": render_view_weighting, **docgen_speed.RENDERERS}
+             "view_weighting": render_view_weighting, **docgen_speed.RENDERERS, **docgen_decisions.RENDERERS}
 
 
 # ---------------------------------------------------------------------------- files
@@ -288,7 +289,7 @@ def sources(root: Path = ROOT) -> dict:
             "digits_c": read_results(root / "results" / "digits_c" / "results.csv"),
             "custom_defaults": json.loads(bench.read_text()) if bench.exists() else {},
             "figure2": json.loads((root / "figures" / "figure2.json").read_text()),
-            **docgen_speed.sources(root)}
+            **docgen_speed.sources(root), **docgen_decisions.sources(root)}
 
 
 def render_file(text: str, src: dict) -> str:
