@@ -298,9 +298,10 @@ def test_paper_comparison_of_ood_and_speed_from_the_data_file(tmp_path):
     assert len(res["paper"]) == 2 * 3  # accuracy, ECE, AUROC SVHN per method
 
 
-def test_update_replaces_only_the_groups_rerun(sweep, tmp_path):
-    """--update: a re-run of mnp on pie replaces that group's rows (a metric it no longer reports goes too)
-    and keeps every other group's rows and tables, without their run directories."""
+def test_update_replaces_only_the_runs_rerun(sweep, tmp_path):
+    """--update: a re-run of seeds 0 and 1 of mnp on pie replaces those runs' rows of runs.csv (a metric they no
+    longer report goes with them) and keeps seed 2 and every other group's rows and tables, without their run
+    directories; results.csv is derived from the merged runs.csv."""
     out = tmp_path / "out"
     report([sweep], out, plots=False)
     before = read_csv(out / "results.csv")
@@ -314,10 +315,14 @@ def test_update_replaces_only_the_groups_rerun(sweep, tmp_path):
     assert main([str(rerun), "--out", str(out), "--no-plots", "--update"]) == 0
     after = read_csv(out / "results.csv")
     r = after[("mnp", "pie", "test/acc", "paper_main", "")]
-    assert float(r["mean"]) == pytest.approx(0.6) and r["n"] == "2"
-    assert ("mnp", "pie", "time/test_s", "paper_main", "") not in after
+    assert float(r["mean"]) == pytest.approx((0.5 + 0.7 + 0.97) / 3) and r["n"] == "3"
+    assert after[("mnp", "pie", "time/test_s", "paper_main", "")]["n"] == "1"  # seed 2's only
     assert {k: v for k, v in after.items() if k[:2] != ("mnp", "pie")} == \
         {k: v for k, v in before.items() if k[:2] != ("mnp", "pie")}
+    with open(out / "runs.csv") as f:
+        runs = {(r["model"], r["dataset"], r["seed"]): r for r in csv.DictReader(f)}
+    assert len(runs) == 14 and float(runs[("mnp", "pie", "0")]["test/acc"]) == 0.5
+    assert runs[("mnp", "pie", "1")]["time/test_s"] == "" and runs[("mnp", "pie", "2")]["time/test_s"] == "0.5"
     md = (out / "results.md").read_text()
     assert "with the rows of 5 other groups kept" in md and "MGP" in md.split("## Experiment", 1)[1]
 
