@@ -165,7 +165,10 @@ def test_legacy_cells_are_kept_marked_without_interval_and_never_tested(sweep, t
     assert got[("scene15", "mgp", "test/acc")]["verdict"] == "untested (legacy aggregate)"
     assert got[("pie", "mgp", "test/acc")]["verdict"] == "holds"
     md = (out / "results.md").read_text()
-    assert "3 groups are legacy aggregates without per-run records: no interval, no test" in md
+    assert "3 groups are legacy aggregates without per-run records (†): no interval, no test" in md
+    assert "| TMC | – | 80.00† (5) |" in md and "(n) = seeds; † legacy aggregate without per-run records" in md
+    tex = (out / "results.tex").read_text()
+    assert r"80.00$^\dagger$\,{\scriptsize(5)}" in tex and r"$^\dagger$ legacy aggregate" in tex
     # re-deriving from the committed runs.csv keeps the legacy cells as they are
     before = (out / "results.csv").read_text()
     assert main(["--from-runs", str(out / "runs.csv"), "--no-plots"]) == 0
