@@ -24,7 +24,11 @@ def ci_cell(c: dict | None, scale: float, digits: int, count: bool = True) -> st
     if c is None:
         return "–"
     f = lambda x: f"{x * scale:.{digits}f}"  # noqa: E731
-    text = f(c["mean"]) + ("†" if c["source"] == LEGACY else f" [{f(c['ci'][0])}, {f(c['ci'][1])}]" if c["ci"] else "")
+    text = f(c["mean"])
+    if c["source"] == LEGACY:
+        text += "†"
+    elif c["ci"]:
+        text += f" [{f(c['ci'][0])}, {f(c['ci'][1])}]"
     return f"{text} ({c['n']})" if count else text
 
 
@@ -53,7 +57,8 @@ def render_paper_main(src: dict) -> str:
     rows = ["| dataset | model | acc % | ECE | noisy acc % | seeds |", "|---|---|---|---|---|---|"]
     for d in DATASETS:
         for m in ("mnp", "mnp_official"):
-            rows.append(f"| {dataset_label(d)} | `{m}` | " + " | ".join(_row_cells(res, m, d)) + f" | {_n(res, m, d)} |")
+            rows.append(f"| {dataset_label(d)} | `{m}` | " + " | ".join(_row_cells(res, m, d)) +
+                        f" | {_n(res, m, d)} |")
         rows.append("| | paper | " + " | ".join(f"{paper[('mnp', d, k)] * s:.{g}f}" for k, _, s, g in MAIN) + " | 5 |")
     return _legend(rows)
 

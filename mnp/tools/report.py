@@ -6,7 +6,8 @@ Reads every ``metrics.json`` under the given directories (plus the run's ``confi
 ablation ``variant``), lists the failed (``failed.json``) and skipped (``skipped.json``) jobs and those
 whose record cannot be read (a truncated ``metrics.json``, one holding a list), and
 writes, per experiment, the paper's tables as the mean and its 95 % t-interval over seeds with
-the number of seeds per cell (a legacy aggregate: its mean, marked †), the best value of each column in bold and the second underlined:
+the number of seeds per cell (a legacy aggregate: its mean, marked †), the best value of each column
+in bold and the second underlined:
 test accuracy (%), ECE, accuracy averaged over the noise levels (%), accuracy, ECE and OOD AUROC
 per dataset with OOD sets, training time per epoch, test time, and the speed-up of MNP over MGP.
 
