@@ -124,7 +124,7 @@ def render_claims(src: dict) -> str:
         rows.append(f"| {dataset_label(d)} | {model_label(x)} | " +
                     " | ".join(claim_text(by[(d, x, k)]) if (d, x, k) in by else "–" for k in metrics) + " |")
     counts = {v: sum(r["verdict"] == v for r in found) for v in dict.fromkeys(r["verdict"] for r in found)}
-    summary = f"{len(found)} claims: " + ", ".join(f"{n} {v}" for v, n in counts.items()) + "."
+    summary = f"{len(found)} claims: " + ", ".join(f"{v} {n}" for v, n in counts.items()) + "."
     return _legend([summary, ""] + rows)
 
 
