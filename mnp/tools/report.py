@@ -142,8 +142,8 @@ def main(argv: list[str] | None = None) -> int:
                          "given), keeping the legacy cells of --out's results.csv")
     ap.add_argument("--paper", action="store_true", help="add a comparison with the paper's numbers (docs/method.md §7)")
     ap.add_argument("--no-plots", action="store_true", help="tables only")
-    ap.add_argument("--models", nargs="+", help="only these models' runs")
-    ap.add_argument("--seeds", nargs="+", type=int, help="only these seeds' runs")
+    ap.add_argument("--models", nargs="+", help="only these models' runs of the sweep directories")
+    ap.add_argument("--seeds", nargs="+", type=int, help="only these seeds' runs of the sweep directories")
     ap.add_argument("--update", action="store_true",
                     help="merge these runs into --out's runs.csv (a run replaces the row of the same experiment, "
                          "model, dataset, variant and seed; the other rows stay: a partial re-run), keeping the "
