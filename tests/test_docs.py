@@ -14,22 +14,83 @@ def test_generated_blocks_match_the_committed_result_files():
         assert docgen.render_file(text, src) == text, f"{path.name} is out of date: run python -m mnp.tools.docgen"
 
 
-def test_renderers_read_the_numbers_from_the_files(tmp_path):
-    csv = tmp_path / "results" / "paper_main" / "results.csv"
-    csv.parent.mkdir(parents=True)
-    rows = ["model,dataset,metric,mean,std,n,experiment,variant"]
-    rows += [f"mnp,pie,{k},{v},0.01,3,paper_main," for k, v in (("test/acc", 0.9512), ("test/ece", 0.0301),
-                                                                  ("noise/acc_mean", 0.9011))]
-    rows += [f"mgp,pie,{k},{v},0.0,3,paper_main," for k, v in (("test/acc", 0.9), ("test/ece", 0.02),
-                                                                 ("noise/acc_mean", 0.91))]
-    csv.write_text("\n".join(rows) + "\n")
-    src = {"paper_main": docgen.read_results(csv)}
-    assert "| PIE | `mnp` | 95.12 ± 1.00 | 0.030 ± 0.010 | 90.11 ± 1.00 | 3 |" in docgen.render_paper_main(src)
+RUNS = {("mnp", "pie"): [(0.95, 0.03, 0.90), (0.96, 0.031, 0.91), (0.9436, 0.029, 0.893)],
+        ("mcd", "pie"): [(0.90, 0.05, 0.80), (0.92, 0.06, 0.82), (0.91, 0.052, 0.81)],
+        ("mnp_official", "pie"): [(0.96, 0.02, 0.90), (0.94, 0.03, 0.91)]}
+
+
+def committed_like(tmp_path):
+    """results/paper_main as the report writes it: runs.csv of RUNS, results.csv derived from it, and the legacy
+    cells (MGP, and TMC's accuracy) of an older results.csv; returns the renderers' sources."""
+    from mnp.tools.report import report
+    from mnp.tools.report_records import claims, read_runs, write_runs
+    from mnp.tools.report_runs import read_cells
+    out = tmp_path / "results" / "paper_main"
+    out.mkdir(parents=True)
+    keys = ("test/acc", "test/ece", "noise/acc_mean")
+    write_runs(out / "runs.csv", {("paper_main", m, d, None, s): dict(zip(keys, v))
+                                  for (m, d), vals in RUNS.items() for s, v in enumerate(vals)})
+    legacy = [("mgp", "test/acc", 0.9), ("mgp", "test/ece", 0.02), ("mgp", "noise/acc_mean", 0.91), ("tmc", "test/acc", 0.8)]
+    (out / "results.csv").write_text("model,dataset,metric,mean,std,n,experiment,variant\n" + "".join(
+        f"{m},pie,{k},{v},0.0,5,paper_main,\n" for m, k, v in legacy))
+    report([], out, plots=False, from_runs=out / "runs.csv")
+    return {"paper_main": docgen.read_results(out / "results.csv"),
+            "claims": claims(read_runs(out / "runs.csv"), read_cells(out / "results.csv"))}
+
+
+def test_renderers_show_means_with_t_intervals_and_mark_legacy_cells(tmp_path):
+    import numpy as np
+    from scipy import stats as st
+    src = committed_like(tmp_path)
+    acc = np.array([v[0] for v in RUNS[("mnp", "pie")]]) * 100
+    half = st.t.ppf(0.975, 2) * acc.std(ddof=1) / np.sqrt(3)
+    acc_text = f"{acc.mean():.2f} [{acc.mean() - half:.2f}, {acc.mean() + half:.2f}]"
+    ece = np.array([v[1] for v in RUNS[("mnp", "pie")]])
+    half = st.t.ppf(0.975, 2) * ece.std(ddof=1) / np.sqrt(3)
+    ece_text = f"{ece.mean():.3f} [{ece.mean() - half:.3f}, {ece.mean() + half:.3f}]"
+    assert acc_text == "95.12 [93.07, 97.17]"
+    assert f"| PIE | `mnp` | {acc_text} | {ece_text} | " in docgen.RENDERERS["paper_main"](src)
+    legend = "† a legacy aggregate"
+    glance = docgen.RENDERERS["glance"](src)
+    assert f"| PIE | {acc_text} | {ece_text} | " in glance and legend not in glance
+    baselines = docgen.RENDERERS["baselines"](src)
+    assert f"| MNP | – | – | {acc_text} (3) | – |" in baselines  # every cell says its seeds
+    assert "| MGP | – | – | 90.00† (5) | – |" in baselines and legend in baselines
     goals = docgen.render_goals(src)
     assert "| PIE | acc % | ≥ 94.5 | 95.12 | 3 | met |" in goals
-    assert "| PIE | noisy acc % | ≥ 92.5 | 90.11 | 3 | missed by 2.39 |" in goals
-    beats = docgen.render_beats(src)
-    assert "- PIE: noisy accuracy does not hold (90.11 vs MGP 91.00); ECE does not hold (0.030 vs MGP 0.020)" in beats
+
+
+def test_claims_section_states_each_paired_test(tmp_path):
+    from scipy import stats as st
+    src = committed_like(tmp_path)
+    text = docgen.RENDERERS["claims"](src)
+    acc = [[v[0] for v in RUNS[(m, "pie")]] for m in ("mnp", "mcd")]
+    p = st.ttest_rel(*acc).pvalue
+    assert 0.001 < p < 0.05
+    row = next(r for r in text.splitlines() if r.startswith("| PIE | MCD |"))
+    assert row.split(" | ")[2] == f"holds (p = {p:.3f}; Δ +{100 * (sum(acc[0]) - sum(acc[1])) / 3:.2f}, 3 seeds)"
+    assert row.split(" | ")[3].startswith("holds (p = ")  # ECE: lower is better, and mnp's is lower
+    official = next(r for r in text.splitlines() if r.startswith("| PIE | MNP (official) |"))
+    assert official.split(" | ")[2].startswith("not significant (p = ") and ", 2 seeds)" in official
+    assert "| PIE | MGP | untested (Δ +5.12)† | untested (Δ +0.010)† | untested (Δ -0.90)† |" in text
+    assert "| PIE | TMC | untested (Δ +15.12)† | – | – |" in text
+    assert text.startswith("10 claims: ") and "untested (legacy aggregate) 4" in text
+    assert "† a legacy aggregate" in text
+
+
+def test_committed_results_are_derived_from_their_runs():
+    """Each committed results.csv is what its runs.csv gives, plus legacy cells; without runs.csv it holds
+    legacy cells only (none may claim a source it lacks)."""
+    from mnp.tools.report_records import derive, read_runs
+    from mnp.tools.report_runs import LEGACY, read_cells
+    for d in sorted((ROOT / "results").iterdir()):
+        if not (d / "results.csv").is_file():
+            continue
+        cells = read_cells(d / "results.csv")
+        if (d / "runs.csv").is_file():
+            assert derive(read_runs(d / "runs.csv"), cells) == cells, d.name
+        else:
+            assert {c.source for c in cells.values()} == {LEGACY}, d.name
 
 
 def test_every_link_in_the_docs_resolves():

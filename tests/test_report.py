@@ -1,4 +1,4 @@
-"""python -m mnp.tools.report: tables (mean/std/n, best bold, second underlined), CSV rows, failed/skipped
+"""python -m mnp.tools.report: tables (mean [95 % interval] (n), best bold, second underlined), CSV rows, failed/skipped
 jobs, paper comparison and plots, from metrics files written here."""
 from __future__ import annotations
 
@@ -92,15 +92,15 @@ def test_csv_rows_are_mean_std_n_per_model_dataset_metric(sweep, tmp_path):
         assert f.readline().strip().startswith("model,dataset,metric,mean,std,n")
 
 
-def test_tables_show_percentages_best_bold_second_underlined(sweep, tmp_path):
+def test_tables_show_percentages_intervals_best_bold_second_underlined(sweep, tmp_path):
     report([sweep], tmp_path / "out", plots=False)
     md = (tmp_path / "out" / "results.md").read_text()
     acc = md_table(md, "1")
     assert list(acc) == ["MCD", "MGP", "MNP"]  # paper order
     pie, cub = 1, 0  # columns in paper order: CUB, PIE
-    assert acc["MNP"][pie] == "**96.00 ± 1.00** (3)"
-    assert acc["MCD"][pie] == "<u>92.00 ± 0.00</u> (3)"
-    assert acc["MGP"][pie] == "91.00 ± 1.41 (2)"
+    assert acc["MNP"][pie] == "**96.00 [93.52, 98.48]** (3)"  # mean ± t(0.975, 2)·0.01/√3
+    assert acc["MCD"][pie] == "<u>92.00 [92.00, 92.00]</u> (3)"
+    assert acc["MGP"][pie] == "91.00 [78.29, 103.71] (2)"  # t(0.975, 1) = 12.71: wide
     assert acc["MGP"][cub].startswith("**86.00") and acc["MNP"][cub].startswith("<u>81.00")
     ece = md_table(md, "2")  # lower is better
     assert ece["MCD"][pie].startswith("**0.020") and ece["MNP"][pie].startswith("<u>0.040")
@@ -110,8 +110,8 @@ def test_tables_show_percentages_best_bold_second_underlined(sweep, tmp_path):
     assert t5["MGP"][pie].startswith("**1.500") and t5["MNP"][pie].startswith("<u>2.000")
     assert t5["MCD"][pie].startswith("<u>2.000")
     tex = (tmp_path / "out" / "results.tex").read_text()
-    assert r"\textbf{96.00$\pm$1.00}\,{\scriptsize(3)}" in tex
-    assert r"\underline{92.00$\pm$0.00}" in tex
+    assert r"\textbf{96.00\,[93.52, 98.48]}\,{\scriptsize(3)}" in tex
+    assert r"\underline{92.00\,[92.00, 92.00]}" in tex
     speed = md_table(md, "6")  # MGP time / MNP time per dataset
     assert speed["PIE"] == ["0.75", "1.00"]
 
@@ -187,7 +187,7 @@ def test_variants_duplicates_and_evaluate_outputs(tmp_path):
     assert len(runs) == 4 and not jobs
     report([root], tmp_path / "out", plots=False)
     acc = md_table((tmp_path / "out" / "results.md").read_text(), "1")
-    assert acc == {"MNP (fifo)": ["<u>81.00 ± 1.41</u> (2)"], "MNP (mse)": ["**91.00 ± 1.41** (2)"]}
+    assert acc == {"MNP (fifo)": ["<u>81.00 [68.29, 93.71]</u> (2)"], "MNP (mse)": ["**91.00 [78.29, 103.71]** (2)"]}
     rows = read_csv(tmp_path / "out" / "results.csv")
     assert float(rows[("mnp", "pie", "test/acc", "ablation_context", "mse")]["mean"]) == pytest.approx(0.91)
 
@@ -298,9 +298,10 @@ def test_paper_comparison_of_ood_and_speed_from_the_data_file(tmp_path):
     assert len(res["paper"]) == 2 * 3  # accuracy, ECE, AUROC SVHN per method
 
 
-def test_update_replaces_only_the_groups_rerun(sweep, tmp_path):
-    """--update: a re-run of mnp on pie replaces that group's rows (a metric it no longer reports goes too)
-    and keeps every other group's rows and tables, without their run directories."""
+def test_update_replaces_only_the_runs_rerun(sweep, tmp_path):
+    """--update: a re-run of seeds 0 and 1 of mnp on pie replaces those runs' rows of runs.csv (a metric they no
+    longer report goes with them) and keeps seed 2 and every other group's rows and tables, without their run
+    directories; results.csv is derived from the merged runs.csv."""
     out = tmp_path / "out"
     report([sweep], out, plots=False)
     before = read_csv(out / "results.csv")
@@ -314,10 +315,14 @@ def test_update_replaces_only_the_groups_rerun(sweep, tmp_path):
     assert main([str(rerun), "--out", str(out), "--no-plots", "--update"]) == 0
     after = read_csv(out / "results.csv")
     r = after[("mnp", "pie", "test/acc", "paper_main", "")]
-    assert float(r["mean"]) == pytest.approx(0.6) and r["n"] == "2"
-    assert ("mnp", "pie", "time/test_s", "paper_main", "") not in after
+    assert float(r["mean"]) == pytest.approx((0.5 + 0.7 + 0.97) / 3) and r["n"] == "3"
+    assert after[("mnp", "pie", "time/test_s", "paper_main", "")]["n"] == "1"  # seed 2's only
     assert {k: v for k, v in after.items() if k[:2] != ("mnp", "pie")} == \
         {k: v for k, v in before.items() if k[:2] != ("mnp", "pie")}
+    with open(out / "runs.csv") as f:
+        runs = {(r["model"], r["dataset"], r["seed"]): r for r in csv.DictReader(f)}
+    assert len(runs) == 14 and float(runs[("mnp", "pie", "0")]["test/acc"]) == 0.5
+    assert runs[("mnp", "pie", "1")]["time/test_s"] == "" and runs[("mnp", "pie", "2")]["time/test_s"] == "0.5"
     md = (out / "results.md").read_text()
     assert "with the rows of 5 other groups kept" in md and "MGP" in md.split("## Experiment", 1)[1]
 
@@ -325,7 +330,7 @@ def test_update_replaces_only_the_groups_rerun(sweep, tmp_path):
 def test_custom_runs_are_grouped_by_their_file_one_seed_shows_no_spread_and_the_report_stays_beside_them(tmp_path,
                                                                                                           capsys):
     """Runs on two custom files get a column each (their best marks compare runs on one file); a single seed is
-    shown as its value and "(n = 1)", not "± 0.00 (1)"; without --out the report goes to <first dir>/report."""
+    shown as its value and "(n = 1)", not "[…] (1)"; without --out the report goes to <first dir>/report."""
     root = tmp_path / "logs"
     for stem, accs in {"wine": {"mnp": 0.90, "mlp": 0.95}, "iris": {"mnp": 0.97, "mlp": 0.93}}.items():
         for model, acc in accs.items():
@@ -335,7 +340,7 @@ def test_custom_runs_are_grouped_by_their_file_one_seed_shows_no_spread_and_the_
     assert main([str(root), "--no-plots"]) == 0
     assert f"-> {root / 'report' / 'results.md'}" in capsys.readouterr().out
     md = (root / "report" / "results.md").read_text()
-    assert "| Method | iris | wine |" in md and "Custom" not in md and "±" not in md_table(md, "1")["MNP"][0]
+    assert "| Method | iris | wine |" in md and "Custom" not in md and "[" not in md_table(md, "1")["MNP"][0]
     assert md_table(md, "1") == {"MLP": ["<u>93.00</u> (n = 1)", "**95.00** (n = 1)"],
                                  "MNP": ["**97.00** (n = 1)", "<u>90.00</u> (n = 1)"]}
     assert r"\textbf{97.00}\,{\scriptsize($n = 1$)}" in (root / "report" / "results.tex").read_text()

@@ -4,7 +4,9 @@
 README.md and docs/*.md with the output of the renderer NAME below; ``--check`` writes nothing and
 exits 1 when a block differs from what the files give (tests/test_docs.py runs it). Sources:
 
-* ``results/paper_main/results.csv``: ``python -m mnp.tools.report <paper_main sweep> --out results/paper_main --paper``;
+* ``results/paper_main/results.csv`` and ``runs.csv``: ``python -m mnp.tools.report <paper_main sweep> --out
+  results/paper_main --paper``; the claims ("MNP beats X", paired tests) are computed from these two
+  (:mod:`mnp.tools.docgen_results`);
 * ``results/switches/results.csv``: ``python -m mnp.tools.report <paper_main sweep> <switches sweep>
   --out results/switches --models mnp --relabel``;
 * ``results/digits_c/results.csv``: ``python -m mnp.tools.report <digits_c sweep> --out results/digits_c``;
@@ -26,25 +28,23 @@ import re
 import sys
 from pathlib import Path
 
-from mnp.tools.report_paper import paper_values
-from mnp.tools import docgen_decisions, docgen_speed, noise_figure
-from mnp.tools.report_runs import dataset_label, model_label, read_results
+from mnp.tools import docgen_decisions, docgen_results, docgen_speed, noise_figure
+from mnp.tools.docgen_results import DATASETS, MAIN
+from mnp.tools.report_records import claims, read_runs
+from mnp.tools.report_runs import dataset_label, model_label, read_cells, read_results
 
 ROOT = Path(__file__).resolve().parents[2]
-DATASETS = ["handwritten", "cub", "pie", "scene15"]
-MAIN = [("test/acc", "acc %", 100, 2), ("test/ece", "ECE", 1, 3), ("noise/acc_mean", "noisy acc %", 100, 2)]
-BASELINES = ["mcd", "de_ef", "sngp", "etp", "de_lf", "tmc", "mgp"]
 BLOCK = re.compile(r"(<!-- generated:(\w+) -->\n)(.*?)(<!-- /generated:\2 -->)", re.S)
 
 
 # ---------------------------------------------------------------------------- reading
-def cell(res: dict, model: str, dataset: str, metric: str, scale: float, digits: int, variant: str = "",
-         std: bool = True) -> str:
+def cell(res: dict, model: str, dataset: str, metric: str, scale: float, digits: int, variant: str = "") -> str:
+    """``mean ± std`` (the mean alone for one seed)."""
     c = res.get((model, variant, dataset, metric))
     if c is None:
         return "–"
     text = f"{c['mean'] * scale:.{digits}f}"
-    return text + (f" ± {c['std'] * scale:.{digits}f}" if std and c["n"] > 1 else "")
+    return text + (f" ± {c['std'] * scale:.{digits}f}" if c["n"] > 1 else "")
 
 
 def seeds(res: dict, model: str, dataset: str, variant: str = "") -> int:
@@ -53,18 +53,6 @@ def seeds(res: dict, model: str, dataset: str, variant: str = "") -> int:
 
 
 # ---------------------------------------------------------------------------- renderers
-def render_paper_main(src: dict) -> str:
-    """MNP and mnp_official against the paper, per dataset."""
-    res, paper = src["paper_main"], paper_values()
-    rows = ["| dataset | model | acc % | ECE | noisy acc % | seeds |", "|---|---|---|---|---|---|"]
-    for d in DATASETS:
-        for m in ("mnp", "mnp_official"):
-            rows.append(f"| {dataset_label(d)} | `{m}` | " + " | ".join(cell(res, m, d, k, s, g) for k, _, s, g in MAIN)
-                        + f" | {seeds(res, m, d)} |")
-        rows.append("| | paper | " + " | ".join(f"{paper[('mnp', d, k)] * s:.{g}f}" for k, _, s, g in MAIN) + " | 5 |")
-    return "\n".join(rows)
-
-
 def _goal_rows() -> list[dict]:
     with open(ROOT / "docs" / "goals.csv", newline="") as f:
         return list(csv.DictReader(line for line in f if not line.startswith("#")))
@@ -98,50 +86,6 @@ def render_goals_summary(src: dict) -> str:
         by.setdefault(f"{dataset} ({n} seeds)", []).append(f"{metric} {ours} ({status})" if status != "not run"
                                                            else f"{metric} not run")
     return "\n".join(f"- {d}: " + "; ".join(v) for d, v in by.items())
-
-
-def render_beats(src: dict) -> str:
-    """Per dataset: does `mnp` beat every baseline here on noisy accuracy and on ECE (the paper's claim)?"""
-    res = src["paper_main"]
-    lines = []
-    for d in DATASETS:
-        have = [b for b in BASELINES if (b, "", d, "test/acc") in res]
-        if not have or ("mnp", "", d, "test/acc") not in res:
-            lines.append(f"- {dataset_label(d)}: not yet measured here (baselines {len(have)} of {len(BASELINES)}).")
-            continue
-        parts = []
-        for key, label, scale, digits, better in (("noise/acc_mean", "noisy accuracy", 100, 2, max),
-                                                  ("test/ece", "ECE", 1, 3, min)):
-            best = better(have, key=lambda b: res[(b, "", d, key)]["mean"])
-            ours, theirs = res[("mnp", "", d, key)]["mean"] * scale, res[(best, "", d, key)]["mean"] * scale
-            wins = better(ours, theirs) == ours
-            parts.append(f"{label} {'holds' if wins else 'does not hold'} ({ours:.{digits}f} vs "
-                         f"{model_label(best)} {theirs:.{digits}f})")
-        lines.append(f"- {dataset_label(d)}: " + "; ".join(parts) + f" — baselines {len(have)} of {len(BASELINES)}.")
-    return "\n".join(lines)
-
-
-def render_baselines(src: dict) -> str:
-    """Every model here, acc / ECE / noisy acc per dataset."""
-    res = src["paper_main"]
-    models = [m for m in BASELINES + ["mnp", "mnp_official"] if any((m, "", d, "test/acc") in res for d in DATASETS)]
-    rows = ["| model | " + " | ".join(dataset_label(d) for d in DATASETS) + " |", "|---|" + "---|" * len(DATASETS)]
-    for m in models:
-        cells = [" / ".join(cell(res, m, d, k, s, g, std=False) for k, _, s, g in MAIN) +
-                 (f" ({seeds(res, m, d)})" if seeds(res, m, d) else "") for d in DATASETS]
-        rows.append(f"| {model_label(m)} | " + " | ".join(cells) + " |")
-    return "\n".join(rows)
-
-
-def render_glance(src: dict) -> str:
-    """README: `mnp` against the paper, acc / ECE / noisy acc."""
-    res, paper = src["paper_main"], paper_values()
-    rows = ["| dataset | `mnp` here (acc % / ECE / noisy acc %) | paper | seeds |", "|---|---|---|---|"]
-    for d in DATASETS:
-        ours = " / ".join(cell(res, "mnp", d, k, s, g, std=False) for k, _, s, g in MAIN)
-        theirs = " / ".join(f"{paper[('mnp', d, k)] * s:.{g}f}" for k, _, s, g in MAIN)
-        rows.append(f"| {dataset_label(d)} | {ours} | {theirs} | {seeds(res, 'mnp', d)} |")
-    return "\n".join(rows)
 
 
 def render_switches(src: dict) -> str:
@@ -189,18 +133,6 @@ def render_figure2(src: dict) -> str:
     rows = ["| attention | test acc | mean uncertainty, test set | uncertainty at the OOD point (−2, 2) |",
             "|---|---|---|---|"]
     rows += [f"| {name} | {v['acc']:.3f} | {v['unc_id']:.3f} | {v['unc_ood']:.3f} |" for name, v in fig.items()]
-    return "\n".join(rows)
-
-
-def render_digits_c(src: dict) -> str:
-    """Every model on digits_c, the offline stand-in for CIFAR10-C, with OOD AUROC against the photos set."""
-    res = src["digits_c"]
-    cols = [*MAIN, ("ood/photos/auroc", "OOD AUROC (photos)", 1, 3)]
-    rows = ["| model | " + " | ".join(label for _, label, _, _ in cols) + " | seeds |", "|---" * (len(cols) + 2) + "|"]
-    for m in [*BASELINES, "mnp", "mnp_official", "mlp"]:
-        if seeds(res, m, "digits_c"):
-            rows.append(f"| {model_label(m)} | " + " | ".join(cell(res, m, "digits_c", k, sc, g) for k, _, sc, g in cols) +
-                        f" | {seeds(res, m, 'digits_c')} |")
     return "\n".join(rows)
 
 
@@ -270,21 +202,23 @@ def render_view_weighting(src: dict) -> str:
     return "\n".join(rows)
 
 
-RENDERERS = {"paper_main": render_paper_main, "goals": render_goals, "beats": render_beats,
-             "baselines": render_baselines, "glance": render_glance, "switches": render_switches,
-             "custom_defaults": render_custom_defaults, "figure2": render_figure2,
-             "depgraph": render_depgraph, "goals_summary": render_goals_summary, "digits_c": render_digits_c,
+RENDERERS = {"goals": render_goals, "switches": render_switches, "custom_defaults": render_custom_defaults,
+             "figure2": render_figure2, "depgraph": render_depgraph, "goals_summary": render_goals_summary,
              "model_keys": render_model_keys, "noise_curves": render_noise_curves,
-             "view_weighting": render_view_weighting, **docgen_speed.RENDERERS, **docgen_decisions.RENDERERS}
+             "view_weighting": render_view_weighting, **docgen_results.RENDERERS, **docgen_speed.RENDERERS,
+             **docgen_decisions.RENDERERS}
 
 
 # ---------------------------------------------------------------------------- files
 def sources(root: Path = ROOT) -> dict:
     bench = root / "benchmarks" / "custom_defaults.json"
-    paper_main = read_results(root / "results" / "paper_main" / "results.csv")
+    main_dir = root / "results" / "paper_main"
+    paper_main = read_results(main_dir / "results.csv")
+    records = read_runs(main_dir / "runs.csv") if (main_dir / "runs.csv").is_file() else {}
     weighting = {p.stem.removeprefix("view_weighting_"): json.loads(p.read_text())
                  for p in sorted((root / "benchmarks").glob("view_weighting_*.json"))}
-    return {"paper_main": paper_main, "noise_curves": noise_figure.curves(paper_main), "view_weighting": weighting,
+    return {"paper_main": paper_main, "claims": claims(records, read_cells(main_dir / "results.csv")) if paper_main else [],
+            "noise_curves": noise_figure.curves(paper_main), "view_weighting": weighting,
             "switches": read_results(root / "results" / "switches" / "results.csv"),
             "digits_c": read_results(root / "results" / "digits_c" / "results.csv"),
             "custom_defaults": json.loads(bench.read_text()) if bench.exists() else {},

@@ -1,11 +1,13 @@
 """Results tables and plots of finished sweeps: ``python -m mnp.tools.report <sweep_dir>... [--out <dir>]``
-(default ``<first sweep dir>/report``).
+(default ``<first sweep dir>/report``), or from committed records: ``python -m mnp.tools.report --from-runs
+results/paper_main/runs.csv``.
 
 Reads every ``metrics.json`` under the given directories (plus the run's ``config.yaml`` for the
 ablation ``variant``), lists the failed (``failed.json``) and skipped (``skipped.json``) jobs and those
 whose record cannot be read (a truncated ``metrics.json``, one holding a list), and
-writes, per experiment, the paper's tables as mean ± std over seeds (sample std, ddof = 1) with
-the number of seeds per cell, the best value of each column in bold and the second underlined:
+writes, per experiment, the paper's tables as the mean and its 95 % t-interval over seeds with
+the number of seeds per cell (a legacy aggregate: its mean, marked †), the best value of each column
+in bold and the second underlined:
 test accuracy (%), ECE, accuracy averaged over the noise levels (%), accuracy, ECE and OOD AUROC
 per dataset with OOD sets, training time per epoch, test time, and the speed-up of MNP over MGP.
 
@@ -15,10 +17,12 @@ twice; the numbers match LaTeX's own numbering of ``results.tex``. Each caption 
 table it reproduces ("cf. paper Table 5"; paper: 1 accuracy, 2 ECE, 3 noisy accuracy,
 4 CIFAR10-C OOD, 5 speed).
 
-Outputs: ``results.md``, ``results.tex``, ``results.csv`` (one row per experiment × model ×
-variant × dataset × metric), with ``--paper`` also ``paper_comparison.csv`` and a comparison
-section (:mod:`mnp.tools.report_paper`), and PNG plots under ``plots/`` (see :mod:`mnp.tools.plots`); with
-``--wandb-project NAME`` also a wandb run holding the aggregate (:mod:`mnp.tools.report_wandb`).
+Outputs: ``runs.csv`` (one row per run), ``results.csv`` (one row per experiment × model × variant × dataset ×
+metric, derived from runs.csv, with 95 % t-intervals), ``claims.csv`` (paired tests of "MNP beats X"; all three:
+:mod:`mnp.tools.report_records`), ``results.md``, ``results.tex``, with ``--paper`` also ``paper_comparison.csv``
+and a comparison section (:mod:`mnp.tools.report_paper`), and PNG plots under ``plots/`` (see
+:mod:`mnp.tools.plots`; not with ``--from-runs`` alone); with ``--wandb-project NAME`` also a wandb run holding
+the aggregate (:mod:`mnp.tools.report_wandb`).
 """
 from __future__ import annotations
 
@@ -29,7 +33,8 @@ from pathlib import Path
 
 from mnp.tools.plots import all_plots
 from mnp.tools.report_paper import paper_comparison, paper_md
-from mnp.tools.report_runs import Cell, Job, aggregate, load
+from mnp.tools.report_records import claims, derive, read_runs, records_of, write_claims, write_results, write_runs
+from mnp.tools.report_runs import LEGACY, Cell, Job, load, read_cells
 from mnp.tools.report_tables import experiment_tables, speedup_md, speedup_tex, speedups, table_md, table_tex
 
 
@@ -45,47 +50,48 @@ def jobs_md(jobs: list[Job]) -> str:
     return "\n".join(lines)
 
 
-def write_csv(path: Path, agg: dict) -> None:
-    with open(path, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["model", "dataset", "metric", "mean", "std", "n", "experiment", "variant"])
-        for (e, m, v, d, k) in sorted(agg, key=lambda x: tuple("" if y is None else str(y) for y in x)):
-            c = agg[(e, m, v, d, k)]
-            w.writerow([m, d, k, repr(c.mean), repr(c.std), c.n, e, "" if v is None else v])
-
-
-def read_csv(path: Path) -> dict[tuple, Cell]:
-    """The cells of a results.csv written by :func:`write_csv`, keyed as :func:`aggregate` keys them."""
-    with open(path, newline="") as f:
-        return {(r["experiment"], r["model"], r["variant"] or None, r["dataset"], r["metric"]):
-                Cell(float(r["mean"]), float(r["std"]), int(r["n"])) for r in csv.DictReader(f)}
-
-
-def updated(previous: dict[tuple, Cell], new: dict[tuple, Cell]) -> dict[tuple, Cell]:
-    """``previous`` with every (experiment, model, variant, dataset) group that ``new`` has replaced whole."""
-    groups = {key[:4] for key in new}
-    return {**{k: c for k, c in previous.items() if k[:4] not in groups}, **new}
+def previous_cells(out: Path) -> dict[tuple, Cell]:
+    """The cells of ``out``'s results.csv (none if there is none); an error where cells derived from runs.csv
+    lack that file, since they could be neither re-derived nor kept."""
+    if not (out / "results.csv").is_file():
+        return {}
+    cells = read_cells(out / "results.csv")
+    if not (out / "runs.csv").is_file() and any(c.source != LEGACY for c in cells.values()):
+        raise ValueError(f"{out / 'results.csv'} holds cells derived from runs.csv, but {out / 'runs.csv'} is missing")
+    return cells
 
 
 def report(dirs: list[str | Path], out: str | Path, paper: bool = False, plots: bool = True,
            models: list[str] | None = None, seeds: list[int] | None = None, relabel: bool = False,
-           update: bool = False) -> dict:
-    """Write results.md/.tex/.csv (and plots) for the runs under ``dirs``; returns what was found.
-    ``models`` / ``seeds`` keep only those runs (a switch against the defaults on the same seeds);
-    ``relabel``: label runs by today's defaults (:mod:`mnp.tools.relabel`); ``update``: the runs' groups
-    (experiment, model, variant, dataset) replace theirs in ``out``'s results.csv and the other rows stay
-    (re-running some models' jobs without the run directories of the rest)."""
+           update: bool = False, from_runs: str | Path | None = None) -> dict:
+    """Write runs.csv, results.csv (derived from it), claims.csv, results.md/.tex (and plots) for the runs under
+    ``dirs``; returns what was found. ``models`` / ``seeds`` keep only those runs (a switch against the defaults
+    on the same seeds); ``relabel``: label runs by today's defaults (:mod:`mnp.tools.relabel`); ``update``: the
+    runs replace the rows of the same experiment, model, dataset, variant and seed in ``out``'s runs.csv and the
+    other rows stay (re-running some jobs without the run directories of the rest); ``from_runs``: a runs.csv to
+    derive everything from (no run directories). Both keep ``out``'s legacy cells (see
+    :mod:`mnp.tools.report_records`)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    runs, jobs = load(dirs, relabel=relabel)
+    runs, jobs = load(dirs, relabel=relabel) if dirs else ([], [])
     runs = [r for r in runs if (models is None or r.model in models) and (seeds is None or r.seed in seeds)]
-    agg = aggregate(runs)
-    if update and (out / "results.csv").is_file():
-        agg = updated(read_csv(out / "results.csv"), agg)
-    kept = f", with the rows of {len({k[:4] for k in agg} - {(r.experiment, r.model, r.variant, r.dataset) for r in runs})} " \
-        "other groups kept from the previous results.csv" if update else ""
-    md = [f"# Results ({len(runs)} runs{kept}" + (f", {len(jobs)} failed, skipped or unreadable jobs" if jobs else "")
-          + ")", ""]
+    records, previous = records_of(runs), {}
+    if from_runs is not None:
+        records, previous = {**read_runs(Path(from_runs)), **records}, previous_cells(out)
+    elif update:
+        previous = previous_cells(out)
+        if (out / "runs.csv").is_file():
+            records = {**read_runs(out / "runs.csv"), **records}
+    agg = derive(records, previous)
+    new_groups = {(r.experiment, r.model, r.variant, r.dataset) for r in runs}
+    kept = f", with the rows of {len({k[:4] for k in agg} - new_groups)} other groups kept from the previous " \
+        "results" if update else ""
+    source = f" from {from_runs}" if from_runs is not None else ""
+    legacy = len({k[:4] for k, c in agg.items() if c.source == LEGACY})
+    legacy = f"; {legacy} groups are legacy aggregates without per-run records (†): no interval, no test" if legacy \
+        else ""
+    md = [f"# Results ({len(records)} runs{source}{kept}" + (f", {len(jobs)} failed, skipped or unreadable jobs"
+                                                             if jobs else "") + f"{legacy})", ""]
     tex = ["% Generated by python -m mnp.tools.report; needs \\usepackage{booktabs,graphicx}."]
     speed = {}
     number = 0
@@ -104,7 +110,10 @@ def report(dirs: list[str | Path], out: str | Path, paper: bool = False, plots: 
             tex += [speedup_tex(s, e), ""]
     if jobs:
         md.append(jobs_md(jobs))
-    write_csv(out / "results.csv", agg)
+    write_runs(out / "runs.csv", records)
+    write_results(out / "results.csv", agg)
+    found = claims(records, agg)
+    write_claims(out / "claims.csv", found)
     comparison = []
     if paper:
         comparison = paper_comparison(agg)
@@ -119,20 +128,26 @@ def report(dirs: list[str | Path], out: str | Path, paper: bool = False, plots: 
         md += ["## Plots", ""] + [f"- [{p.name}](plots/{p.name})" for p in written] + [""]
     (out / "results.md").write_text("\n".join(md).rstrip() + "\n")
     (out / "results.tex").write_text("\n".join(tex).rstrip() + "\n")
-    return {"runs": runs, "jobs": jobs, "aggregate": agg, "plots": written, "paper": comparison}
+    return {"runs": runs, "jobs": jobs, "records": records, "aggregate": agg, "claims": found, "plots": written,
+            "paper": comparison}
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m mnp.tools.report", description=__doc__.splitlines()[0])
-    ap.add_argument("dirs", nargs="+", help="sweep directories (e.g. logs/paper_main/multiruns)")
-    ap.add_argument("--out", help="output directory for results.md/.tex/.csv and plots/ (default: <first dir>/report)")
+    ap.add_argument("dirs", nargs="*", help="sweep directories (e.g. logs/paper_main/multiruns)")
+    ap.add_argument("--out", help="output directory for runs.csv, results.md/.tex/.csv, claims.csv and plots/ "
+                                  "(default: <first dir>/report, with --from-runs the runs.csv's directory)")
+    ap.add_argument("--from-runs", metavar="RUNS_CSV",
+                    help="derive results.csv, claims.csv and the tables from this runs.csv (plus any run directories "
+                         "given), keeping the legacy cells of --out's results.csv")
     ap.add_argument("--paper", action="store_true", help="add a comparison with the paper's numbers (docs/method.md §7)")
     ap.add_argument("--no-plots", action="store_true", help="tables only")
-    ap.add_argument("--models", nargs="+", help="only these models' runs")
-    ap.add_argument("--seeds", nargs="+", type=int, help="only these seeds' runs")
+    ap.add_argument("--models", nargs="+", help="only these models' runs of the sweep directories")
+    ap.add_argument("--seeds", nargs="+", type=int, help="only these seeds' runs of the sweep directories")
     ap.add_argument("--update", action="store_true",
-                    help="replace only the groups (experiment, model, variant, dataset) of these runs in --out's "
-                         "results.csv, keeping its other rows (a partial re-run)")
+                    help="merge these runs into --out's runs.csv (a run replaces the row of the same experiment, "
+                         "model, dataset, variant and seed; the other rows stay: a partial re-run), keeping the "
+                         "legacy cells of its results.csv")
     ap.add_argument("--relabel", action="store_true",
                     help="label runs by today's defaults: variant = where the saved config differs from them, "
                          "experiment = the directory that holds the run (mnp.tools.relabel)")
@@ -140,11 +155,14 @@ def main(argv: list[str] | None = None) -> int:
                     help="also log the aggregate table to this wandb project as a run of its own (job_type=report; "
                          "offline under <out>/wandb unless WANDB_MODE=online; mnp.tools.report_wandb)")
     args = ap.parse_args(argv)
-    args.out = args.out or str(Path(args.dirs[0]) / "report")  # beside the runs, not in the repository's results/
+    if not args.dirs and not args.from_runs:
+        ap.error("give sweep directories, --from-runs RUNS_CSV or both")
+    # beside the runs, not in the repository's results/
+    args.out = args.out or str(Path(args.from_runs).parent if args.from_runs else Path(args.dirs[0]) / "report")
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
         res = report(args.dirs, args.out, paper=args.paper, plots=not args.no_plots, models=args.models, seeds=args.seeds,
-                     relabel=args.relabel, update=args.update)
+                     relabel=args.relabel, update=args.update, from_runs=args.from_runs)
         if args.wandb_project:
             from mnp.tools.report_wandb import push
             print(f"wandb run: {push(res['aggregate'], args.out, args.wandb_project, args.dirs)}")
@@ -152,7 +170,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}")
         return 1
     counts = ", ".join(f"{sum(j.status == s for j in res['jobs'])} {s}" for s in STATUSES)
-    print(f"{len(res['runs'])} runs, {counts} -> {Path(args.out) / 'results.md'}")
+    print(f"{len(res['runs'])} runs, {counts} -> {Path(args.out) / 'results.md'} ({len(res['records'])} runs in "
+          f"runs.csv, {len(res['claims'])} claims)")
     for j in res["jobs"]:
         print(f"  {j.status}: {j.describe()}")
     return 0

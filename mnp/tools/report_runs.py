@@ -1,12 +1,10 @@
-"""Finished sweep jobs for :mod:`mnp.tools.report` and :mod:`mnp.tools.plots`: loading, aggregation over seeds,
+"""Finished sweep jobs for :mod:`mnp.tools.report` and :mod:`mnp.tools.plots`: loading, table cells and results.csv,
 the paper's order of methods and datasets, and their display names."""
 from __future__ import annotations
 
 import csv
 import json
 import logging
-import math
-from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
@@ -15,6 +13,7 @@ import numpy as np
 from omegaconf import OmegaConf
 
 from mnp.core.naming import data_label
+from mnp.tools.stats import t_interval
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +25,6 @@ DATASET_ORDER = ["handwritten", "cub", "pie", "caltech101", "scene15", "hmdb", "
 DATASET_NAMES = {"handwritten": "Handwritten", "cub": "CUB", "pie": "PIE", "caltech101": "Caltech101",
                  "scene15": "Scene15", "hmdb": "HMDB", "cifar10c": "CIFAR10-C", "digits_c": "Digits-C",
                  "synthetic": "Synthetic", "custom": "Custom"}
-NON_METRICS = {"seed", "epochs"}
 
 
 @dataclass
@@ -140,30 +138,25 @@ def load(dirs: Iterable[str | Path], relabel: bool = False) -> tuple[list[Run], 
     return list(runs.values()), jobs
 
 
+LEGACY = "legacy_aggregate"  # a results.csv cell without per-run records: no interval, never tested
+
+
 @dataclass(frozen=True)
 class Cell:
-    """Mean, sample std and number of seeds of one table cell."""
+    """One table cell: mean, sample std (ddof = 1) and number of seeds; ``ci`` its 95 % t-interval (None for
+    one seed or a legacy aggregate); ``source``: ``runs`` (derived from runs.csv) or :data:`LEGACY`."""
 
     mean: float
     std: float
     n: int
+    ci: tuple[float, float] | None = None
+    source: str = "runs"
 
 
 def summarise(values: list[float]) -> Cell:
-    """Mean and sample standard deviation (ddof = 1; 0 for a single seed)."""
+    """Mean, sample standard deviation (ddof = 1; 0 for a single seed) and the 95 % t-interval."""
     a = np.asarray(values, dtype=float)
-    return Cell(float(a.mean()), float(a.std(ddof=1)) if len(a) > 1 else 0.0, len(a))
-
-
-def aggregate(runs: list[Run]) -> dict[tuple, Cell]:
-    """(experiment, model, variant, dataset, metric) -> Cell over seeds, for every numeric metric."""
-    values: dict[tuple, list[float]] = defaultdict(list)
-    for r in runs:
-        for k, v in r.metrics.items():
-            if k in NON_METRICS or isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-                continue
-            values[(r.experiment, r.model, r.variant, r.dataset, k)].append(float(v))
-    return {k: summarise(v) for k, v in values.items()}
+    return Cell(float(a.mean()), float(a.std(ddof=1)) if len(a) > 1 else 0.0, len(a), t_interval(a))
 
 
 def order(items: Iterable[str], known: list[str]) -> list[str]:
@@ -198,10 +191,20 @@ def dataset_label(d: str) -> str:
     return DATASET_NAMES.get(d, d)
 
 
+def read_cells(path: Path) -> dict[tuple, Cell]:
+    """(experiment, model, variant, dataset, metric) -> Cell of a results.csv written by mnp.tools.report; a file
+    from before runs.csv (no ``source`` column) holds legacy aggregates only."""
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    return {(r["experiment"], r["model"], r["variant"] or None, r["dataset"], r["metric"]): Cell(
+        float(r["mean"]), float(r["std"]), int(r["n"]),
+        (float(r["ci95_low"]), float(r["ci95_high"])) if r.get("ci95_low") else None,
+        r.get("source") or LEGACY) for r in rows}
+
+
 def read_results(path: Path) -> dict[tuple[str, str, str, str], dict]:
-    """(model, variant, dataset, metric) -> {mean, std, n} of a results.csv written by mnp.tools.report."""
+    """(model, variant, dataset, metric) -> {mean, std, n, ci, source} of a results.csv (empty if there is none)."""
     if not path.exists():
         return {}
-    with open(path, newline="") as f:
-        return {(r["model"], r["variant"], r["dataset"], r["metric"]): {"mean": float(r["mean"]), "std": float(r["std"]),
-                                                                        "n": int(r["n"])} for r in csv.DictReader(f)}
+    return {(m, v or "", d, k): {"mean": c.mean, "std": c.std, "n": c.n, "ci": c.ci, "source": c.source}
+            for (_, m, v, d, k), c in read_cells(path).items()}

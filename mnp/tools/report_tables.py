@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mnp.tools.report_runs import DATASET_ORDER, Cell, dataset_label, order, order_rows, row_label
+from mnp.tools.report_runs import DATASET_ORDER, LEGACY, Cell, dataset_label, order, order_rows, row_label
 
 OOD_ORDER = ["svhn", "cifar100", "heldout"]
 OOD_NAMES = {"svhn": "SVHN", "cifar100": "CIFAR100", "heldout": "held-out classes"}
@@ -48,6 +48,11 @@ class Table:
     rows: list[tuple[str, str | None]]
     columns: list[tuple[str, str, Metric]]  # (header, dataset, metric)
     cells: dict[tuple[int, int], Cell]
+
+    @property
+    def legacy(self) -> bool:
+        """Whether a cell is a legacy aggregate (shown without interval)."""
+        return any(c.source == LEGACY for c in self.cells.values())
 
     def ranks(self) -> dict[tuple[int, int], int]:
         """1 for the best value of each column, 2 for the second (ties share a rank, on shown digits)."""
@@ -121,27 +126,31 @@ def speedups(agg: dict, experiment: str, fast: str = "mnp", slow: str = "mgp") -
 
 
 # ---------------------------------------------------------------------------- rendering
-def _cell_text(c: Cell, metric: Metric, pm: str) -> str:
-    """``mean ± std``; a single seed has no spread to show: its value alone."""
-    return metric.fmt(c.mean) if c.n == 1 else f"{metric.fmt(c.mean)}{pm}{metric.fmt(c.std)}"
+def _cell_text(c: Cell, metric: Metric, style: tuple) -> str:
+    """``mean [low, high]``, the 95 % t-interval; one seed: its value alone; a legacy aggregate: its mean, marked."""
+    interval, legacy = style[1], style[6]
+    if c.source == LEGACY:
+        return metric.fmt(c.mean) + legacy
+    return metric.fmt(c.mean) if c.ci is None else interval.format(*map(metric.fmt, (c.mean, *c.ci)))
 
 
-# how a cell is written: missing, ±, best, second best, the number of seeds (n = 1 said plainly)
-MD_STYLE = ("–", " ± ", "**{}**", "<u>{}</u>", "{} ({})", "{} (n = 1)")
-TEX_STYLE = ("--", r"$\pm$", r"\textbf{{{}}}", r"\underline{{{}}}", r"{}\,{{\scriptsize({})}}",
-             r"{}\,{{\scriptsize($n = 1$)}}")
+# how a cell is written: missing, interval, best, second best, the number of seeds (n = 1 said plainly), legacy mark
+MD_STYLE = ("–", "{} [{}, {}]", "**{}**", "<u>{}</u>", "{} ({})", "{} (n = 1)", "†")
+TEX_STYLE = ("--", r"{}\,[{}, {}]", r"\textbf{{{}}}", r"\underline{{{}}}", r"{}\,{{\scriptsize({})}}",
+             r"{}\,{{\scriptsize($n = 1$)}}", r"$^\dagger$")
+LEGACY_NOTE = "legacy aggregate without per-run records: no interval"
 
 
 def _row_cells(t: Table, i: int, ranks: dict, style: tuple) -> list[str]:
-    """Row ``i``'s cells: mean ± std, the best of a column marked, the second best too, and the seed count."""
-    missing, pm, best, second, count, single = style
+    """Row ``i``'s cells: mean [interval], the best of a column marked, the second best too, and the seed count."""
+    missing, _, best, second, count, single, _ = style
     cells = []
     for j, (_, _, metric) in enumerate(t.columns):
         c = t.cells.get((i, j))
         if c is None:
             cells.append(missing)
             continue
-        s = _cell_text(c, metric, pm)
+        s = _cell_text(c, metric, style)
         s = {1: best, 2: second}.get(ranks.get((i, j)), "{}").format(s)
         cells.append(single.format(s) if c.n == 1 else count.format(s, c.n))
     return cells
@@ -149,7 +158,9 @@ def _row_cells(t: Table, i: int, ranks: dict, style: tuple) -> list[str]:
 
 def table_md(t: Table, number: int) -> str:
     ranks = t.ranks()
-    lines = [f"**Table {number}.** {t.title} (cf. paper Table {t.paper}; mean ± std over seeds; (n) = seeds)", "",
+    note = f"; † {LEGACY_NOTE}" if t.legacy else ""
+    lines = [f"**Table {number}.** {t.title} (cf. paper Table {t.paper}; mean [95 % t-interval] over seeds; "
+             f"(n) = seeds{note})", "",
              "| Method | " + " | ".join(h for h, _, _ in t.columns) + " |",
              "|---|" + "---|" * len(t.columns)]
     for i, row in enumerate(t.rows):
@@ -167,9 +178,10 @@ def tex_escape(s: str) -> str:
 def table_tex(t: Table, experiment: str) -> str:
     """A LaTeX table; LaTeX numbers it, in the same order as :func:`table_md`'s numbers."""
     ranks = t.ranks()
+    note = rf"; $^\dagger$ {LEGACY_NOTE}" if t.legacy else ""
     lines = [r"\begin{table}[!h]", r"\centering",
-             rf"\caption{{{tex_escape(t.title)} Mean $\pm$ std over seeds, number of seeds in parentheses "
-             rf"(cf.\ paper Table {t.paper}).}}",
+             rf"\caption{{{tex_escape(t.title)} Mean and 95\% t-interval over seeds [low, high], number of seeds in "
+             rf"parentheses (cf.\ paper Table {t.paper}){note}.}}",
              rf"\label{{table:{tex_escape(experiment)}-{t.label}}}",
              r"\resizebox{\textwidth}{!}{\begin{tabular}{l" + "c" * len(t.columns) + "}", r"\toprule",
              "Method & " + " & ".join(tex_escape(h) for h, _, _ in t.columns) + r" \\", r"\midrule"]

@@ -1,0 +1,132 @@
+"""The results tables of docs/results.md and README.md (mean, 95 % t-interval over seeds, seeds per cell) and the
+generated claims section, for :mod:`mnp.tools.docgen` (which registers :data:`RENDERERS`).
+
+A cell is ``mean [low, high]`` from ``results/paper_main/results.csv``; a legacy aggregate (a cell from before
+runs.csv) is its mean marked † and has neither interval nor test. Claims come from
+:func:`mnp.tools.report_records.claims` over the committed runs.csv and results.csv.
+"""
+from __future__ import annotations
+
+from mnp.tools.report_paper import paper_values
+from mnp.tools.report_records import CLAIM_METRICS, UNTESTED
+from mnp.tools.report_runs import LEGACY, dataset_label, model_label
+
+DATASETS = ["handwritten", "cub", "pie", "scene15"]
+MAIN = [("test/acc", "acc %", 100, 2), ("test/ece", "ECE", 1, 3), ("noise/acc_mean", "noisy acc %", 100, 2)]
+BASELINES = ["mcd", "de_ef", "sngp", "etp", "de_lf", "tmc", "mgp"]
+UNITS = {k: (label, scale, digits) for k, label, scale, digits in [*MAIN, ("test/nll", "NLL", 1, 3)]}
+LEGEND = ("† a legacy aggregate: a cell of results.csv from before per-run records (runs.csv), shown as its mean, "
+          "with no interval and no test.")
+
+
+def ci_cell(c: dict | None, scale: float, digits: int, count: bool = True) -> str:
+    """``mean [low, high] (n)``; the mean alone for one seed, marked † for a legacy aggregate; ``count``: add n."""
+    if c is None:
+        return "–"
+    f = lambda x: f"{x * scale:.{digits}f}"  # noqa: E731
+    text = f(c["mean"])
+    if c["source"] == LEGACY:
+        text += "†"
+    elif c["ci"]:
+        text += f" [{f(c['ci'][0])}, {f(c['ci'][1])}]"
+    return f"{text} ({c['n']})" if count else text
+
+
+def _n(res: dict, model: str, dataset: str) -> int:
+    c = res.get((model, "", dataset, "test/acc"))
+    return c["n"] if c else 0
+
+
+def _legend(rows: list[str]) -> str:
+    return "\n".join(rows + (["", LEGEND] if any("†" in r for r in rows) else []))
+
+
+def _row_cells(res: dict, model: str, dataset: str, cols: list = MAIN) -> list[str]:
+    """The ``cols`` cells of a row whose seeds are its test/acc seeds; a cell with another n says its n."""
+    n = _n(res, model, dataset)
+    out = []
+    for k, _, s, g in cols:
+        c = res.get((model, "", dataset, k))
+        out.append(ci_cell(c, s, g, count=c is not None and c["n"] != n))
+    return out
+
+
+def render_paper_main(src: dict) -> str:
+    """MNP and mnp_official against the paper, per dataset."""
+    res, paper = src["paper_main"], paper_values()
+    rows = ["| dataset | model | acc % | ECE | noisy acc % | seeds |", "|---|---|---|---|---|---|"]
+    for d in DATASETS:
+        for m in ("mnp", "mnp_official"):
+            rows.append(f"| {dataset_label(d)} | `{m}` | " + " | ".join(_row_cells(res, m, d)) +
+                        f" | {_n(res, m, d)} |")
+        rows.append("| | paper | " + " | ".join(f"{paper[('mnp', d, k)] * s:.{g}f}" for k, _, s, g in MAIN) + " | 5 |")
+    return _legend(rows)
+
+
+def render_glance(src: dict) -> str:
+    """README: `mnp` against the paper, acc / ECE / noisy acc."""
+    res, paper = src["paper_main"], paper_values()
+    rows = ["| dataset | `mnp` acc % | ECE | noisy acc % | paper | seeds |", "|---|---|---|---|---|---|"]
+    for d in DATASETS:
+        theirs = " / ".join(f"{paper[('mnp', d, k)] * s:.{g}f}" for k, _, s, g in MAIN)
+        rows.append(f"| {dataset_label(d)} | " + " | ".join(_row_cells(res, "mnp", d)) +
+                    f" | {theirs} | {_n(res, 'mnp', d)} |")
+    return _legend(rows)
+
+
+def render_baselines(src: dict) -> str:
+    """Every model here: one table per metric, model × dataset, each cell with its seeds."""
+    res = src["paper_main"]
+    models = [m for m in BASELINES + ["mnp", "mnp_official"] if any(_n(res, m, d) for d in DATASETS)]
+    rows = []
+    for k, label, s, g in MAIN:
+        rows += [f"**{label}**", "", "| model | " + " | ".join(dataset_label(d) for d in DATASETS) + " |",
+                 "|---|" + "---|" * len(DATASETS)]
+        rows += [f"| {model_label(m)} | " + " | ".join(ci_cell(res.get((m, "", d, k)), s, g) for d in DATASETS) + " |"
+                 for m in models]
+        rows.append("")
+    return _legend(rows[:-1])
+
+
+def render_digits_c(src: dict) -> str:
+    """Every model on digits_c, the offline stand-in for CIFAR10-C, with OOD AUROC against the photos set."""
+    res = src["digits_c"]
+    cols = [*MAIN, ("ood/photos/auroc", "OOD AUROC (photos)", 1, 3)]
+    rows = ["| model | " + " | ".join(label for _, label, _, _ in cols) + " | seeds |", "|---" * (len(cols) + 2) + "|"]
+    for m in [*BASELINES, "mnp", "mnp_official", "mlp"]:
+        if n := _n(res, m, "digits_c"):
+            rows.append(f"| {model_label(m)} | " + " | ".join(_row_cells(res, m, "digits_c", cols)) + f" | {n} |")
+    return _legend(rows)
+
+
+def claim_text(r: dict) -> str:
+    """``holds (p = 0.004; Δ +1.20, 5 seeds)``, ``untested (Δ +0.80)†``, ``too few seeds (Δ +0.80, 1 seed)``."""
+    _, scale, digits = UNITS[r["metric"]]
+    delta = f"Δ {r['difference'] * scale:+.{digits}f}"
+    if r["verdict"] == UNTESTED:
+        return f"untested ({delta})†"
+    seeds = f"{r['n']} seed{'s' if r['n'] != 1 else ''}"
+    if r["p_value"] is None:
+        return f"{r['verdict']} ({delta}, {seeds})"
+    p = r["p_value"]
+    p = "p = 0" if p == 0 else "p < 0.001" if p < 0.001 else f"p = {p:.3f}"
+    return f"{r['verdict']} ({p}; {delta}, {seeds})"
+
+
+def render_claims(src: dict) -> str:
+    """"MNP beats X on M (dataset)" for every model X beside `mnp` in paper_main: each claim's verdict, p and Δ."""
+    found = [r for r in src["claims"] if r["experiment"] == "paper_main"]
+    metrics = [k for k in CLAIM_METRICS if any(r["metric"] == k for r in found)]
+    by = {(r["dataset"], r["baseline"], r["metric"]): r for r in found}
+    rows = ["| dataset | MNP beats | " + " | ".join(UNITS[k][0] for k in metrics) + " |",
+            "|---|---|" + "---|" * len(metrics)]
+    for d, x in dict.fromkeys((r["dataset"], r["baseline"]) for r in found):
+        rows.append(f"| {dataset_label(d)} | {model_label(x)} | " +
+                    " | ".join(claim_text(by[(d, x, k)]) if (d, x, k) in by else "–" for k in metrics) + " |")
+    counts = {v: sum(r["verdict"] == v for r in found) for v in dict.fromkeys(r["verdict"] for r in found)}
+    summary = f"{len(found)} claims: " + ", ".join(f"{v} {n}" for v, n in counts.items()) + "."
+    return _legend([summary, ""] + rows)
+
+
+RENDERERS = {"paper_main": render_paper_main, "glance": render_glance, "baselines": render_baselines,
+             "digits_c": render_digits_c, "claims": render_claims}

@@ -1,0 +1,137 @@
+"""Per-run records and what is derived from them, for :mod:`mnp.tools.report`.
+
+* ``runs.csv``: one row per run, ``experiment, model, dataset, variant, seed`` and then every numeric metric of
+  its metrics.json (sorted columns; empty: the run has no such metric; ``nan``: it reported a non-finite value).
+* ``results.csv``: per (experiment, model, variant, dataset, metric) the mean, the sample std (ddof = 1), n, the
+  95 % t-interval ``ci95_low``/``ci95_high`` (empty for n = 1) over the finite values of runs.csv, and
+  ``source = runs``. Cells of an earlier results.csv whose group has no per-run record are kept as they were,
+  with ``source = legacy_aggregate`` and no interval.
+* ``claims.csv``: "``mnp`` beats X on M" for every other model X of a dataset (default variants), as paired
+  tests over shared seeds (:mod:`mnp.tools.stats`); a claim on a legacy cell is ``untested``.
+"""
+from __future__ import annotations
+
+import csv
+import logging
+import math
+from collections import defaultdict
+from pathlib import Path
+
+from mnp.tools.report_runs import DATASET_ORDER, LEGACY, MODEL_ORDER, Cell, Run, order, summarise
+from mnp.tools.stats import paired_test, verdict
+
+log = logging.getLogger(__name__)
+
+ID_COLUMNS = ["experiment", "model", "dataset", "variant", "seed"]
+RESULT_COLUMNS = ["model", "dataset", "metric", "mean", "std", "n", "ci95_low", "ci95_high", "source",
+                  "experiment", "variant"]
+CLAIM_COLUMNS = ["experiment", "model", "dataset", "metric", "baseline", "difference", "p_value", "n", "verdict"]
+CLAIM_METRICS = ["test/acc", "test/ece", "noise/acc_mean", "test/nll"]
+NON_METRICS = {"seed", "epochs"}
+UNTESTED = "untested (legacy aggregate)"
+
+# (experiment, model, dataset, variant, seed) -> {metric: value}
+Records = dict[tuple, dict[str, float]]
+
+
+def _sort_key(key: tuple) -> tuple:
+    return tuple("" if x is None else x if isinstance(x, int) else str(x) for x in key)
+
+
+# ---------------------------------------------------------------------------- runs.csv
+def records_of(runs: list[Run]) -> Records:
+    """Each run's numeric metrics (not its seed or epochs), keyed as a runs.csv row."""
+    return {(r.experiment, r.model, r.dataset, r.variant, r.seed):
+            {k: float(v) for k, v in r.metrics.items()
+             if k not in NON_METRICS and isinstance(v, (int, float)) and not isinstance(v, bool)} for r in runs}
+
+
+def write_runs(path: Path, records: Records) -> None:
+    metrics = sorted({k for m in records.values() for k in m})
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(ID_COLUMNS + metrics)
+        for key in sorted(records, key=_sort_key):
+            e, m, d, v, s = key
+            w.writerow([e, m, d, "" if v is None else v, s] + [repr(records[key][k]) if k in records[key] else ""
+                                                                 for k in metrics])
+
+
+def read_runs(path: Path) -> Records:
+    """The records of a runs.csv written by :func:`write_runs`."""
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    return {(r["experiment"], r["model"], r["dataset"], r["variant"] or None, int(r["seed"])):
+            {k: float(v) for k, v in r.items() if k not in ID_COLUMNS and v != ""} for r in rows}
+
+
+# ---------------------------------------------------------------------------- results.csv
+def aggregate(records: Records) -> dict[tuple, Cell]:
+    """(experiment, model, variant, dataset, metric) -> Cell over seeds, finite values only."""
+    values: dict[tuple, list[float]] = defaultdict(list)
+    for (e, m, d, v, _), metrics in sorted(records.items(), key=lambda kv: _sort_key(kv[0])):
+        for k, x in metrics.items():
+            if math.isfinite(x):
+                values[(e, m, v, d, k)].append(x)
+    return {k: summarise(v) for k, v in values.items()}
+
+
+def derive(records: Records, previous: dict[tuple, Cell] | None = None) -> dict[tuple, Cell]:
+    """The cells of ``records``, and the legacy cells of ``previous`` (a results.csv's) whose group (experiment,
+    model, variant, dataset) has no record; a legacy group that records now cover is replaced, with a note."""
+    agg = aggregate(records)
+    groups = {(e, m, v, d) for (e, m, d, v, _) in records}
+    legacy = {k: c for k, c in (previous or {}).items() if c.source == LEGACY}
+    for g in sorted({k[:4] for k in legacy} & groups, key=_sort_key):
+        log.info("legacy aggregate of %s replaced by its per-run records", "/".join(str(x) for x in g))
+    return {**{k: c for k, c in legacy.items() if k[:4] not in groups}, **agg}
+
+
+def write_results(path: Path, agg: dict[tuple, Cell]) -> None:
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(RESULT_COLUMNS)
+        for (e, m, v, d, k) in sorted(agg, key=_sort_key):
+            c = agg[(e, m, v, d, k)]
+            lo, hi = (repr(c.ci[0]), repr(c.ci[1])) if c.ci else ("", "")
+            w.writerow([m, d, k, repr(c.mean), repr(c.std), c.n, lo, hi, c.source, e, "" if v is None else v])
+
+
+# ---------------------------------------------------------------------------- claims.csv
+def seed_values(records: Records, group: tuple, metric: str) -> dict[int, float]:
+    """seed -> value of ``metric`` for ``group`` = (experiment, model, variant, dataset)."""
+    e, m, v, d = group
+    return {s: x[metric] for (ee, mm, dd, vv, s), x in records.items()
+            if (ee, mm, vv, dd) == (e, m, v, d) and metric in x}
+
+
+def claims(records: Records, agg: dict[tuple, Cell], model: str = "mnp") -> list[dict]:
+    """"``model`` beats X on M (dataset)" for every other model X with a default-variant cell of M beside
+    ``model``'s, in the paper's order: paired tests on records, ``untested`` where a cell is a legacy aggregate."""
+    out = []
+    for e in sorted({k[0] for k in agg}):
+        cells = {(m, d, k): c for (ee, m, v, d, k), c in agg.items() if ee == e and v is None}
+        for d in order({d for (m, d, _) in cells if m == model}, DATASET_ORDER):
+            for x in order({m for (m, dd, _) in cells if dd == d and m != model}, MODEL_ORDER):
+                for k in CLAIM_METRICS:
+                    ours, theirs = cells.get((model, d, k)), cells.get((x, d, k))
+                    if ours is None or theirs is None:
+                        continue
+                    row = {"experiment": e, "model": model, "dataset": d, "metric": k, "baseline": x}
+                    if LEGACY in (ours.source, theirs.source):
+                        row.update(difference=ours.mean - theirs.mean, p_value=None, n=None, verdict=UNTESTED)
+                    else:
+                        t = paired_test(seed_values(records, (e, model, None, d), k),
+                                        seed_values(records, (e, x, None, d), k))
+                        row.update(difference=t.difference, p_value=t.p_value, n=t.n, verdict=verdict(t, k))
+                    out.append(row)
+    return out
+
+
+def write_claims(path: Path, rows: list[dict]) -> None:
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=CLAIM_COLUMNS)
+        w.writeheader()
+        w.writerows({k: "" if r[k] is None else repr(r[k]) if isinstance(r[k], float) else r[k]
+                     for k in CLAIM_COLUMNS} for r in rows)
+
