@@ -26,9 +26,8 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from scipy import stats
-
 from mnp.tools.report_runs import Run, load
+from mnp.tools.stats import paired_test
 
 DEFAULT = "default"
 FIELDS = ["model", "dataset", "decision", "candidate", "setting", "seeds", "n", "criterion", "goal", "score", "diff_vs_default",
@@ -79,26 +78,17 @@ def decide(candidates: dict[str, dict[int, dict[str, float]]], criterion: str, h
             raise SelectionError(f"candidate {name} has no finite {criterion} on every seed {seeds}")
         keys = sorted(set.union(*(set(per_seed[s]) for s in seeds)))
         means = {k: float(np.mean([per_seed[s].get(k, math.nan) for s in seeds])) for k in keys}
-        diff = float(np.mean(values) - np.mean(base))
+        test = paired_test(dict(zip(seeds, values)), dict(zip(seeds, base)))
         rows.append({"candidate": name, "seeds": " ".join(map(str, seeds)), "n": len(seeds), "criterion": criterion,
-                     "goal": "max" if higher else "min", "score": float(np.mean(values)), "diff_vs_default": diff,
-                     "p_vs_default": paired_p(values, base), **means})
+                     "goal": "max" if higher else "min", "score": float(np.mean(values)),
+                     "diff_vs_default": test.difference, "p_vs_default": math.nan if test.p_value is None
+                     else test.p_value, **means})
     best = (max if higher else min)(r["score"] for r in rows)
     winners = [r["candidate"] for r in rows if r["score"] == best]
     chosen = DEFAULT if DEFAULT in winners else winners[0]
     for r in rows:
         r["chosen"] = r["candidate"] == chosen
     return sorted(rows, key=lambda r: (r["candidate"] != DEFAULT, r["candidate"]))
-
-
-def paired_p(a: list[float], b: list[float]) -> float:
-    """Two-sided paired t-test p-value over seeds; 1 where every difference is 0, NaN with one seed."""
-    d = np.asarray(a) - np.asarray(b)
-    if len(d) < 2:
-        return math.nan
-    if np.all(d == d[0]):
-        return 1.0 if d[0] == 0 else 0.0
-    return float(stats.ttest_rel(a, b).pvalue)
 
 
 def write_decision(out: Path, model: str, dataset: str, decision: str, rows: list[dict], status: str,
@@ -166,15 +156,15 @@ def view_weighting_variants() -> dict[str, dict]:
 
 
 def infer_candidates(runs: list[Run], current: dict) -> dict[str, dict[int, dict[str, float]]]:
-    """{candidate: {seed: val metrics}} of every view-weighting variant on the defaults' selection checkpoints;
-    the variant equal to the defaults' own setting (``current``) is named ``default``."""
+    """{candidate: {seed: val metrics}} of every view-weighting variant on the checkpoints of ``runs`` (one
+    trained setting); the variant equal to their own setting (``current``) is named ``default``."""
     import pytorch_lightning as pl
     import torch
 
     from mnp.core.pipeline import load_run
 
     out: dict[str, dict[int, dict[str, float]]] = {}
-    for r in sorted((r for r in runs if not r.variant), key=lambda r: r.seed):
+    for r in sorted(runs, key=lambda r: r.seed):
         _, _, _, dm, model, _ = load_run(r.path / "checkpoints" / "last.ckpt")
         if getattr(dm, "eval_split", "test") != "val":
             raise SelectionError(f"{r.path} does not evaluate on validation rows")
@@ -193,7 +183,7 @@ def infer_candidates(runs: list[Run], current: dict) -> dict[str, dict[int, dict
 
 
 def current_view_weighting(runs: list[Run]) -> dict:
-    model = next((r.config.get("model") or {} for r in runs if not r.variant), {})
+    model = next((r.config.get("model") or {} for r in runs), {})
     keys = ("view_weighting", "distance_quantile", "distance_power")
     current = {k: model.get(k) for k in keys}
     return {"view_weighting": "none"} if current["view_weighting"] == "none" else current
@@ -207,6 +197,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dataset", required=True)
     ap.add_argument("--decision", required=True, help="the setting decided, e.g. memory_size")
     ap.add_argument("--match", action="append", default=[], help="decide: variants containing this are candidates")
+    ap.add_argument("--base", default="", help="infer: the variant whose checkpoints are scored (default: the "
+                    "defaults' runs, no variant)")
     ap.add_argument("--criterion", default="val/nll", help="a val/ metric (default val/nll, lower is better)")
     ap.add_argument("--higher", action="store_true", help="a higher criterion is better (accuracies)")
     ap.add_argument("--status", default="decided", help="decided, or open (why) for a decision not settled yet")
@@ -222,8 +214,11 @@ def main(argv: list[str] | None = None) -> int:
             candidates = train_candidates(runs, args.match)
             setting = settings(list(candidates), runs)
         else:
-            current = current_view_weighting(runs)
-            candidates = infer_candidates(runs, current)
+            base = [r for r in runs if (r.variant or "") == args.base]
+            if not base:
+                raise SelectionError(f"no runs of variant {args.base or '(the defaults)'} to score")
+            current = current_view_weighting(base)
+            candidates = infer_candidates(base, current)
             setting = {name: ",".join(f"model.{k}={v}" for k, v in values.items())
                        for name, values in [*view_weighting_variants().items(), (DEFAULT, current)]}
         rows = decide(candidates, args.criterion, args.higher)
