@@ -17,7 +17,7 @@ from mnp.core.pipeline import train
 from mnp.core.protocols import validation_names
 from mnp.core.validate import ConfigError, validate
 from mnp.tools import select
-from cfg_utils import compose_train
+from cfg_utils import ROOT, compose_train
 
 
 def _module(seed: int, **kw) -> TensorDataModule:
@@ -127,3 +127,17 @@ def test_decide_uses_the_seeds_all_candidates_share(tmp_path):
     assert {r["candidate"]: (r["seeds"], r["score"]) for r in rows} == {"default": ("1", 3.0), "x=1": ("1", 2.0)}
     with pytest.raises(select.SelectionError, match="share no seed"):
         select.decide({"default": {0: {"val/nll": 1.0}}, "x=1": {1: {"val/nll": 2.0}}}, "val/nll", False)
+
+
+def test_device_selection_jobs_compose_and_validate(tmp_path):
+    """Every job of benchmarks/device/jobs.py select is a valid selection run, one per (dataset, candidate)."""
+    import sys
+    sys.path.insert(0, str(ROOT / "benchmarks" / "device"))
+    from jobs import select_jobs
+
+    jobs = [j for j in select_jobs() if j.split("seed=")[1].startswith("0")]
+    assert len(jobs) == len(set(jobs)) > 10
+    for job in jobs:
+        cfg = compose_train(tmp_path, job.split())
+        validate(cfg)
+        assert cfg.eval.split == "val" and cfg.dataset.val_fraction == 0.2 and cfg.model.name == "mnp"

@@ -1,28 +1,42 @@
-"""The jobs of the device sweep behind docs/results.md, one `train.py -m` argument list per line, longest and most needed first."""
-S5, S3 = range(5), range(3)
-pm = "experiment=paper_main"
-jobs = []
-for d in ("scene15", "pie", "cub", "handwritten"):           # the fidelity issue's table: mnp, mnp_official × 5 seeds
-    for s in S5:
-        for m in ("mnp", "mnp_official"):
-            jobs.append(f"{pm} model={m} dataset={d} seed={s}")
-sw = "experiment=switches model=mnp"
-for d in ("scene15", "cub"):
-    for s in S3:
-        jobs.append(f"{sw} dataset={d} seed={s} model.warmup_lr=0.01")
-for s in S5:                                                   # baselines: unchanged code, first committed as data
-    for d in ("scene15", "pie", "cub", "handwritten"):
-        for m in ("mgp", "tmc", "etp", "sngp", "mcd", "de_ef", "de_lf"):
-            jobs.append(f"{pm} model={m} dataset={d} seed={s}")
-for s in S3:
-    for d in ("pie", "cub", "handwritten"):
-        jobs.append(f"{sw} dataset={d} seed={s} model.modality_mask=true")
-        jobs.append(f"{sw} dataset={d} seed={s} model.train_decoder=false")
-        jobs.append(f"{sw} dataset={d} seed={s} model.lengthscale_lr_scale=10")
-    jobs.append(f"{sw} dataset=pie seed={s} model.rbf_reduce=mean model.self_in_denominator=false model.lengthscale_penalty=norm")
-    jobs.append(f"{sw} dataset=cub seed={s} model.rbf_reduce=sum model.self_in_denominator=true model.lengthscale_penalty=half_sq")
-for s in S3:
-    jobs.append(f"{sw} dataset=scene15 seed={s} model.modality_mask=true")
-    jobs.append(f"{sw} dataset=scene15 seed={s} model.train_decoder=false")
-    jobs.append(f"{sw} dataset=scene15 seed={s} dataset.scale_test_separately=true")
-print("\n".join(jobs))
+"""The jobs of a device sweep, one `train.py -m` argument list per line, longest and most needed first.
+
+    python3 benchmarks/device/jobs.py select   # stage 1: the selection runs of the decisions still open
+    python3 benchmarks/device/jobs.py final    # stage 2: paper_main, seeds 0-9, every model on the four datasets
+
+Stage 1 trains every candidate of results/decisions/open.csv's MNP decisions on validation rows
+(experiment=select, docs/method.md §5.4), five seeds each; `benchmarks/device/run.sh` keeps their checkpoints and
+then writes the decision records on the device (`mnp.tools.select decide` and `infer`). Stage 2 runs once the
+records are committed and conf/ holds the chosen settings: the reported runs, which read the test split once.
+"""
+import sys
+
+SEEDS_SELECT, SEEDS_FINAL = range(5), range(10)
+MODELS = ("mnp", "mgp", "sngp", "etp", "mcd", "de_ef", "de_lf", "tmc")
+DATASETS = ("scene15", "pie", "handwritten", "cub")  # the longest first
+# one-at-a-time candidates around today's defaults, per dataset: the decisions of results/decisions/open.csv
+CANDIDATES = {
+    "handwritten": ["", "model.modality_mask=false", "model.warmup_lr=0.001", "model.lengthscale_form=l2",
+                    "model.projection=none", "model.warmup_epochs=0"],
+    "pie": ["", "model.rbf_reduce=mean model.lengthscale_penalty=norm model.self_in_denominator=false",
+            "model.warmup_lr=0.001", "model.modality_mask=true", "model.lengthscale_form=l2", "model.projection=none",
+            "model.warmup_epochs=0"],
+    "scene15": ["", "model.modality_mask=false", "model.warmup_lr=0.001", "model.lengthscale_form=l2",
+                "model.projection=none", "model.warmup_epochs=0"],
+}
+
+
+def select_jobs() -> list[str]:
+    return [f"experiment=select model=mnp dataset={d} seed={s} {c}".strip()
+            for s in SEEDS_SELECT for d in CANDIDATES for c in CANDIDATES[d]]
+
+
+def final_jobs() -> list[str]:
+    return [f"experiment=paper_main model={m} dataset={d} seed={s}"
+            for s in SEEDS_FINAL for m in MODELS for d in DATASETS]
+
+
+if __name__ == "__main__":
+    stage = sys.argv[1] if len(sys.argv) > 1 else "final"
+    if stage not in ("select", "final"):
+        raise SystemExit(f"error: the stage is select or final, got {stage!r}")
+    print("\n".join(select_jobs() if stage == "select" else final_jobs()))
