@@ -317,11 +317,15 @@ class Routine(pl.LightningModule):
 
     # ------------------------------------------------------------------ inference helper
     @torch.no_grad()
-    def predict_proba(self, views: Sequence[Tensor | None], batch_size: int = 1000) -> tuple[Tensor, Tensor]:
+    def predict_proba(self, views: Sequence[Tensor | None], batch_size: int = 1000,
+                      seed: int | None = None) -> tuple[Tensor, Tensor]:
         """Mean predictive probabilities (N, K) and uncertainty (N,) for in-memory views.
 
         Missing views: a view given as None is missing in every row, a row all NaN in a view is missing
         there; fusion models combine the views present, early-fusion ones impute the training means.
+        ``seed``: batch i samples from the test loop's generator of that batch (:func:`sample_generator`), so
+        with the run's seed and ``dataset.eval_batch_size`` the run's test rows give its test predictions
+        exactly; None: the global RNG.
         A ValueError says what is wrong with the arguments (rows, shapes, ``batch_size``)."""
         if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
             raise ValueError(f"batch_size must be an integer >= 1 (rows per predict call), got {batch_size!r}")
@@ -337,9 +341,12 @@ class Routine(pl.LightningModule):
         out_p, out_u = [], []
         for i in range(0, views[0].shape[0], batch_size):
             batch = [v[i:i + batch_size].to(self.device) for v in views]
+            if seed is not None:
+                self.sample_generator = sample_generator(self.device, seed, 0, i // batch_size)
             probs, unc = self.predict(batch) if present is None else \
                 self.predict(batch, present[i:i + batch_size].to(self.device))
             out_p.append(probs.mean(0).cpu())
             out_u.append(unc.cpu())
+        self.sample_generator = None
         self.train(was_training)
         return torch.cat(out_p), torch.cat(out_u)
