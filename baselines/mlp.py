@@ -42,6 +42,9 @@ class MLP(MeanImputation, Routine):
     def logits(self, views: list[Tensor]) -> Tensor:
         return self.net(torch.cat(views, dim=-1))
 
+    def ood_logits(self, views: list[Tensor]) -> Tensor:
+        return self.logits(views)
+
     def training_loss(self, views, y):
         logits = self.logits(views)
         loss = nn.functional.cross_entropy(logits, y)
