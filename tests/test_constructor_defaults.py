@@ -48,6 +48,7 @@ def digits_views(tmp_path):
     return [x[:, :32], x[:, 32:]], y, train_idx, test_idx
 
 
+@pytest.mark.slow  # 8 trainings, twice each: about 50 s on 2 cores
 @pytest.mark.parametrize("name", BASELINES)
 def test_a_bare_constructor_trains_as_the_cli_default_run(tmp_path, name, one_thread):
     """The same epochs on digits split into two views: the bare constructor within 1 point of the CLI's run."""

@@ -14,6 +14,7 @@ from mnp.tools.report import report
 EXAMPLES = ROOT / "docs" / "examples"
 
 
+@pytest.mark.slow  # trains, tests with both protocols, evaluates: about 40 s on 2 cores
 def test_the_guides_example_model_trains_evaluates_and_reports(tmp_path, monkeypatch, one_thread):
     monkeypatch.syspath_prepend(str(EXAMPLES))  # your module: importable where train.py runs
     monkeypatch.setattr(stored_config, "MODELS", stored_config.MODELS | {"late_logreg.LateLogReg"})  # registered
