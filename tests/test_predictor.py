@@ -32,15 +32,18 @@ def evaluated(run_dir):
     return np.load(out / "predictions.npz")
 
 
-@pytest.mark.parametrize("model", ["mcd", "mnp"])  # MC dropout and MNP sample at test time
-def test_load_predicts_raw_rows_as_evaluate_does(tmp_path, model, one_thread):
+@pytest.mark.parametrize("model, extra", [
+    ("mcd", ["model.mc_samples=10"]),  # MC dropout and MNP sample at test time
+    ("mnp", ["model.d_e=32", "model.memory_size=50", "model.warmup_epochs=0"]),
+    ("mlp", ["dataset.scale_test_separately=true"]),  # the official protocol: test rows scaled on their own
+])
+def test_load_predicts_raw_rows_as_evaluate_does(tmp_path, model, extra, one_thread):
     data = tmp_path / "digits.npz"
     x, y, test_idx = digits_file(data)
     run = tmp_path / "run"
-    small = ["model.d_e=32", "model.memory_size=50", "model.warmup_epochs=0"] if model == "mnp" else ["model.mc_samples=10"]
     train(compose_train(run, [f"model={model}", "dataset=custom", f"dataset.path={data}", "dataset.scaling=standard",
                               "+dataset.eval_batch_size=150", "trainer.max_epochs=3", "eval.noise=false",
-                              "eval.missing=false", "seed=1", *small]))
+                              "eval.missing=false", "seed=1", *extra]))
     ref = evaluated(run)
     data.unlink()  # the checkpoint carries the preprocessing: no data file is needed to predict
     predictor = mnp.load(run)
