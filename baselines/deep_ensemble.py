@@ -47,6 +47,7 @@ def present_members(probs: Tensor, present: Tensor) -> Tensor:
 class DeepEnsemble(MeanImputation, Routine):
     """Uncertainty: ``variance`` (member_variance, the paper's choice) or ``entropy`` of the average."""
 
+    OPTIM = {}  # optim's defaults, as conf/model/ states them
     domains = dict(members=COUNT, hidden=each(COUNT), optim=OPTIM_DOMAINS)  # mnp.core.domains
 
     def __init__(self, num_classes: int, view_dims: Sequence[int], fusion: str = "early", members: int = 5,
@@ -64,7 +65,7 @@ class DeepEnsemble(MeanImputation, Routine):
         else:  # one classifier per view, each initialised for its own input width
             self.net = BatchedMLP(len(self.view_dims), max(self.view_dims), hidden, num_classes,
                                   fan_in=self.view_dims)
-        self.optim_cfg = dict(optim or {})
+        self.optim_cfg = {**self.OPTIM, **(optim or {})}
         if fusion == "early":
             self.init_imputation()
 

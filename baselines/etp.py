@@ -34,6 +34,7 @@ LOGIT_MIN = -15.0  # numerical guard (not in the official code): keeps α = exp(
 class ETP(MeanImputation, Routine):
     """Early fusion: a missing view takes its training means."""
     # mnp.core.domains; the memory update uses n in [3, max_context) targets per batch
+    OPTIM = {"lr": 1e-2}  # optim's defaults, as conf/model/ states them
     domains = dict(memory_size=COUNT, memory_lr=UNIT, memory_std=NON_NEGATIVE, kl_weight=NON_NEGATIVE,
                    max_context=Domain(4, integer=True), logit_max=POSITIVE, samples=COUNT, optim=OPTIM_DOMAINS)
 
@@ -50,7 +51,7 @@ class ETP(MeanImputation, Routine):
         self.register_buffer("memory", (0.01 * torch.randn(memory_size, k)).pow(2))
         self.memory_lr, self.memory_std, self.kl_weight = memory_lr, memory_std, kl_weight
         self.max_context, self.logit_max, self.samples = int(max_context), logit_max, int(samples)
-        self.optim_cfg = dict(optim or {})
+        self.optim_cfg = {**self.OPTIM, **(optim or {})}
         self.init_imputation()
 
     def memory_sample(self, n: int) -> Tensor:

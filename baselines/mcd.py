@@ -23,6 +23,7 @@ class MCDropout(MeanImputation, Routine):
     """
 
     # mnp.core.domains; mc_samples 0: one deterministic pass with dropout off
+    OPTIM = {}  # optim's defaults, as conf/model/ states them
     domains = dict(hidden=each(COUNT), dropout=Domain(0, 1, low_open=True, high_open=True), mc_samples=NATURAL,
                    optim=OPTIM_DOMAINS)
 
@@ -33,7 +34,7 @@ class MCDropout(MeanImputation, Routine):
         check_domains(self.domains, self.hparams)
         self.net = mlp(sum(self.view_dims), hidden, num_classes, dropout)
         self.mc_samples = int(mc_samples)
-        self.optim_cfg = dict(optim or {})
+        self.optim_cfg = {**self.OPTIM, **(optim or {})}
         self.init_imputation()
 
     def sample_logits(self, x: Tensor, samples: int) -> Tensor:

@@ -123,6 +123,7 @@ class ViewGP(gpytorch.models.ApproximateGP):
 
 
 class MGP(Routine):
+    OPTIM = {"lr": 0.1, "schedule": "linear", "values": [1e-3]}  # optim's defaults, as conf/model/ states them
     domains = dict(num_inducing=COUNT, lengthscale_init=Domain(0, low_open=True, words=("data",)),  # mnp.core.domains
                    outputscale_init=POSITIVE, alpha_eps=POSITIVE, kl_beta=NON_NEGATIVE, mc_samples=COUNT,
                    optim=OPTIM_DOMAINS)
@@ -149,7 +150,7 @@ class MGP(Routine):
         self.lengthscale_init, self.outputscale_init = lengthscale_init, float(outputscale_init)
         self.alpha_eps, self.kl_beta, self.mc_samples = float(alpha_eps), float(kl_beta), int(mc_samples)
         self.train_weighting, self.test_weighting, self.uncertainty = train_weighting, test_weighting, uncertainty
-        self.optim_cfg = dict(optim or {})
+        self.optim_cfg = {**self.OPTIM, **(optim or {})}
 
     # ------------------------------------------------------------------ initialisation from data
     def _inducing_from(self, x: Tensor) -> Tensor:

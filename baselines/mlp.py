@@ -28,6 +28,7 @@ class MLP(MeanImputation, Routine):
     """Concatenate the views, classify with an MLP; uncertainty is the predictive entropy. A missing view
     takes its training means (early fusion)."""
 
+    OPTIM = {}  # optim's defaults, as conf/model/ states them
     domains = dict(hidden=each(COUNT), dropout=Domain(0, 1, high_open=True), optim=OPTIM_DOMAINS)  # mnp.core.domains
 
     def __init__(self, num_classes: int, view_dims: Sequence[int], hidden: Sequence[int] = (512, 256),
@@ -36,11 +37,14 @@ class MLP(MeanImputation, Routine):
         self.save_hyperparameters()
         check_domains(self.domains, self.hparams)
         self.net = mlp(sum(self.view_dims), hidden, num_classes, dropout)
-        self.optim_cfg = dict(optim or {})
+        self.optim_cfg = {**self.OPTIM, **(optim or {})}
         self.init_imputation()
 
     def logits(self, views: list[Tensor]) -> Tensor:
         return self.net(torch.cat(views, dim=-1))
+
+    def ood_logits(self, views: list[Tensor]) -> Tensor:
+        return self.logits(views)
 
     def training_loss(self, views, y):
         logits = self.logits(views)

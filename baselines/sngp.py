@@ -40,13 +40,14 @@ def dempster_shafer(logits: Tensor) -> Tensor:
 
 class SNGP(MeanImputation, Routine):
     """Early fusion: a missing view takes its training means."""
+    OPTIM = {"lr": 1e-2}  # optim's defaults, as conf/model/ states them
     # mnp.core.domains; cov_momentum <= 0: the precision summed over each epoch, in (0, 1): a moving average
     domains = dict(num_features=COUNT, kernel_scale=optional(POSITIVE), ridge=POSITIVE,
                    cov_momentum=Domain(high=1, high_open=True), mean_field_factor=NON_NEGATIVE, l2=NON_NEGATIVE,
                    optim=OPTIM_DOMAINS)
 
     def __init__(self, num_classes: int, view_dims: Sequence[int], num_features: int = 1024,
-                 kernel_scale: float | None = None, normalize_input: bool = False, ridge: float = 1.0,
+                 kernel_scale: float | None = None, normalize_input: bool = True, ridge: float = 1.0,
                  cov_momentum: float = -1.0, mean_field_factor: float = math.pi / 8, l2: float = 1e-6,
                  optim: dict | None = None):
         super().__init__(num_classes, view_dims)
@@ -63,7 +64,7 @@ class SNGP(MeanImputation, Routine):
         self.ridge, self.cov_momentum, self.mean_field_factor, self.l2 = ridge, cov_momentum, mean_field_factor, l2
         self.num_features = num_features
         self._cov_cache: tuple[tuple, Tensor] | None = None  # ridge · P⁻¹, keyed on P's storage and version
-        self.optim_cfg = dict(optim or {})
+        self.optim_cfg = {**self.OPTIM, **(optim or {})}
         self.init_imputation()
 
     def features(self, views: list[Tensor]) -> Tensor:

@@ -67,6 +67,7 @@ def evidential_loss(alpha: Tensor, onehot: Tensor, annealing: float) -> Tensor:
 
 
 class TMC(Routine):
+    OPTIM = {"lr": 3e-3, "weight_decay": 1e-5}  # optim's defaults, as conf/model/ states them
     domains = dict(annealing_epochs=COUNT, optim=OPTIM_DOMAINS)  # mnp.core.domains
 
     def __init__(self, num_classes: int, view_dims: Sequence[int], annealing_epochs: int = 10,
@@ -78,7 +79,7 @@ class TMC(Routine):
             raise ValueError("TMC fuses several views; the data has only one")
         self.evidence_net = BatchedLinear(len(self.view_dims), max(self.view_dims), num_classes, fan_in=self.view_dims)
         self.annealing_epochs = int(annealing_epochs)
-        self.optim_cfg = dict(optim or {})
+        self.optim_cfg = {**self.OPTIM, **(optim or {})}
 
     def view_alphas(self, views: list[Tensor]) -> Tensor:
         """(M, B, K) Dirichlet parameters α = softplus(evidence) + 1 of every view."""

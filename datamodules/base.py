@@ -256,6 +256,7 @@ class MultiViewDataModule(pl.LightningDataModule):
         self.test_views = scaled(test_idx, fit_own=self.scale_test_separately)
         self.test_y = torch.as_tensor(label[test_idx])
         self.train_idx, self.val_idx, self.test_idx = train_idx, val_idx, test_idx
+        self.scalers, self.class_labels = scalers, classes[keep] + raw.label_offset  # the file's label of class k
         log.info("%s", self._loaded(raw, from_files, len(ood_idx)))
         self.ood_sets: dict[str, tuple[list[Tensor], Tensor]] = {}
         if len(ood_idx):
@@ -287,6 +288,14 @@ class MultiViewDataModule(pl.LightningDataModule):
                             f"values, up to {np.abs(x).max(initial=0):.3g} in magnitude, are too large for the scaler "
                             "or for float32; divide the view by a constant before saving it")
         return t
+
+    def preprocessing(self) -> dict:
+        """What predicting on raw rows needs (:mod:`mnp.core.predictor`), as tensors and plain values that a
+        checkpoint stores: each view's scaler fitted on the training rows and the file's label of each class."""
+        return {"scaling": self.scaling, "scale_test_separately": bool(self.scale_test_separately),
+                "shift": [torch.as_tensor(s.shift) for s in self.scalers],
+                "scale": [torch.as_tensor(s.scale) for s in self.scalers],
+                "labels": torch.as_tensor(self.class_labels), "eval_batch_size": self.eval_batch_size}
 
     def build_external_ood(self, name: str, ood_views: list[Tensor]) -> tuple[list[Tensor], Tensor]:
         """ID test samples followed by OOD samples; subclasses may subsample (CIFAR10-C)."""

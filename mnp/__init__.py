@@ -1,2 +1,10 @@
 """Multimodal Neural Processes: the MNP model here, the framework every model shares in ``mnp.core``, the tools
-(reports, plots, docs generation, benchmarks, diagnosis) in ``mnp.tools``."""
+(reports, plots, docs generation, benchmarks, diagnosis) in ``mnp.tools``. ``mnp.load(run)``: a trained run as a
+predictor on raw rows (:mod:`mnp.core.predictor`)."""
+
+
+def load(run, data_dir=None):
+    """The :class:`~mnp.core.predictor.Predictor` of a run directory or checkpoint (imported on first use: a
+    bare ``import mnp`` stays free of torch)."""
+    from mnp.core.predictor import load as load_run
+    return load_run(run, data_dir)

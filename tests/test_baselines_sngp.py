@@ -34,7 +34,7 @@ def test_precision_reset_every_epoch_in_a_real_fit():
     rng = np.random.default_rng(0)
     views, y = [rng.normal(size=(60, 3)), rng.normal(size=(60, 2))], rng.integers(0, 3, 60)
     dm = TensorDataModule(views, y, np.arange(48), np.arange(48, 60), batch_size=16)
-    model = SNGP(3, [3, 2], num_features=64, ridge=2.0)
+    model = SNGP(3, [3, 2], num_features=64, ridge=2.0, normalize_input=False)  # features fixed while training
     probe = PrecisionProbe()
     trainer = pl.Trainer(max_epochs=3, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                          enable_model_summary=False, num_sanity_val_steps=0, accelerator="cpu", callbacks=[probe])

@@ -206,6 +206,24 @@ def test_ood_table_columns_in_paper_order(tmp_path):
     assert t4["MCD"][2] == "0.790 (n = 1)"
 
 
+def test_selective_and_ood_detection_columns(tmp_path):
+    """AURC, accuracy at 90 % coverage and adaptive ECE in a table of their own; AUPR and FPR95 beside AUROC."""
+    root = tmp_path / "logs"
+    for m, (aurc, fpr) in {"mnp": (0.02, 0.30), "mgp": (0.05, 0.60)}.items():
+        write_run(root, "paper_ood", m, "cifar10c", 0, 0.75, 0.01,
+                  extra={"test/aurc": aurc, "test/acc@cov90": 0.8, "test/ece_adaptive": 0.03,
+                         "ood/svhn/auroc": 0.9, "ood/svhn/aupr": 0.85, "ood/svhn/fpr95": fpr})
+    report([root], tmp_path / "out", plots=False)
+    md = (tmp_path / "out" / "results.md").read_text()
+    assert "| Method | Accuracy (%) ↑ | ECE ↓ | AUROC SVHN ↑ | AUPR SVHN ↑ | FPR95 SVHN ↓ |" in md
+    assert md_table(md, "4")["MNP"][4] == "**0.300** (n = 1)"  # lower is better
+    selective = md_table(md, "5")
+    assert "not in the paper" in md.split("**Table 5.**", 1)[1].split("\n", 1)[0]
+    assert selective["MNP"] == ["**0.0200** (n = 1)", "**80.00** (n = 1)", "**0.030** (n = 1)"]
+    assert selective["MGP"][0] == "<u>0.0500</u> (n = 1)"
+    assert "not in the paper" in (tmp_path / "out" / "results.tex").read_text()
+
+
 def test_paper_comparison(sweep, tmp_path):
     report([sweep], tmp_path / "out", paper=True, plots=False)
     with open(tmp_path / "out" / "paper_comparison.csv") as f:

@@ -140,14 +140,16 @@ def test_summary_tables_and_charts(mlp_jobs, mnp_job):
     missing = tables["tables/missing"]
     assert missing["columns"] == ["removed", "acc", "ece"] and [r[0] for r in missing["data"]] == ["none", "v0", "v1"]
     assert missing["data"][2][1:] == pytest.approx([metrics["missing/acc@v1"], metrics["missing/ece@v1"]])
-    assert tables["tables/ood"] == {"columns": ["ood_set", "auroc"], "data": [["heldout", metrics["ood/heldout/auroc"]]]}
+    assert tables["tables/ood"] == {"columns": ["ood_set", "auroc", "aupr", "fpr95"],
+                                    "data": [["heldout", *(metrics[f"ood/heldout/{k}"] for k in ("auroc", "aupr", "fpr95"))]]}
+    assert {"test/aurc", "test/acc@cov90", "test/ece_adaptive", "ood/heldout/fpr95@msp"} <= set(run.summary)
     rel = tables["tables/reliability"]
     assert rel["columns"] == ["bin", "lo", "hi", "confidence", "accuracy", "count"] and len(rel["data"]) == 15
     with np.load(mnp_job / "predictions.npz") as z:
         assert sum(r[5] for r in rel["data"]) == len(z["test/labels"])
     charts = run.charts()
     assert set(charts) == {"charts/noise/acc", "charts/noise/ece", "charts/missing/acc", "charts/missing/ece",
-                           "charts/ood/auroc", "charts/reliability/accuracy"}
+                           "charts/ood/auroc", "charts/ood/aupr", "charts/ood/fpr95", "charts/reliability/accuracy"}
     assert charts["charts/noise/acc"]["panel_config"]["panelDefId"] == "wandb/line/v0"
     assert charts["charts/ood/auroc"]["panel_config"]["panelDefId"] == "wandb/bar/v0"
 

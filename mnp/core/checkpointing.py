@@ -28,6 +28,7 @@ from datamodules.files import TEMP, atomic_write
 log = logging.getLogger(__name__)
 
 CFG_KEY = "mnp_cfg"  # resolved config stored inside every checkpoint (plain containers)
+PREP_KEY = "mnp_preprocessing"  # the data's fitted scalers and label map (mnp.core.predictor)
 ELAPSED_KEY = "elapsed_s"  # the run's wall time up to the checkpoint, over all its sessions
 LAST, PREVIOUS = "last.ckpt", "prev.ckpt"
 LOCK = ".lock"

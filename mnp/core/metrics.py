@@ -1,7 +1,8 @@
 """Classification and uncertainty metrics (docs/method.md §5).
 
-All functions take *probabilities* (never logits) and return Python floats or tensors on the
-input's device. Accuracy and ECE use torchmetrics; AUROC is computed here on the full set of
+All functions but :func:`energy` take *probabilities* (never logits) and return Python floats or tensors
+on the input's device. Selective classification (AURC, accuracy at a coverage) and OOD detection (AUROC, AUPR,
+FPR at 95 % TPR) handle tied scores as scikit-learn does, or by their expectation over the tied rows' orders. Accuracy and ECE use torchmetrics; AUROC is computed here on the full set of
 scores at once because torchmetrics' binary AUROC sigmoid-squashes scores outside [0, 1] batch by
 batch, which saturates large uncertainty scores (entropies, variances) into ties.
 """
@@ -97,3 +98,118 @@ def reliability(probs: Tensor, labels: Tensor, n_bins: int = 15) -> dict[str, Te
         "accuracy": torch.bincount(idx, correct, minlength=n_bins) / safe,
         "count": count,
     }
+
+
+# ---------------------------------------------------------------------------- selective classification, OOD
+def _tie_groups(sorted_scores: Tensor) -> tuple[Tensor, Tensor]:
+    """For scores sorted in either direction: each position's tie group and the size of every group."""
+    _, group, counts = torch.unique_consecutive(sorted_scores, return_inverse=True, return_counts=True)
+    return group, counts
+
+
+def selective_risks(confidence: Tensor, correct: Tensor) -> Tensor:
+    """(N,) error rate among the k most confident rows, k = 1..N; rows of equal confidence are taken in random
+    order, so inside a tie group the errors count at the group's rate (the expectation over those orders)."""
+    confidence, errors = confidence.double().flatten(), (~correct.bool().flatten()).double()
+    order = confidence.argsort(descending=True, stable=True)
+    group, counts = _tie_groups(confidence[order])
+    group_errors = torch.zeros(len(counts), dtype=torch.float64, device=errors.device).index_add_(0, group, errors[order])
+    before_n = counts.cumsum(0) - counts  # rows in the groups before each group
+    before_e = group_errors.cumsum(0) - group_errors
+    k = torch.arange(1, len(errors) + 1, dtype=torch.float64, device=errors.device)
+    expected = before_e[group] + (k - before_n[group]) * group_errors[group] / counts[group]
+    return expected / k
+
+
+def aurc(probs: Tensor, labels: Tensor, confidence: Tensor | None = None) -> float:
+    """Area under the risk-coverage curve (Geifman et al., 2019): the mean over coverages k/N of the error rate
+    among the k most confident rows; confidence is the max probability unless given. Lower is better."""
+    conf = probs.max(-1).values if confidence is None else confidence
+    return selective_risks(conf, probs.argmax(-1) == labels).mean().item()
+
+
+def accuracy_at_coverage(probs: Tensor, labels: Tensor, coverage: float) -> float:
+    """Accuracy of the ⌈coverage·N⌉ rows of highest max probability (the rest abstained from)."""
+    if not 0 < coverage <= 1:
+        raise ValueError(f"coverage must be in (0, 1], got {coverage}")
+    risks = selective_risks(probs.max(-1).values, probs.argmax(-1) == labels)
+    k = max(1, min(len(risks), int(torch.tensor(coverage * len(risks)).ceil())))
+    return 1.0 - risks[k - 1].item()
+
+
+def adaptive_ece(probs: Tensor, labels: Tensor, n_bins: int = 15) -> float:
+    """Top-label L1 ECE with equal-mass bins: the rows sorted by confidence, cut into ``n_bins`` bins whose sizes
+    differ by at most one (numpy's ``array_split``); NaN when a row is not finite."""
+    if not torch.isfinite(probs).all():
+        return float("nan")
+    conf, pred = probs.double().max(-1)
+    order = conf.argsort(stable=True)
+    conf, correct = conf[order], (pred == labels).double()[order]
+    n, n_bins = len(conf), min(int(n_bins), len(conf))
+    sizes = torch.full((n_bins,), n // n_bins, dtype=torch.long)
+    sizes[: n % n_bins] += 1
+    bins = torch.repeat_interleave(torch.arange(n_bins), sizes).to(conf.device)
+    gap = torch.zeros(n_bins, dtype=torch.float64, device=conf.device).index_add_(0, bins, conf - correct)
+    return (gap.abs().sum() / n).item()
+
+
+def _ranked_counts(scores: Tensor, positive: Tensor) -> tuple[Tensor, Tensor, int, int]:
+    """True and false positives above each distinct threshold, from the highest score down (as scikit-learn)."""
+    scores, positive = scores.double().flatten(), positive.bool().flatten()
+    n_pos, n_neg = int(positive.sum()), int((~positive).sum())
+    if n_pos == 0 or n_neg == 0:
+        raise ValueError(f"OOD detection needs both in- and out-of-distribution rows; got {n_pos} OOD, {n_neg} ID")
+    order = scores.argsort(descending=True, stable=True)
+    _, counts = _tie_groups(scores[order])
+    ends = counts.cumsum(0) - 1
+    tps = positive[order].double().cumsum(0)[ends]
+    return tps, (ends + 1).double() - tps, n_pos, n_neg
+
+
+def aupr(scores: Tensor, positive: Tensor) -> float:
+    """Average precision with ``positive`` (OOD) as the positive class and higher scores more OOD:
+    Σ_n (R_n − R_{n−1}) P_n over the distinct thresholds (scikit-learn's ``average_precision_score``)."""
+    tps, fps, n_pos, _ = _ranked_counts(scores, positive)
+    recall = tps / n_pos
+    return (torch.diff(recall, prepend=recall.new_zeros(1)) * tps / (tps + fps)).sum().item()
+
+
+def fpr_at_tpr(scores: Tensor, positive: Tensor, tpr: float = 0.95) -> float:
+    """False-positive rate at the highest threshold whose true-positive rate reaches ``tpr`` (OOD positive)."""
+    tps, fps, n_pos, n_neg = _ranked_counts(scores, positive)
+    first = int(torch.nonzero(tps / n_pos >= tpr)[0])
+    return (fps[first] / n_neg).item()
+
+
+def energy(logits: Tensor) -> Tensor:
+    """The negative free energy −logsumexp(logits) (Liu et al., 2020): higher is more OOD."""
+    return -torch.logsumexp(logits.double(), -1)
+
+
+def ood_scores(probs: Tensor, uncertainty: Tensor, logits: Tensor | None = None) -> dict[str, Tensor]:
+    """OOD scores (higher: more OOD) by name: ``""`` the model's own uncertainty, ``msp`` 1 − max probability,
+    ``entropy`` of the mean prediction, ``energy`` where the model gives logits."""
+    out = {"": uncertainty, "msp": 1.0 - probs.max(-1).values, "entropy": entropy(probs)}
+    if logits is not None and torch.isfinite(logits).all():
+        out["energy"] = energy(logits)
+    return out
+
+
+def ood_metrics(scores: Tensor, is_ood: Tensor) -> dict[str, float]:
+    """AUROC, AUPR (OOD positive) and FPR at 95 % TPR of one score."""
+    return {"auroc": auroc(scores, is_ood), "aupr": aupr(scores, is_ood), "fpr95": fpr_at_tpr(scores, is_ood)}
+
+
+SELECTIVE_COVERAGES = (0.9,)
+
+
+def selective_metrics(probs: Tensor, labels: Tensor, uncertainty: Tensor, n_bins: int = 15) -> dict[str, float]:
+    """``aurc`` (max probability), ``aurc_unc`` (ranked by the model's own uncertainty), ``acc@cov90`` and
+    ``ece_adaptive``; those of rows that are not finite are NaN."""
+    if not (torch.isfinite(probs).all() and torch.isfinite(uncertainty).all()):
+        return dict.fromkeys(["aurc", "aurc_unc", "ece_adaptive",
+                              *(f"acc@cov{round(c * 100)}" for c in SELECTIVE_COVERAGES)], float("nan"))
+    out = {"aurc": aurc(probs, labels), "aurc_unc": aurc(probs, labels, -uncertainty)}
+    out.update({f"acc@cov{round(c * 100)}": accuracy_at_coverage(probs, labels, c) for c in SELECTIVE_COVERAGES})
+    out["ece_adaptive"] = adaptive_ece(probs, labels, n_bins)
+    return out

@@ -27,8 +27,8 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from mnp.core import signals
 from mnp.core.accel import configure as configure_accel, matmul_precision
-from mnp.core.checkpointing import (CFG_KEY, AtomicCheckpointIO, CsvHistory, RunTime, atomic_write, check_epochs,
-                                   check_fits, check_writable, checkpoint_callbacks, holds_run_dir,
+from mnp.core.checkpointing import (CFG_KEY, PREP_KEY, AtomicCheckpointIO, CsvHistory, RunTime, atomic_write,
+                                   check_epochs, check_fits, check_writable, checkpoint_callbacks, holds_run_dir,
                                    keep_csv_history, load_checkpoint, resume_checkpoint)
 from mnp.core.errors import USER_ERRORS
 from mnp.core.oom import allocation_failure, explains_memory, record_data
@@ -101,13 +101,17 @@ def configure_evaluation(model, cfg: DictConfig) -> None:
 
 
 class StoreConfig(pl.Callback):
-    """Put the resolved run config into every checkpoint, so evaluate.py needs nothing else."""
+    """Put the resolved run config into every checkpoint, so evaluate.py needs nothing else, and the data's
+    preprocessing (fitted scalers, label map), so ``mnp.load`` predicts on raw rows without the data file."""
 
     def __init__(self, cfg: DictConfig):
         self.cfg = OmegaConf.to_container(cfg, resolve=True)
 
     def on_save_checkpoint(self, trainer, pl_module, checkpoint):
         checkpoint[CFG_KEY] = self.cfg
+        dm = trainer.datamodule
+        if hasattr(dm, "preprocessing"):
+            checkpoint[PREP_KEY] = dm.preprocessing()
 
 
 def build_callbacks(cfg: DictConfig, out_dir: Path, has_val: bool) -> list[pl.Callback]:

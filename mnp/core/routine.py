@@ -108,6 +108,10 @@ class Routine(pl.LightningModule):
             raise ValueError(f"{type(self).__name__} cannot predict with missing views: its predict takes no "
                              "`present` mask")
 
+    def ood_logits(self, views: list[Tensor]) -> Tensor | None:
+        """(B, K) logits for the energy OOD score, from a model that has them; None (the default): no energy score."""
+        return None
+
     def extra_scores(self, probs: Tensor) -> dict[str, Tensor]:
         """Extra uncertainty scores reported alongside the default one (name -> (B,))."""
         return {"entropy": metrics.entropy(probs.mean(0))}
@@ -253,6 +257,8 @@ class Routine(pl.LightningModule):
             store["unc"].append(unc.float().cpu())
             store["is_ood"].append(target.cpu())
             store["probs"].append(probs.mean(0).float().cpu())
+            if (logits := self.ood_logits(views)) is not None:
+                store.setdefault("logits", []).append(logits.float().cpu())
 
     def _missing_step(self, views: list[Tensor], target: Tensor, batch_idx: int) -> None:
         """Each removal set's predictions, from its own generator; rows it leaves with no view are skipped."""
@@ -278,6 +284,7 @@ class Routine(pl.LightningModule):
         labels = torch.cat(self._clean["labels"])
         unc = torch.cat(self._clean["unc"])
         results: dict[str, float] = {f"test/{k}": v for k, v in metrics.classification_metrics(probs, labels, self.n_bins).items()}
+        results.update({f"test/{k}": v for k, v in metrics.selective_metrics(probs, labels, unc, self.n_bins).items()})
         if bad := int((~torch.isfinite(probs)).any(-1).sum()):  # a numerical failure: say so, keep the count
             results["test/nonfinite_rows"] = bad
             log.warning("%d of %d test rows have non-finite probabilities (%s): ECE, NLL and Brier are not "
@@ -308,10 +315,13 @@ class Routine(pl.LightningModule):
         for idx, store in sorted(self._ood.items()):
             name = names[idx - 1] if idx - 1 < len(names) else f"ood{idx}"
             s, y = torch.cat(store["unc"]), torch.cat(store["is_ood"])
-            results[f"ood/{name}/auroc"] = metrics.auroc(s, y)
+            p, logits = torch.cat(store["probs"]), torch.cat(store["logits"]) if "logits" in store else None
+            for score, values in metrics.ood_scores(p, s, logits).items():  # ood/<set>/<metric>[@<score>]
+                results.update({f"ood/{name}/{k}" + (f"@{score}" if score else ""): v
+                                for k, v in metrics.ood_metrics(values, y).items()})
             arrays[f"ood/{name}/uncertainty"] = s.numpy()
             arrays[f"ood/{name}/is_ood"] = y.numpy()
-            arrays[f"ood/{name}/probs"] = torch.cat(store["probs"]).numpy()
+            arrays[f"ood/{name}/probs"] = p.numpy()
         results["time/test_s"] = self._test_time
         if self.epoch_times:  # MNP times its main epochs only
             results["time/train_epoch_s"] = float(statistics.median(self.epoch_times))
@@ -324,11 +334,15 @@ class Routine(pl.LightningModule):
 
     # ------------------------------------------------------------------ inference helper
     @torch.no_grad()
-    def predict_proba(self, views: Sequence[Tensor | None], batch_size: int = 1000) -> tuple[Tensor, Tensor]:
+    def predict_proba(self, views: Sequence[Tensor | None], batch_size: int = 1000,
+                      seed: int | None = None) -> tuple[Tensor, Tensor]:
         """Mean predictive probabilities (N, K) and uncertainty (N,) for in-memory views.
 
         Missing views: a view given as None is missing in every row, a row all NaN in a view is missing
         there; fusion models combine the views present, early-fusion ones impute the training means.
+        ``seed``: batch i samples from the test loop's generator of that batch (:func:`sample_generator`), so
+        with the run's seed and ``dataset.eval_batch_size`` the run's test rows give its test predictions
+        exactly; None: the global RNG.
         A ValueError says what is wrong with the arguments (rows, shapes, ``batch_size``)."""
         if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
             raise ValueError(f"batch_size must be an integer >= 1 (rows per predict call), got {batch_size!r}")
@@ -344,9 +358,12 @@ class Routine(pl.LightningModule):
         out_p, out_u = [], []
         for i in range(0, views[0].shape[0], batch_size):
             batch = [v[i:i + batch_size].to(self.device) for v in views]
+            if seed is not None:
+                self.sample_generator = sample_generator(self.device, seed, 0, i // batch_size)
             probs, unc = self.predict(batch) if present is None else \
                 self.predict(batch, present[i:i + batch_size].to(self.device))
             out_p.append(probs.mean(0).cpu())
             out_u.append(unc.cpu())
+        self.sample_generator = None
         self.train(was_training)
         return torch.cat(out_p), torch.cat(out_u)

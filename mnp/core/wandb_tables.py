@@ -6,7 +6,7 @@
 - ``reliability``: the reliability diagram's bins: ``bin`` (its range), ``lo``, ``hi``, ``confidence``,
   ``accuracy``, ``count`` (an empty bin's confidence and accuracy are empty cells).
 - ``missing``: ``removed`` (``none``: the clean test, ``v<k>``: view k removed), ``acc``, ``ece``.
-- ``ood``: ``ood_set``, ``auroc``.
+- ``ood``: ``ood_set``, ``auroc``, ``aupr``, ``fpr95``.
 """
 from __future__ import annotations
 
@@ -69,8 +69,11 @@ def missing_table(results: dict) -> Table | None:
 
 
 def ood_table(results: dict) -> Table | None:
-    rows = [[m.group(1), number(v)] for k, v in sorted(results.items()) if (m := OOD_KEY.match(k))]
-    return Table(["ood_set", "auroc"], rows, [("bar", "ood_set", "auroc")]) if rows else None
+    """Each OOD set's detection metrics, the model's own uncertainty as the score."""
+    rows = [[m.group(1), number(v), number(results.get(f"ood/{m.group(1)}/aupr")),
+             number(results.get(f"ood/{m.group(1)}/fpr95"))] for k, v in sorted(results.items()) if (m := OOD_KEY.match(k))]
+    return Table(["ood_set", "auroc", "aupr", "fpr95"], rows,
+                 [("bar", "ood_set", y) for y in ("auroc", "aupr", "fpr95")]) if rows else None
 
 
 def run_tables(results: dict, probs: np.ndarray | None = None, labels: np.ndarray | None = None,

@@ -34,8 +34,20 @@ TRAIN_TIME = Metric("time/train_epoch_s", False, 1.0, 3)
 TEST_TIME = Metric("time/test_s", False, 1.0, 3)
 
 
+AURC = Metric("test/aurc", False, 1.0, 4)
+ACC_COV90 = Metric("test/acc@cov90", True, 100.0, 2)
+ECE_ADAPTIVE = Metric("test/ece_adaptive", False)
+
+
 def auroc_metric(name: str) -> Metric:
     return Metric(f"ood/{name}/auroc", True)
+
+
+def ood_metrics(name: str) -> list[tuple[str, Metric]]:
+    """The OOD columns of one set (the model's own uncertainty as the score): AUROC, AUPR and FPR at 95 % TPR."""
+    label = OOD_NAMES.get(name, name)
+    return [(f"AUROC {label} ↑", auroc_metric(name)), (f"AUPR {label} ↑", Metric(f"ood/{name}/aupr", True)),
+            (f"FPR95 {label} ↓", Metric(f"ood/{name}/fpr95", False))]
 
 
 @dataclass
@@ -101,10 +113,14 @@ def experiment_tables(agg: dict, experiment: str) -> list[Table]:
                       if e == experiment and dd == d and k.startswith("ood/") and k.endswith("/auroc")}, OOD_ORDER)
         if oods:
             cols = [("Accuracy (%) ↑", d, ACC), ("ECE ↓", d, ECE)]
-            cols += [(f"AUROC {OOD_NAMES.get(o, o)} ↑", d, auroc_metric(o)) for o in oods]
-            tables.append(make_table("4", f"{dataset_label(d)}: accuracy, ECE and OOD AUROC", f"ood-{d}", agg,
+            cols += [(h, d, m) for o in oods for h, m in ood_metrics(o)]
+            tables.append(make_table("4", f"{dataset_label(d)}: accuracy, ECE and OOD detection", f"ood-{d}", agg,
                                      experiment, cols))
+    selective = [(f"{h} {dataset_label(d)}", d, m) for d in datasets
+                 for h, m in (("AURC ↓", AURC), ("acc@90% cov. ↑", ACC_COV90), ("adaptive ECE ↓", ECE_ADAPTIVE))]
     tables += [
+        make_table("", "Selective classification (AURC, accuracy of the 90 % most confident rows) and equal-mass "
+                   "ECE", "selective", agg, experiment, selective),
         make_table("5", "Training time per epoch (s) ↓", "train-time", agg, experiment, per_ds(TRAIN_TIME)),
         make_table("5", "Test time, one pass over the test set (s) ↓", "test-time", agg, experiment,
                    per_ds(TEST_TIME)),
@@ -159,8 +175,8 @@ def _row_cells(t: Table, i: int, ranks: dict, style: tuple) -> list[str]:
 def table_md(t: Table, number: int) -> str:
     ranks = t.ranks()
     note = f"; † {LEGACY_NOTE}" if t.legacy else ""
-    lines = [f"**Table {number}.** {t.title} (cf. paper Table {t.paper}; mean [95 % t-interval] over seeds; "
-             f"(n) = seeds{note})", "",
+    cf = f"cf. paper Table {t.paper}; " if t.paper else "not in the paper; "
+    lines = [f"**Table {number}.** {t.title} ({cf}mean [95 % t-interval] over seeds; (n) = seeds{note})", "",
              "| Method | " + " | ".join(h for h, _, _ in t.columns) + " |",
              "|---|" + "---|" * len(t.columns)]
     for i, row in enumerate(t.rows):
@@ -181,7 +197,7 @@ def table_tex(t: Table, experiment: str) -> str:
     note = rf"; $^\dagger$ {LEGACY_NOTE}" if t.legacy else ""
     lines = [r"\begin{table}[!h]", r"\centering",
              rf"\caption{{{tex_escape(t.title)} Mean and 95\% t-interval over seeds [low, high], number of seeds in "
-             rf"parentheses (cf.\ paper Table {t.paper}){note}.}}",
+             + (rf"parentheses (cf.\ paper Table {t.paper}){note}.}}" if t.paper else rf"parentheses (not in the paper){note}.}}"),
              rf"\label{{table:{tex_escape(experiment)}-{t.label}}}",
              r"\resizebox{\textwidth}{!}{\begin{tabular}{l" + "c" * len(t.columns) + "}", r"\toprule",
              "Method & " + " & ".join(tex_escape(h) for h, _, _ in t.columns) + r" \\", r"\midrule"]
