@@ -23,7 +23,8 @@ from mnp.core.sweep import FAILED, SKIPPED, JobFailed, ValidationMetrics, is_mis
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
 PRESETS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
-SWEEPS = [p for p in PRESETS if not p.startswith("optuna") and p not in ("switches", "quick")]  # quick: not a sweep
+# quick: not a sweep; switches and select: the command line names the models, datasets, seeds and candidates
+SWEEPS = [p for p in PRESETS if not p.startswith("optuna") and p not in ("switches", "quick", "select")]
 MODELS = {"mlp", "mnp", "mnp_official", "mcd", "de_ef", "de_lf", "sngp", "etp", "tmc", "mgp"}
 DATASETS = {"synthetic", "handwritten", "cub", "pie", "caltech101", "scene15", "hmdb", "cifar10c", "digits_c", "custom"}
 # K and the paper's N^m per dataset (docs/method.md §2)
@@ -54,6 +55,13 @@ def options(value) -> list[str]:
 
 
 # ---------------------------------------------------------------------------- presets
+def test_select_preset_evaluates_on_validation_rows_in_its_own_sweep_dir():
+    cfg = compose_hydra(["experiment=select", "model=mnp", "dataset=cub", "model.memory_size=300"])
+    assert cfg.experiment_name == "select" and cfg.hydra.sweep.dir.endswith("/select/multiruns")
+    assert not cfg.hydra.sweeper.params and cfg.eval.split == "val" and cfg.dataset.val_fraction == 0.2
+    assert cfg.callbacks.checkpoint.monitor is None and cfg.model.memory_size == 300
+
+
 def test_switches_preset_writes_its_own_sweep_dir_named_by_the_switch():
     cfg = compose_hydra(["experiment=switches", "model=mnp", "dataset=pie", "model.modality_mask=true"])
     assert cfg.experiment_name == "switches" and cfg.hydra.sweep.dir.endswith("/switches/multiruns")

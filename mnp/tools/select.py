@@ -114,28 +114,31 @@ def _cell(v) -> str:
     return f"{v:.6g}" if isinstance(v, float) else str(v)
 
 
-def train_candidates(runs: list[Run], matches: list[str]) -> dict[str, dict[int, dict[str, float]]]:
-    """{candidate: {seed: val metrics}}: the defaults' runs and those whose variant contains a match."""
+def train_candidates(runs: list[Run], matches: list[str], excludes: list[str] = ()) -> dict[str, dict[int, dict[str, float]]]:
+    """{candidate: {seed: val metrics}}: the defaults' runs and those whose variant contains a match and no exclude."""
     out: dict[str, dict[int, dict[str, float]]] = {}
     for r in runs:
         name = r.variant or DEFAULT
-        if name == DEFAULT or any(m in name for m in matches):
+        if name == DEFAULT or (any(m in name for m in matches) and not any(x in name for x in excludes)):
             out.setdefault(name, {})[r.seed] = val_metrics(r.metrics)
     return out
 
 
-def overrides(candidate: str) -> dict[str, str]:
-    """``"model.a=1,model.b=x"`` as {key: value}."""
-    return dict(part.split("=", 1) for part in candidate.split(",") if "=" in part)
+def overrides(run: Run) -> list[str]:
+    """The model and dataset keys the run's command line set (its .hydra/overrides.yaml; else its variant, whose
+    long names end in a hash)."""
+    import yaml
+
+    path = run.path / ".hydra" / "overrides.yaml"
+    items = yaml.safe_load(path.read_text()) if path.is_file() else (run.variant or "").split(",")
+    return [i.split("=", 1)[0] for i in items if "=" in i and i.startswith(("model.", "dataset."))]
 
 
 def settings(candidates: list[str], runs: list[Run]) -> dict[str, str]:
-    """Each candidate's values of the keys the candidates override; ``default``'s read from its runs' config."""
-    keys = sorted({k for c in candidates if c != DEFAULT for k in overrides(c)})
-    config = next((r.config for r in runs if not r.variant), {})
-    out = {c: c for c in candidates if c != DEFAULT}
-    out[DEFAULT] = ",".join(f"{k}={_lookup(config, k)}" for k in keys)
-    return out
+    """Each candidate's values, from its runs' resolved config, of every key that some candidate overrides."""
+    by_name = {(r.variant or DEFAULT): r for r in runs}
+    keys = sorted({k for c in candidates if c != DEFAULT for k in overrides(by_name[c])})
+    return {c: ",".join(f"{k}={_lookup(by_name[c].config, k)}" for k in keys) for c in candidates}
 
 
 def _lookup(config: dict, key: str):
@@ -197,6 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dataset", required=True)
     ap.add_argument("--decision", required=True, help="the setting decided, e.g. memory_size")
     ap.add_argument("--match", action="append", default=[], help="decide: variants containing this are candidates")
+    ap.add_argument("--exclude", action="append", default=[], help="decide: variants containing this are not")
     ap.add_argument("--base", default="", help="infer: the variant whose checkpoints are scored (default: the "
                     "defaults' runs, no variant)")
     ap.add_argument("--criterion", default="val/nll", help="a val/ metric (default val/nll, lower is better)")
@@ -211,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.mode == "decide":
             if not args.match:
                 raise SelectionError("decide needs --match: which variants are this decision's candidates")
-            candidates = train_candidates(runs, args.match)
+            candidates = train_candidates(runs, args.match, args.exclude)
             setting = settings(list(candidates), runs)
         else:
             base = [r for r in runs if (r.variant or "") == args.base]

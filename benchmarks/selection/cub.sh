@@ -1,0 +1,31 @@
+#!/bin/bash
+# MNP's defaults on CUB under the selection protocol (docs/method.md §5.4), as run for results/decisions/mnp_cub.csv.
+# usage: bash benchmarks/selection/cub.sh [train|decide] LOG_DIR   (from the repo root; MNP_DATA_DIR set)
+# train: stage 1, one setting at a time around the defaults, seeds 0-4, two jobs at a time (about 45 min of a
+# 2-core CPU), then stage 2, the screen's winners together; decide: the records (stage 1, stage 2, then
+# eq. 8′'s view weighting on the chosen setting's checkpoints).
+set -euo pipefail
+stage=${1:?train or decide}; logs=${2:?log dir}
+export MNP_TORCH_THREADS=1
+screen=("" "model.lengthscale_form=l2" "model.projection=none" "model.warmup_epochs=0" "model.warmup_lr=0.001"
+        "model.memory_size=300" "model.memory_size=400" "model.modality_mask=true"
+        "model.rbf_reduce=sum model.lengthscale_penalty=half_sq model.self_in_denominator=true")
+joint="model.warmup_epochs=0 model.memory_size=400 model.modality_mask=true model.rbf_reduce=sum model.lengthscale_penalty=half_sq model.self_in_denominator=true"
+out=results/decisions/mnp_cub.csv
+if [ "$stage" = train ]; then
+  for s in 0 1 2 3 4; do for c in "${screen[@]}" "$joint"; do
+    echo "experiment=select model=mnp dataset=cub seed=$s paths.log_dir=$logs $c"
+  done; done | xargs -P 2 -L 1 python train.py
+  exit 0
+fi
+sel() { python -m mnp.tools.select decide "$logs" --model mnp --dataset cub --out $out "$@"; }
+# stage 1: the screen (where a setting beats the defaults, stage 2 decides; the joint runs are not screen candidates)
+for d in lengthscale_form projection; do sel --decision $d --match model.$d= --exclude memory_size=400,model.modality; done
+for d in warmup_epochs warmup_lr memory_size modality_mask rbf_reduce; do
+  sel --decision $d --match model.$d= --exclude memory_size=400,model.modality --status "screen (stage 2 decides)"; done
+# stage 2: the screen's winners together against the defaults
+sel --decision joint --match "model.memory_size=400,model.modality_mask=true"
+# eq. 8′ on the chosen training setting's checkpoints
+python -m mnp.tools.select infer "$logs" --model mnp --dataset cub --decision view_weighting \
+  --base "$(ls $logs/select/runs | grep -m1 'mnp_cub_s0_model.lengthscale_penalty=half_sq,model.memory_size=400' | sed 's/^mnp_cub_s0_//')" \
+  --criterion val/noise/acc_mean --higher --out $out
