@@ -119,6 +119,7 @@ def index_loader(views: Sequence[Tensor], y: Tensor, batch_size: int, shuffle: b
     return DataLoader(IndexBatchDataset(views, y), sampler=sampler, batch_size=None)
 
 
+# not sklearn (issue 33): train_test_split(stratify=y) draws other rows, and its scalers differ by a few ulp
 def stratified_split(y: np.ndarray, test_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """Per-class random split; every class keeps at least one training sample."""
     rng = np.random.default_rng(seed)

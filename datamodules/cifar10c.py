@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from datamodules.base import MultiViewDataModule, RawData, Scaler
-from datamodules.errors import DataError
+from datamodules.errors import DataError, MissingData
 from datamodules.feature_cache import feature_path, inception_description, labels_path, ood_feature_path
 
 log = logging.getLogger(__name__)
@@ -60,7 +60,7 @@ class CIFAR10C(MultiViewDataModule):
 
     def _read(self, path: Path) -> np.ndarray:
         if not path.exists():
-            raise DataError(f"{self.name} features not found: {path}; {self.build_hint()}")
+            raise MissingData(f"{self.name} features not found: {path}; {self.build_hint()}")
         x = np.load(path)
         if x.ndim != 2:
             raise DataError(f"{path}: shape {x.shape}; expected samples × features")
@@ -79,7 +79,7 @@ class CIFAR10C(MultiViewDataModule):
 
     def _read_labels(self, path: Path) -> np.ndarray:
         if not path.exists():
-            raise DataError(f"{self.name} labels not found: {path}; {self.build_hint()}")
+            raise MissingData(f"{self.name} labels not found: {path}; {self.build_hint()}")
         return np.load(path).ravel()
 
     def check_settings(self) -> None:

@@ -30,7 +30,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from datamodules.errors import DataError
+from datamodules.errors import DataError, MissingData
 from datamodules.files import atomic_write
 
 log = logging.getLogger(__name__)
@@ -117,12 +117,12 @@ class FeatureExtractor:
         return np.concatenate(out) if out else np.empty((0, 0), np.float32)
 
 
-def weights_error(weights, err: Exception) -> FileNotFoundError:
+def weights_error(weights, err: Exception) -> MissingData:
     from torchvision.models import Inception_V3_Weights
 
     url = Inception_V3_Weights[weights].url
     target = Path(torch.hub.get_dir()) / "checkpoints" / Path(url).name
-    return FileNotFoundError(
+    return MissingData(
         f"Inception-v3 {weights} weights are not in the torch cache ({target}) and cannot be downloaded "
         f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}); download {url} where there is "
         f"network and copy it to {target} (or set TORCH_HOME, or pass dataset.extractor.weights=<path to the "
@@ -144,7 +144,7 @@ def inception_v3(weights: str | None = "IMAGENET1K_V1", seed: int = 0) -> nn.Mod
             model = tv_inception_v3(weights=None, aux_logits=False, init_weights=True)
     elif Path(str(weights)).suffix in {".pth", ".pt"}:
         if not Path(weights).exists():
-            raise FileNotFoundError(f"Inception-v3 weights file {weights} does not exist")
+            raise MissingData(f"Inception-v3 weights file {weights} does not exist")
         model = tv_inception_v3(weights=None, aux_logits=False, init_weights=False, transform_input=True)
         state = torch.load(weights, map_location="cpu", weights_only=True)
         model.load_state_dict({k: v for k, v in state.items() if not k.startswith("AuxLogits.")})

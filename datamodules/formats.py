@@ -23,7 +23,7 @@ import scipy.io
 
 from datamodules.base import RawData
 from datamodules.checks import check_numeric, check_regular_file, split_indices
-from datamodules.errors import DataError
+from datamodules.errors import DataError, MissingData
 from datamodules.npz import ACCEPTED, load_npz
 
 LABEL_KEYS = ("gt", "Y", "y")
@@ -45,7 +45,7 @@ def read_file(path: str | Path) -> RawData:
     path = Path(path)
     check_regular_file(path)
     if not path.is_file():
-        raise DataError(f"{path.name} not found in {path.parent}/")
+        raise MissingData(f"{path.name} not found in {path.parent}/")
     suffix = path.suffix.lower()
     try:
         if suffix == ".npz":

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from datamodules.errors import DataError
+from datamodules.errors import DataError, MissingData
 
 CIFAR10_DIR, CIFAR100_DIR, CIFAR10C_DIR = "cifar-10-batches-py", "cifar-100-python", "CIFAR-10-C"
 CIFAR10_FILES = {"train": [f"data_batch_{i}" for i in range(1, 6)], "test": ["test_batch"]}
@@ -134,7 +134,7 @@ def load_images(name: str, root: str | Path, split: str, download: bool = False)
     try:
         getattr(tvd, TV_CLASSES[name])(str(root), download=True, **kwargs)
     except Exception as e:  # no network, a read-only root, a bad checksum
-        raise DataError(f"{name} {split} is not under {root} and torchvision could not download it "
+        raise MissingData(f"{name} {split} is not under {root} and torchvision could not download it "
                         f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); fetch "
                         f"{URLS[name].format(split=split)} elsewhere and unpack it into {root}") from None
     return READERS[name](root, split)

@@ -19,7 +19,7 @@ from urllib.parse import quote
 from tqdm.auto import tqdm
 
 from datamodules.checks import check_regular_file
-from datamodules.errors import DataError
+from datamodules.errors import DataError, MissingData
 
 log = logging.getLogger(__name__)
 
@@ -209,11 +209,11 @@ def download(url: str, dest: Path, sha256: str | None, progress: bool = True, ti
                     bar.update(len(chunk))
     except urllib.error.HTTPError as e:
         if not (e.code == 416 and offset):  # 416 with a .part: it is already complete
-            raise DataError(f"could not download {dest.name} from {url} (HTTP {e.code} {e.reason}); "
+            raise MissingData(f"could not download {dest.name} from {url} (HTTP {e.code} {e.reason}); "
                             f"put the file in {dest.parent}/ by hand") from None
     except (urllib.error.URLError, http.client.HTTPException, OSError) as e:
         reason = " ".join(str(getattr(e, "reason", e)).split())
-        raise DataError(f"could not download {dest.name} from {url} ({reason}); check the network and run again "
+        raise MissingData(f"could not download {dest.name} from {url} ({reason}); check the network and run again "
                         f"to resume, or put the file in {dest.parent}/ by hand") from None
     size = part.stat().st_size
     if total is not None and size < total:
@@ -246,11 +246,11 @@ def fetch(dataset: str, file: DataFile, data_dir: str | Path, allow_download: bo
             verify(path, file.sha256)
         return path
     if file.url is None:
-        raise DataError(f"{file.name} not found and it has no public source: put {file.name} in {folder}/")
+        raise MissingData(f"{file.name} not found and it has no public source: put {file.name} in {folder}/")
     if not allow_download:
-        raise DataError(f"{file.name} not found in {folder}/; put it there or set dataset.download=true")
+        raise MissingData(f"{file.name} not found in {folder}/; put it there or set dataset.download=true")
     if not writable(folder):
-        raise DataError(f"{file.name} not found in {folder}/ and that folder is not writable, so it cannot be "
+        raise MissingData(f"{file.name} not found in {folder}/ and that folder is not writable, so it cannot be "
                         f"downloaded; set paths.data_dir (env MNP_DATA_DIR) to a writable folder or put it there")
     folder.mkdir(parents=True, exist_ok=True)
     log.info("downloading %s to %s", file.url, path)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from torch import nn
 
-from datamodules.errors import DataError
+from datamodules.errors import DataError, MissingData
 from datamodules import feature_cache as F
 from test_images import write_cifar10, write_cifar10c, write_cifar100, write_svhn
 
@@ -92,8 +92,9 @@ def test_missing_weights_offline_say_where_to_put_them(monkeypatch):
         F.inception_v3("IMAGENET1K_V1")
     msg = str(e.value)
     assert "\n" not in msg and "checkpoints/inception_v3_google-0cc3c7bd.pth" in msg and "weights=null" in msg
-    with pytest.raises(FileNotFoundError, match="does not exist"):
+    with pytest.raises(MissingData, match="does not exist"):  # a sweep skips the job (mnp.core.sweep)
         F.inception_v3("/nonexistent/inception.pth")
+    assert isinstance(e.value, MissingData)
 
 
 # ---------------------------------------------------------------------------- cache

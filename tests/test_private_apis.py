@@ -86,6 +86,16 @@ def test_torch_private_apis_the_project_uses():
     torch._foreach_mul_([a], [torch.tensor(3.0)])
     assert a.tolist() == [3.0, 3.0] and torch._foreach_mul([b], 0.5)[0].tolist() == [1.0] * 3
 
+    # mnp.model_training: fused Adam reads the optimiser attribute found_inf (a float tensor, GradScaler's hook)
+    # and skips the whole update, step count included, while it is 1
+    for flag, moved in ((1.0, False), (0.0, True)):
+        p = torch.nn.Parameter(torch.ones(2))
+        p.grad = torch.ones(2)
+        opt = torch.optim.Adam([p], lr=0.1, fused=True)
+        opt.found_inf = torch.tensor(flag)
+        opt.step()
+        assert opt.defaults["fused"] and bool((p != 1).all()) == moved and opt.state[p]["step"].item() == moved
+
     # mnp.context_cache, baselines.sngp: a tensor's in-place version counter
     v = b._version
     b.add_(1)

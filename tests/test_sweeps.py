@@ -16,7 +16,7 @@ from omegaconf import OmegaConf
 
 from datamodules.custom import CustomDataModule
 from datamodules.features import FeatureDataModule
-from datamodules.errors import DataError
+from datamodules.errors import DataError, MissingData
 from mnp.core.rundir import register_resolver
 from mnp.core.sweep import FAILED, SKIPPED, JobFailed, ValidationMetrics, is_missing_data, run_job
 
@@ -219,6 +219,34 @@ def test_only_absent_data_files_count_as_missing(tmp_path):
     damaged = caught(lambda: CustomDataModule(path=str(bad)).setup())
     assert isinstance(damaged, DataError) and not is_missing_data(damaged)  # bad data is a failure
     assert not is_missing_data(caught(lambda: open(tmp_path / "last.ckpt")))  # not raised by the data layer
+
+
+def test_missing_data_is_told_by_its_type_not_its_text(tmp_path):
+    """The data layer raises MissingData where a file is absent or cannot be fetched; the sweep reads the type."""
+    from datamodules import sources
+    from datamodules.cifar10c import CIFAR10C
+
+    def caught(fn):
+        try:
+            fn()
+        except Exception as e:  # noqa: BLE001
+            return e
+    absent = [caught(lambda: missing_builtin_data(tmp_path)), caught(lambda: missing_data(tmp_path)),
+              caught(lambda: sources.fetch("cub", sources.DataFile("cub.mat"), tmp_path)),
+              caught(lambda: sources.download((tmp_path / "nowhere").as_uri(), tmp_path / "f.mat", None)),
+              caught(lambda: CIFAR10C(feature_dir=str(tmp_path / "feats")).setup())]
+    assert [type(e) for e in absent] == [MissingData] * 5, absent
+    assert all(isinstance(e, FileNotFoundError) and is_missing_data(e) for e in absent)
+    assert [str(e).split(";")[0] for e in absent[2:]] == [
+        "cub.mat not found and it has no public source: put cub.mat in " + str(tmp_path / "cub") + "/",
+        f"could not download f.mat from {(tmp_path / 'nowhere').as_uri()} ([Errno 2] No such file or directory: "
+        f"'{tmp_path / 'nowhere'}')", f"cifar10c features not found: {tmp_path}/feats/train/feature/gaussian_noise_severity_1_inceptionv3_feat.npy"]
+    try:
+        raise RuntimeError("instantiating the datamodule failed") from absent[0]
+    except RuntimeError as e:
+        assert is_missing_data(e)  # a cause counts
+    assert not is_missing_data(DataError("cub.mat not found in data/cub/"))  # the words alone do not
+    assert not is_missing_data(FileNotFoundError("last.ckpt"))
 
 
 def test_run_job_returns_the_optimized_metric(tmp_path):

@@ -22,7 +22,6 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import math
-import re
 import traceback
 from pathlib import Path
 from typing import Any, Callable
@@ -32,8 +31,7 @@ from pytorch_lightning.utilities.exceptions import SIGTERMException
 from hydra.experimental.callback import Callback as HydraCallback
 from omegaconf import DictConfig, OmegaConf
 
-import datamodules
-from datamodules.errors import DataError
+from datamodules.errors import MissingData
 from mnp.core.console import traceback_to_log_file
 from mnp.core.outputs import write_json
 from mnp.core.signals import Terminated, stop_if_worker, stopped
@@ -42,9 +40,6 @@ from mnp.core.summary import record_job
 log = logging.getLogger(__name__)
 
 FAILED, SKIPPED = "failed.json", "skipped.json"
-DATAMODULES_DIR = Path(datamodules.__file__).resolve().parent
-# DataError messages of datamodules/sources.py and formats.py for a file that is not there
-_MISSING = re.compile(r"not found|could not download|no such file", re.IGNORECASE)
 
 
 class JobFailed(Exception):
@@ -68,13 +63,8 @@ def _chain(e: BaseException):
 
 
 def is_missing_data(e: BaseException) -> bool:
-    """An error raised by the data layer because a dataset file is absent (or cannot be fetched)."""
-    def from_data(x: BaseException) -> bool:
-        frames = traceback.extract_tb(x.__traceback__)
-        return any(Path(f.filename).resolve().is_relative_to(DATAMODULES_DIR) for f in frames)
-
-    return any((isinstance(x, FileNotFoundError) or (isinstance(x, DataError) and _MISSING.search(str(x))))
-               and from_data(x) for x in _chain(e))
+    """The data layer found a dataset file absent or could not fetch it (:class:`MissingData`, here or as a cause)."""
+    return any(isinstance(x, MissingData) for x in _chain(e))
 
 
 def job_identity(cfg: DictConfig) -> dict:
