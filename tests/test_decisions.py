@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 
 from cfg_utils import CONF, ROOT
 
-RECORDS = sorted((ROOT / "results" / "decisions").glob("*.csv"))
+RECORDS = sorted(p for p in (ROOT / "results" / "decisions").glob("*.csv") if p.name != "open.csv")
 
 
 def _chosen(path: Path) -> list[dict]:
