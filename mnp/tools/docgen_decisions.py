@@ -41,7 +41,7 @@ def render_decisions(src: dict) -> str:
         p = r["p_vs_default"]
         lines.append("| " + " | ".join([
             model_label(r["model"]), dataset_label(r["dataset"]), r["decision"] + status,
-            f"`{setting}`" + (" (today's)" if r["candidate"] == "default" else ""),
+            f"`{setting}`" + (" (reference: the defaults then)" if r["candidate"] == "default" else ""),
             *(_num(r, key, scale, digits) for key, _, scale, digits in COLUMNS),
             f"{r['criterion']} ({r['goal']})", "–" if r["candidate"] == "default" else f"{float(r['diff_vs_default']):+.4f}",
             "–" if r["candidate"] == "default" or p in ("", "nan") else f"{float(p):.2g}", r["n"], mark]) + " |")
