@@ -1,8 +1,10 @@
 """The decision tables of docs/switches.md, from ``results/decisions/<model>_<dataset>.csv`` (written by
-:mod:`mnp.tools.select`), for :mod:`mnp.tools.docgen` (its ``RENDERERS`` include these)."""
+:mod:`mnp.tools.select`), and the check of the reported cells on unseen seeds in docs/results.md, from
+``benchmarks/unseen_seeds.json``, for :mod:`mnp.tools.docgen` (its ``RENDERERS`` include these)."""
 from __future__ import annotations
 
 import csv
+import json
 from pathlib import Path
 
 from mnp.tools.report_runs import dataset_label, model_label
@@ -21,7 +23,9 @@ def sources(root: Path) -> dict:
     if open_path.is_file():
         with open_path.open() as f:
             still_open = list(csv.DictReader(f))
-    return {"decisions": rows, "decisions_open": still_open}
+    unseen = root / "benchmarks" / "unseen_seeds.json"
+    return {"decisions": rows, "decisions_open": still_open,
+            "unseen_seeds": json.loads(unseen.read_text())["rows"] if unseen.is_file() else []}
 
 
 def _num(row: dict, key: str, scale: float, digits: int) -> str:
@@ -57,4 +61,21 @@ def render_decisions_open(src: dict) -> str:
     return "\n".join(lines)
 
 
-RENDERERS = {"decisions": render_decisions, "decisions_open": render_decisions_open}
+def render_unseen_seeds(src: dict) -> str:
+    """The committed cells against seeds no decision saw: new mean and interval, Welch's p."""
+    lines = ["| model | dataset | metric | committed mean (seeds) | unseen seeds | their mean [95 % interval] | "
+             "committed mean inside | Welch p |", "|---|---|---|---|---|---|---|---|"]
+    for r in src["unseen_seeds"]:
+        scale, digits = (1, 3) if r["metric"].endswith("ece") else (100, 2)
+        lo_hi = r["new_ci95"]
+        interval = f" [{lo_hi[0] * scale:.{digits}f}, {lo_hi[1] * scale:.{digits}f}]" if lo_hi else ""
+        p = "–" if r["welch_p"] is None else f"{r['welch_p']:.2g}"
+        lines.append(f"| {model_label(r['model'])} | {dataset_label(r['dataset'])} | {r['metric']} | "
+                     f"{r['committed_mean'] * scale:.{digits}f} ({r['committed_n']}) | "
+                     f"{', '.join(map(str, r['seeds']))} | {r['new_mean'] * scale:.{digits}f}{interval} | "
+                     f"{'yes' if r['committed_mean_in_new_ci'] else 'no'} | {p} |")
+    return "\n".join(lines)
+
+
+RENDERERS = {"decisions": render_decisions, "decisions_open": render_decisions_open,
+             "unseen_seeds": render_unseen_seeds}
