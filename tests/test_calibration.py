@@ -155,3 +155,22 @@ def test_train_writes_the_calibrated_and_per_view_metrics(tmp_path):
     assert on_disk["calibration/temperature"] == res["calibration/temperature"] > 0
     assert {"cal/test/ece", "cal/test/nll", "cal/noise/ece_mean", "cal/missing/ece_mean", "test/ece",
             "view/acc@v0", "view/acc@v1@1", "view/acc@1"} <= set(on_disk)
+
+
+def test_the_report_shows_raw_and_temperature_scaled_columns_side_by_side(tmp_path):
+    from mnp.tools.report import report
+
+    for model, ece, cal in (("mnp", 0.06, 0.03), ("sngp", 0.04, 0.035)):
+        for seed in range(2):
+            d = tmp_path / "runs" / f"{model}_s{seed}"
+            d.mkdir(parents=True)
+            (d / "metrics.json").write_text(json.dumps({
+                "model": model, "dataset": "cub", "seed": seed, "epochs": 3, "experiment": "paper_main",
+                "test/acc": 0.8, "test/ece": ece + 0.001 * seed, "test/nll": 0.5, "cal/test/ece": cal + 0.001 * seed,
+                "cal/test/nll": 0.45, "calibration/temperature": 1.5}))
+    res = report([tmp_path / "runs"], tmp_path / "out", plots=False)
+    md = (tmp_path / "out" / "results.md").read_text()
+    assert "| Method | CUB | CUB T-scaled |" in md and "**Table 3.** Test NLL ↓; T-scaled" in md
+    row = next(line for line in md.splitlines() if line.startswith("| MNP |") and "0.060" in line)
+    assert "0.060" in row and "**0.030" in row  # raw, then calibrated (the best of its column)
+    assert {(c["metric"], c["baseline"]) for c in res["claims"]} >= {("cal/test/ece", "sngp"), ("test/ece", "sngp")}
