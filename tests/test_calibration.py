@@ -174,3 +174,20 @@ def test_the_report_shows_raw_and_temperature_scaled_columns_side_by_side(tmp_pa
     row = next(line for line in md.splitlines() if line.startswith("| MNP |") and "0.060" in line)
     assert "0.060" in row and "**0.030" in row  # raw, then calibrated (the best of its column)
     assert {(c["metric"], c["baseline"]) for c in res["claims"]} >= {("cal/test/ece", "sngp"), ("test/ece", "sngp")}
+
+
+def test_evaluate_fits_the_same_temperature_from_the_checkpoint(tmp_path):
+    """evaluate.py +eval.calibration=temperature on a run trained with validation rows: the T of train.py."""
+    from omegaconf import OmegaConf
+    from mnp.core.pipeline import evaluate
+
+    common = ["model=mlp", "trainer.max_epochs=2", "dataset.num_views=2", "dataset.n_train=200", "dataset.n_test=100",
+              "dataset.val_fraction=0.2", "eval.noise_levels=[1.0]"]
+    res = train(compose_train(tmp_path / "cal", [*common, "eval.calibration=temperature"]))
+    plain = train(compose_train(tmp_path / "raw", common))
+    assert not [k for k in plain if k.startswith(("cal/", "calibration/"))]
+    ev = evaluate(OmegaConf.create({"ckpt_path": str(tmp_path / "raw" / "checkpoints" / "last.ckpt"),
+                                    "output_dir": str(tmp_path / "e"), "data_dir": None,
+                                    "eval": {"calibration": "temperature"}, "trainer": {"accelerator": "cpu", "devices": 1}}))
+    assert ev["calibration/temperature"] == pytest.approx(res["calibration/temperature"], rel=1e-6)
+    assert ev["cal/test/ece"] == pytest.approx(res["cal/test/ece"], abs=1e-6) and ev["test/ece"] == plain["test/ece"]

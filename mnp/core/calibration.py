@@ -93,15 +93,22 @@ def fit_temperature(probs: Tensor, labels: Tensor, bounds: tuple[float, float] =
     return t
 
 
+def validation_rows(model: "Routine"):
+    """The datamodule that holds the validation rows T is fitted on; a one-line ValueError when there are none
+    (checked when the test starts, so ``evaluate.py +eval.calibration=temperature`` fails before predicting)."""
+    dm = getattr(model.trainer, "datamodule", None) if model._trainer is not None else None
+    if dm is None or len(getattr(dm, "val_y", [])) == 0:
+        raise ValueError("eval.calibration=temperature fits T on the validation rows: set dataset.val_fraction > 0")
+    return dm
+
+
 @torch.no_grad()
 def validation_predictions(model: "Routine") -> tuple[Tensor, Tensor]:
     """Mean probabilities (N, K) and labels of the datamodule's validation rows (``val_views``, ``val_y``) on
     the host, predicted batch by batch (``eval_batch_size``) from the generators of :data:`CAL_LOADER`."""
     from mnp.core.routine import sample_generator
 
-    dm = getattr(model.trainer, "datamodule", None) if model._trainer is not None else None
-    if dm is None or len(getattr(dm, "val_y", [])) == 0:
-        raise ValueError("eval.calibration=temperature fits T on the validation rows: set dataset.val_fraction > 0")
+    dm = validation_rows(model)
     size = int(getattr(dm, "eval_batch_size", 1000))
     probs = []
     for i, start in enumerate(range(0, len(dm.val_y), size)):

@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 
 from mnp.core import metrics
-from mnp.core.calibration import calibrated_results, check_calibration
+from mnp.core.calibration import calibrated_results, check_calibration, validation_rows
 from mnp.core.missing import missing_flag, missing_results, present_mask, removal_sets, without
 from mnp.core.per_view import PerView, per_view_flag
 from mnp.core.protocols import (DEFAULT_MAX_SUBSETS, add_noise, check_split, default_noise_levels, noise_generator,
@@ -224,6 +224,8 @@ class Routine(pl.LightningModule):
             log.info("%s: no missing-view protocol, its predict takes no `present` mask", type(self).__name__)
         self._missing = {s: ([], []) for s in self.missing_sets} if self.accepts_missing else {}
         self._per_view = PerView(self) if self.per_view else None
+        if self.calibration == "temperature":
+            validation_rows(self)  # none: one line before the test loop runs
 
     def _timed_predict(self, views: list[Tensor], where: str) -> tuple[Tensor, Tensor]:
         sync = self.device.type == "cuda"
