@@ -16,8 +16,8 @@ the calibration metrics are reported again, beside the raw ones (whose keys do n
 * ``cal/noise/ece@<σ>``, ``cal/noise/ece_mean``;
 * ``cal/missing/ece@v<k>``, ``cal/missing/ece_mean``.
 
-Under ``eval.split=val`` the calibrated keys are ``cal/val/...`` (T is then fitted and scored on the same
-rows: in-sample, one parameter). The validation rows are predicted with their own sampling generator, so the
+Under ``eval.split=val`` they are ``val/calibration/temperature``, ``val/cal/ece``, ``val/cal/noise/...``, ...
+(T is then fitted and scored on the same rows: in-sample, one parameter). The validation rows are predicted with their own sampling generator, so the
 raw metrics are the same with calibration on or off; no test row is read in fitting.
 """
 from __future__ import annotations
@@ -32,7 +32,7 @@ from torch import Tensor
 
 from mnp.core import metrics
 from mnp.core.missing import missing_results
-from mnp.core.protocols import sigma_key, validation_names
+from mnp.core.protocols import sigma_key
 
 if TYPE_CHECKING:
     from mnp.core.routine import Routine
@@ -138,7 +138,8 @@ def calibrated_results(model: "Routine", probs: Tensor, labels: Tensor) -> dict[
         stores = {s: ([temper(p, t) for p in ps], ys) for s, (ps, ys) in model._missing.items()}
         out.update({k: v for k, v in missing_results(stores, len(model.view_dims), model.noise_subsets, n_bins).items()
                     if "/ece" in k})
-    if model.eval_split == "val":
-        out = validation_names(out)
     log.info("temperature scaling: T = %.4g (fitted on the validation rows)", t)
-    return {"calibration/temperature": t, **{f"cal/{k}": v for k, v in out.items()}}
+    out = {"calibration/temperature": t, **{f"cal/{k}": v for k, v in out.items()}}
+    if model.eval_split == "val":  # val/...: what mnp.tools.select reads
+        out = {"val/" + k.replace("cal/test/", "cal/", 1): v for k, v in out.items()}
+    return out
