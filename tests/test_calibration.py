@@ -189,6 +189,7 @@ def test_evaluate_fits_the_same_temperature_from_the_checkpoint(tmp_path):
     assert not [k for k in plain if k.startswith(("cal/", "calibration/"))]
     ev = evaluate(OmegaConf.create({"ckpt_path": str(tmp_path / "raw" / "checkpoints" / "last.ckpt"),
                                     "output_dir": str(tmp_path / "e"), "data_dir": None,
-                                    "eval": {"calibration": "temperature"}, "trainer": {"accelerator": "cpu", "devices": 1}}))
+                                    "eval": {"calibration": "temperature"},
+                                    "trainer": {"accelerator": "cpu", "devices": 1}}))
     assert ev["calibration/temperature"] == pytest.approx(res["calibration/temperature"], rel=1e-6)
     assert ev["cal/test/ece"] == pytest.approx(res["cal/test/ece"], abs=1e-6) and ev["test/ece"] == plain["test/ece"]

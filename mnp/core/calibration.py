@@ -17,8 +17,9 @@ the calibration metrics are reported again, beside the raw ones (whose keys do n
 * ``cal/missing/ece@v<k>``, ``cal/missing/ece_mean``.
 
 Under ``eval.split=val`` they are ``val/calibration/temperature``, ``val/cal/ece``, ``val/cal/noise/...``, ...
-(T is then fitted and scored on the same rows: in-sample, one parameter). The validation rows are predicted with their own sampling generator, so the
-raw metrics are the same with calibration on or off; no test row is read in fitting.
+(T is then fitted and scored on the same rows: in-sample, one parameter). The validation rows are predicted
+with their own sampling generator, so the raw metrics are the same with calibration on or off; no test row is
+read in fitting.
 """
 from __future__ import annotations
 
