@@ -100,3 +100,16 @@ def test_the_per_view_arrays_and_a_model_without_the_hook():
 def test_eval_per_view_is_a_flag(bad):
     with pytest.raises(ConfigError, match="eval.per_view must be true or false"):
         check_eval({"per_view": bad})
+
+
+def test_a_view_in_no_noise_subset_has_no_noisy_key():
+    """eval.noise_max_subsets=1 of the two subsets (0,), (1,): one view is never noised, and gets no view/...@σ."""
+    dm = informative_view0(80)
+    model = tiny_mnp(dm, epochs=1)
+    model.configure_evaluation(noise_levels=[1.0], noise_max_subsets=1, missing=False)
+    quiet_trainer().test(model, dm, verbose=False)
+    res, (subset,) = model.test_results, model.noise_subsets
+    (k,), other = subset, 1 - subset[0]
+    assert f"view/acc@v{k}@1" in res and f"view/acc@v{other}@1" not in res and f"view/acc@v{other}" in res
+    assert res["view/acc@1"] == res[f"view/acc@v{k}@1"] and np.isnan(model.test_arrays["view/noise_acc"][other]).all()
+    assert all(np.isfinite(v) for v in res.values())

@@ -13,7 +13,7 @@ Keys (``val/view/...`` under ``eval.split=val``):
   ``view/ece_mean`` their means over the views;
 * ``view/acc@v<k>@<σ>``, ``view/ece@v<k>@<σ>``: view k's prediction when view k is noised at σ (pooled over the
   noise subsets that contain k);
-* ``view/acc@<σ>``, ``view/ece@<σ>``: their means over the views at each σ; ``view/noise_acc_mean@v<k>``,
+* ``view/acc@<σ>``, ``view/ece@<σ>``: their means over the views at each σ (the views some noise subset holds); ``view/noise_acc_mean@v<k>``,
   ``view/noise_ece_mean@v<k>``: view k's means over σ (as ``noise/acc_mean``).
 
 predictions.npz gains ``view/noise_acc`` and ``view/noise_ece``, (M, len(σ)) arrays for the per-σ figure.
@@ -112,17 +112,18 @@ class PerView:
         out["view/ece_mean"] = float(np.mean([out[f"view/ece@v{k}"] for k in range(m)]))
         if not self.model.noise_subsets:
             return out, {}
+        # a view in no noise subset (eval.noise_max_subsets drew none with it) has no noisy metric: NaN in the arrays
+        noised = sorted({k for subset in self.model.noise_subsets for k in subset})
         acc = np.full((m, len(self.noisy)), np.nan)
         ece = np.full_like(acc, np.nan)
         for i, (sigma, per_view) in enumerate(self.noisy.items()):
             key = sigma_key(sigma)
-            for k in range(m):
+            for k in noised:
                 acc[k, i], ece[k, i] = self._scores(per_view[k])
                 out[f"view/acc@v{k}@{key}"], out[f"view/ece@v{k}@{key}"] = float(acc[k, i]), float(ece[k, i])
-            out[f"view/acc@{key}"] = float(np.nanmean(acc[:, i])) if np.isfinite(acc[:, i]).any() else float("nan")
-            out[f"view/ece@{key}"] = float(np.nanmean(ece[:, i])) if np.isfinite(ece[:, i]).any() else float("nan")
-        for k in range(m):
-            if np.isfinite(acc[k]).any():  # a view in no noise subset (noise_max_subsets) has no noisy metric
-                out[f"view/noise_acc_mean@v{k}"] = float(np.nanmean(acc[k]))
-                out[f"view/noise_ece_mean@v{k}"] = float(np.nanmean(ece[k]))
+            out[f"view/acc@{key}"] = float(np.mean(acc[noised, i]))
+            out[f"view/ece@{key}"] = float(np.mean(ece[noised, i]))
+        for k in noised:
+            out[f"view/noise_acc_mean@v{k}"] = float(np.mean(acc[k]))
+            out[f"view/noise_ece_mean@v{k}"] = float(np.mean(ece[k]))
         return out, {"view/noise_acc": acc, "view/noise_ece": ece}
