@@ -115,7 +115,7 @@ def experiment_tables(agg: dict, experiment: str) -> list[Table]:
         oods = order({k.split("/")[1] for (e, _, _, dd, k) in agg
                       if e == experiment and dd == d and k.startswith("ood/") and k.endswith("/auroc")}, OOD_ORDER)
         if oods:
-            cols = [("Accuracy (%) ↑", d, ACC), ("ECE ↓", d, ECE), ("ECE, T-scaled ↓", d, CAL_ECE)]
+            cols = [("Accuracy (%) ↑", d, ACC), ("ECE ↓", d, ECE)]
             cols += [(f"AUROC {OOD_NAMES.get(o, o)} ↑", d, auroc_metric(o)) for o in oods]
             tables.append(make_table("4", f"{dataset_label(d)}: accuracy, ECE and OOD AUROC", f"ood-{d}", agg,
                                      experiment, cols))
