@@ -30,6 +30,7 @@ from mnp.optim import OPTIM_DOMAINS
 from mnp.core.routine import Routine
 from mnp.stacked import Stacks, distributed, stackable
 from mnp.step_graphs import StepGraphs, blockers
+from mnp.view_predictions import ViewPredictions
 from mnp.view_weighting import ViewWeighting
 
 
@@ -42,7 +43,7 @@ def glorot_(module: nn.Module) -> None:
                 nn.init.zeros_(m.bias)
 
 
-class MNP(ContextCache, ViewWeighting, MNPTraining, Routine):
+class MNP(ContextCache, ViewWeighting, ViewPredictions, MNPTraining, Routine):
     """Multimodal Neural Process; every deviation between paper and official code is a switch.
 
     The constructor's defaults are the paper's choices except ``lengthscale_form="l"`` (measured: with

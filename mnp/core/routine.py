@@ -29,7 +29,9 @@ import torch
 from torch import Tensor
 
 from mnp.core import metrics
+from mnp.core.calibration import calibrated_results, check_calibration, validation_rows
 from mnp.core.missing import missing_flag, missing_results, present_mask, removal_sets, without
+from mnp.core.per_view import PerView, per_view_flag
 from mnp.core.protocols import (DEFAULT_MAX_SUBSETS, add_noise, check_split, default_noise_levels, noise_generator,
                                 noise_subsets, noisy_copies, predict_in_chunks, resolve_noise_batch_rows, sigma_key,
                                 validation_names)
@@ -90,6 +92,11 @@ class Routine(pl.LightningModule):
     def predict(self, views: list[Tensor], present: Tensor | None = None) -> tuple[Tensor, Tensor]:
         raise NotImplementedError
 
+    def view_predictions(self, views: list[Tensor]) -> list[Tensor] | None:
+        """Each view's own prediction, M per-sample probabilities (S, B, K), for the ``view/`` metrics
+        (:mod:`mnp.core.per_view`); None: the model has none (the default)."""
+        return None
+
     @property
     def accepts_missing(self) -> bool:
         """Whether this model's ``predict`` takes the ``present`` mask (models written without it do not)."""
@@ -120,7 +127,8 @@ class Routine(pl.LightningModule):
     def configure_evaluation(self, noise_levels: Sequence[float] | None = None, noise_subset_size: int | None = None,
                              noise_seed: int = 0, noise: bool = True, n_bins: int = 15, sample_seed: int = 0,
                              noise_batch_rows: int | str = "auto", noise_max_subsets: int = DEFAULT_MAX_SUBSETS,
-                             missing: bool = True, split: str = "test") -> None:
+                             missing: bool = True, split: str = "test", per_view: bool = True,
+                             calibration: str = "none") -> None:
         """Set the noise protocol (docs/method.md §5); called by the pipeline from ``cfg.eval``. ``sample_seed`` (the
         run's seed) seeds the test predictions' own sampling (:func:`sample_generator`).
 
@@ -137,7 +145,13 @@ class Routine(pl.LightningModule):
         (:func:`~mnp.core.missing.removal_sets`); skipped for a single view.
 
         ``split``: ``test``, or ``val`` for the selection protocol: the whole evaluation runs on the validation
-        rows and every metric is named ``val/...`` (:func:`validation_names`), so no test metric exists."""
+        rows and every metric is named ``val/...`` (:func:`validation_names`), so no test metric exists.
+
+        ``per_view``: each view's own prediction's metrics, ``view/...`` (models with ``view_predictions``,
+        :mod:`mnp.core.per_view`). ``calibration``: ``none`` | ``temperature``, a temperature fitted on the
+        validation rows and the ``cal/...`` metrics beside the raw ones (:mod:`mnp.core.calibration`)."""
+        self.per_view = per_view_flag(per_view)
+        self.calibration = check_calibration(calibration)
         self.eval_split = check_split(split)
         self.noise_levels = list(default_noise_levels() if noise_levels is None else noise_levels)
         self.noise_subsets = noise_subsets(len(self.view_dims), noise_subset_size, noise_max_subsets,
@@ -213,6 +227,9 @@ class Routine(pl.LightningModule):
         if self.missing_sets and not self.accepts_missing:
             log.info("%s: no missing-view protocol, its predict takes no `present` mask", type(self).__name__)
         self._missing = {s: ([], []) for s in self.missing_sets} if self.accepts_missing else {}
+        self._per_view = PerView(self) if self.per_view else None
+        if self.calibration == "temperature":
+            validation_rows(self)  # none: one line before the test loop runs
 
     def _timed_predict(self, views: list[Tensor], where: str) -> tuple[Tensor, Tensor]:
         sync = self.device.type == "cuda"
@@ -251,6 +268,8 @@ class Routine(pl.LightningModule):
                     self._noisy[sigma].append(per_subset)  # (n_subsets, B, K)
             if self._missing:
                 self._missing_step(views, target, batch_idx)
+            if self._per_view is not None and self._per_view.active:
+                self._per_view.step(views, target, batch_idx)
         else:
             probs, unc = self.predict_any(views, where)
             store = self._ood.setdefault(dataloader_idx, {"unc": [], "is_ood": [], "probs": []})
@@ -311,6 +330,10 @@ class Routine(pl.LightningModule):
             arrays["noise/acc"] = np.asarray(accs)
         if self._missing:
             results.update(missing_results(self._missing, len(self.view_dims), self.noise_subsets, self.n_bins))
+        if self._per_view is not None:
+            view_results, view_arrays = self._per_view.results()
+            results.update(view_results)
+            arrays.update(view_arrays)
         names = self._ood_names()
         for idx, store in sorted(self._ood.items()):
             name = names[idx - 1] if idx - 1 < len(names) else f"ood{idx}"
@@ -328,6 +351,8 @@ class Routine(pl.LightningModule):
             results["time/train_epochs"] = len(self.epoch_times)
         if self.eval_split == "val":
             results, arrays = validation_names(results), validation_names(arrays)
+        if self.calibration == "temperature":
+            results.update(calibrated_results(self, probs, labels))
         self.test_results, self.test_arrays = results, arrays
         for k, v in results.items():
             self.log(k, v, add_dataloader_idx=False)

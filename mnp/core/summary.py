@@ -10,7 +10,8 @@ log = logging.getLogger("mnp")
 
 # (metrics.json key, label, format); percentages are stored as fractions
 ROWS = [("test/acc", "accuracy", "pct"), ("test/ece", "ECE", "f4"), ("test/nll", "NLL", "f4"),
-        ("noise/acc_mean", "noisy accuracy", "pct")]
+        ("noise/acc_mean", "noisy accuracy", "pct"), ("cal/test/ece", "ECE, temperature-scaled", "f4"),
+        ("calibration/temperature", "temperature T", "f4")]
 
 
 def duration(seconds: float) -> str:

@@ -33,6 +33,8 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from mnp.core.accel import CUDA_GRAPH, PRECISIONS
 from mnp.core.missing import missing_flag
 from mnp.core.domains import check_domains
+from mnp.core.calibration import check_calibration
+from mnp.core.per_view import per_view_flag
 from mnp.core.protocols import check_split, resolve_noise_batch_rows
 from mnp.core.rundir import WARMUP_RESOLVER, register_resolver
 
@@ -221,6 +223,9 @@ def check_ranges(c: dict) -> None:
     if ev.get("split") == "val" and not data.get("val_fraction"):
         raise ConfigError("eval.split=val evaluates on the validation rows: set dataset.val_fraction > 0 "
                           "(the selection protocol uses 0.2, docs/method.md §5.4)")
+    if ev.get("calibration") == "temperature" and not data.get("val_fraction"):
+        raise ConfigError("eval.calibration=temperature fits T on the validation rows: set dataset.val_fraction > 0 "
+                          "(e.g. 0.2, docs/method.md §5.6)")
     check_train_batches(trainer)
     check_accel(c.get("accel") or {})
     ckpt = (c.get("callbacks") or {}).get("checkpoint") or {}
@@ -260,6 +265,8 @@ def check_eval(ev: Mapping) -> None:
         resolve_noise_batch_rows(ev.get("noise_batch_rows", "auto"), "cpu")
         missing_flag(ev.get("missing", True))
         check_split(ev.get("split", "test"))
+        per_view_flag(ev.get("per_view", True))
+        check_calibration(ev.get("calibration", "none"))
     except ValueError as e:
         raise ConfigError(str(e)) from None
 

@@ -14,7 +14,9 @@ from mnp.tools.report_runs import LEGACY, dataset_label, model_label
 DATASETS = ["handwritten", "cub", "pie", "scene15"]
 MAIN = [("test/acc", "acc %", 100, 2), ("test/ece", "ECE", 1, 3), ("noise/acc_mean", "noisy acc %", 100, 2)]
 BASELINES = ["mcd", "de_ef", "sngp", "etp", "de_lf", "tmc", "mgp"]
-UNITS = {k: (label, scale, digits) for k, label, scale, digits in [*MAIN, ("test/nll", "NLL", 1, 3)]}
+UNITS = {k: (label, scale, digits) for k, label, scale, digits in [*MAIN, ("test/nll", "NLL", 1, 3),
+                                                                 ("cal/test/ece", "ECE, T-scaled", 1, 3),
+                                                                 ("cal/test/nll", "NLL, T-scaled", 1, 3)]}
 LEGEND = ("† a legacy aggregate: a cell of results.csv from before per-run records (runs.csv), shown as its mean, "
           "with no interval and no test.")
 

@@ -26,7 +26,8 @@ ID_COLUMNS = ["experiment", "model", "dataset", "variant", "seed"]
 RESULT_COLUMNS = ["model", "dataset", "metric", "mean", "std", "n", "ci95_low", "ci95_high", "source",
                   "experiment", "variant"]
 CLAIM_COLUMNS = ["experiment", "model", "dataset", "metric", "baseline", "difference", "p_value", "n", "verdict"]
-CLAIM_METRICS = ["test/acc", "test/ece", "noise/acc_mean", "test/nll"]
+# cal/: temperature-scaled (runs with eval.calibration=temperature, mnp.core.calibration)
+CLAIM_METRICS = ["test/acc", "test/ece", "noise/acc_mean", "test/nll", "cal/test/ece", "cal/test/nll"]
 NON_METRICS = {"seed", "epochs"}
 UNTESTED = "untested (legacy aggregate)"
 

@@ -29,6 +29,10 @@ class Metric:
 
 ACC = Metric("test/acc", True, 100.0, 2)
 ECE = Metric("test/ece", False)
+# eval.calibration=temperature (mnp.core.calibration): the same predictions, temperature-scaled on validation rows
+CAL_ECE = Metric("cal/test/ece", False)
+NLL = Metric("test/nll", False)
+CAL_NLL = Metric("cal/test/nll", False)
 NOISY_ACC = Metric("noise/acc_mean", True, 100.0, 2)
 TRAIN_TIME = Metric("time/train_epoch_s", False, 1.0, 3)
 TEST_TIME = Metric("time/test_s", False, 1.0, 3)
@@ -98,13 +102,24 @@ def make_table(paper: str, title: str, label: str, agg: dict, experiment: str,
     return Table(paper, title, label, rows, columns, cells)
 
 
+CAL_NOTE = "; T-scaled: after temperature scaling fitted on the validation rows (eval.calibration=temperature)"
+
+
+def raw_and_calibrated(datasets: list[str], raw: Metric, cal: Metric) -> list[tuple[str, str, Metric]]:
+    """Per dataset the raw column, then its temperature-scaled one (dropped by make_table where no run has it)."""
+    return [col for d in datasets for col in ((dataset_label(d), d, raw), (f"{dataset_label(d)} T-scaled", d, cal))]
+
+
 def experiment_tables(agg: dict, experiment: str) -> list[Table]:
     """The paper's Tables 1-5 for one experiment (those with data), in the paper's order."""
     datasets = order({d for (e, _, _, d, _) in agg if e == experiment}, DATASET_ORDER)
     per_ds = lambda metric: [(dataset_label(d), d, metric) for d in datasets]  # noqa: E731
+    note = CAL_NOTE if any(e == experiment and k == CAL_ECE.key for (e, _, _, _, k) in agg) else ""
     tables = [
         make_table("1", "Test accuracy (%) ↑", "accuracy", agg, experiment, per_ds(ACC)),
-        make_table("2", "Test ECE ↓", "ece", agg, experiment, per_ds(ECE)),
+        make_table("2", "Test ECE ↓" + note, "ece", agg, experiment, raw_and_calibrated(datasets, ECE, CAL_ECE)),
+        make_table("2", "Test NLL ↓" + note, "nll", agg, experiment, raw_and_calibrated(datasets, NLL, CAL_NLL))
+        if note else None,
         make_table("3", "Test accuracy (%) averaged over the 10 noise levels ↑", "noisy-accuracy", agg, experiment,
                    per_ds(NOISY_ACC)),
     ]

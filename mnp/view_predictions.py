@@ -1,0 +1,27 @@
+"""MNP's per-view predictions (docs/method.md §5.5): the decoder applied to each view's unimodal posterior.
+
+MBA (eq. 8) with a single view's terms is that view's own posterior of z,
+
+    σ²_m = 1 / (1/s*_m + 1/q_m),   μ_m = σ²_m (r*_m/s*_m + u_m/q_m),
+
+the same posteriors the training loss decodes for its unimodal terms (eq. 14). Decoded by Monte Carlo as the
+multimodal one is (eqs. 11–13), they give view m's own prediction. The view weighting of eq. 8′ changes only
+the fused posterior, never a unimodal one.
+"""
+from __future__ import annotations
+
+from torch import Tensor
+
+from mnp.decoder import sample_logits
+
+
+class ViewPredictions:
+    """MNP mixin (before Routine in the MRO): the test loop's ``view_predictions`` hook (mnp.core.per_view)."""
+
+    def view_predictions(self, views: list[Tensor]) -> list[Tensor]:
+        """M per-sample softmaxes (S·S, B, K), view m's from its unimodal posterior alone."""
+        _, _, _, r_star, s_star, u, q = self._attend_scores(views)
+        mu_m, var_m = self.aggregation.unimodal(r_star, s_star, u, q)  # (M, B, d)
+        logits = sample_logits(self.decoder, mu_m, var_m, self.hparams.num_samples, self.hparams.sigma_as_std,
+                               self.sample_generator)  # (S·S, M, B, K)
+        return list(logits.float().softmax(-1).unbind(1))
