@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
 PRESETS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
 # quick: not a sweep; switches and select: the command line names the models, datasets, seeds and candidates
-SWEEPS = [p for p in PRESETS if not p.startswith("optuna") and p not in ("switches", "quick", "select")]
+SWEEPS = [p for p in PRESETS if not p.startswith("optuna") and p not in ("switches", "quick", "select", "calibration")]
 MODELS = {"mlp", "mnp", "mnp_official", "mcd", "de_ef", "de_lf", "sngp", "etp", "tmc", "mgp"}
 DATASETS = {"synthetic", "handwritten", "cub", "pie", "caltech101", "scene15", "hmdb", "cifar10c", "digits_c", "custom"}
 # K and the paper's N^m per dataset (docs/method.md §2)
