@@ -35,8 +35,8 @@ from mnp.core import metrics
 from mnp.core.missing import missing_results
 from mnp.core.protocols import sigma_key
 
-if TYPE_CHECKING:
-    from mnp.core.routine import Routine
+if TYPE_CHECKING:  # the Routine these helpers serve (no import: routine imports this module)
+    import pytorch_lightning as pl
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +94,7 @@ def fit_temperature(probs: Tensor, labels: Tensor, bounds: tuple[float, float] =
     return t
 
 
-def validation_rows(model: "Routine"):
+def validation_rows(model: "pl.LightningModule"):
     """The datamodule that holds the validation rows T is fitted on; a one-line ValueError when there are none
     (checked when the test starts, so ``evaluate.py +eval.calibration=temperature`` fails before predicting)."""
     dm = getattr(model.trainer, "datamodule", None) if model._trainer is not None else None
@@ -104,10 +104,10 @@ def validation_rows(model: "Routine"):
 
 
 @torch.no_grad()
-def validation_predictions(model: "Routine") -> tuple[Tensor, Tensor]:
+def validation_predictions(model: "pl.LightningModule") -> tuple[Tensor, Tensor]:
     """Mean probabilities (N, K) and labels of the datamodule's validation rows (``val_views``, ``val_y``) on
     the host, predicted batch by batch (``eval_batch_size``) from the generators of :data:`CAL_LOADER`."""
-    from mnp.core.routine import sample_generator
+    from mnp.core.protocols import sample_generator
 
     dm = validation_rows(model)
     size = int(getattr(dm, "eval_batch_size", 1000))
@@ -120,7 +120,7 @@ def validation_predictions(model: "Routine") -> tuple[Tensor, Tensor]:
     return torch.cat(probs), torch.as_tensor(dm.val_y).long().cpu()
 
 
-def calibrated_results(model: "Routine", probs: Tensor, labels: Tensor) -> dict[str, float]:
+def calibrated_results(model: "pl.LightningModule", probs: Tensor, labels: Tensor) -> dict[str, float]:
     """T fitted on the validation rows, then the ``cal/`` metrics of the test loop's stores (clean ``probs``,
     ``labels``; the noisy and missing-view stores of ``model``), named as the raw ones are (``eval.split``)."""
     t = fit_temperature(*validation_predictions(model))

@@ -31,8 +31,8 @@ from mnp.core import metrics
 from mnp.core.missing import present_mask
 from mnp.core.protocols import noise_generator, noisy_copies, predict_in_chunks, resolve_noise_batch_rows, sigma_key
 
-if TYPE_CHECKING:
-    from mnp.core.routine import Routine
+if TYPE_CHECKING:  # the Routine these helpers serve (no import: routine imports this module)
+    import pytorch_lightning as pl
 
 # the sample generator index of the per-view predictions (the clean test set is 0, OOD sets 1, 2, ..., the
 # missing-view protocol's removal sets -1, -2, ...)
@@ -49,7 +49,7 @@ def per_view_flag(value) -> bool:
 class PerView:
     """The test loop's per-view predictions (mean probabilities on the host) and their metrics."""
 
-    def __init__(self, model: "Routine"):
+    def __init__(self, model: "pl.LightningModule"):
         self.model = model
         self.active = True  # False once the model's hook returns None
         m = len(model.view_dims)
@@ -65,7 +65,7 @@ class PerView:
 
     def step(self, views: list[Tensor], target: Tensor, batch_idx: int) -> None:
         """One clean test batch: its per-view predictions, clean and for every (σ, subset) noised copy."""
-        from mnp.core.routine import sample_generator
+        from mnp.core.protocols import sample_generator
 
         model = self.model
         views, present = present_mask(views, model.view_dims)

@@ -138,3 +138,13 @@ def validation_names(values: dict) -> dict:
             return key
         return "val/" + (key[len("test/"):] if key.startswith("test/") else key)
     return {name(k): v for k, v in values.items()}
+
+
+def sample_generator(device: torch.device, seed: int, dataloader_idx: int, batch_idx: int) -> torch.Generator:
+    """The generator a test batch's predictions sample from (Monte Carlo draws, MC dropout): seeded by the
+    run's seed and the batch alone, so train-then-test, a resumed run and evaluate.py give the same numbers
+    whatever the process did before (the global RNG's state depends on how many epochs it trained). The
+    missing-view protocol's removal set i draws from the generator of ``dataloader_idx`` −(i + 1)."""
+    g = torch.Generator(device=device)
+    g.manual_seed(((int(seed) * 1_000_003 + int(dataloader_idx)) * 1_000_003 + int(batch_idx)) % (1 << 63))
+    return g

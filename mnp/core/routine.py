@@ -33,8 +33,8 @@ from mnp.core.calibration import calibrated_results, check_calibration, validati
 from mnp.core.missing import missing_flag, missing_results, present_mask, removal_sets, without
 from mnp.core.per_view import PerView, per_view_flag
 from mnp.core.protocols import (DEFAULT_MAX_SUBSETS, add_noise, check_split, default_noise_levels, noise_generator,
-                                noise_subsets, noisy_copies, predict_in_chunks, resolve_noise_batch_rows, sigma_key,
-                                validation_names)
+                                noise_subsets, noisy_copies, predict_in_chunks, resolve_noise_batch_rows,
+                                sample_generator, sigma_key, validation_names)
 
 log = logging.getLogger(__name__)
 
@@ -56,16 +56,6 @@ def set_rng_states(states: dict) -> None:
     random.setstate(states["python"])
     if "cuda" in states and torch.cuda.is_available() and len(states["cuda"]) == torch.cuda.device_count():
         torch.cuda.set_rng_state_all(states["cuda"])
-
-
-def sample_generator(device: torch.device, seed: int, dataloader_idx: int, batch_idx: int) -> torch.Generator:
-    """The generator a test batch's predictions sample from (Monte Carlo draws, MC dropout): seeded by the
-    run's seed and the batch alone, so train-then-test, a resumed run and evaluate.py give the same numbers
-    whatever the process did before (the global RNG's state depends on how many epochs it trained). The
-    missing-view protocol's removal set i draws from the generator of ``dataloader_idx`` −(i + 1)."""
-    g = torch.Generator(device=device)
-    g.manual_seed(((int(seed) * 1_000_003 + int(dataloader_idx)) * 1_000_003 + int(batch_idx)) % (1 << 63))
-    return g
 
 
 class Routine(pl.LightningModule):
