@@ -217,7 +217,11 @@ def sources(root: Path = ROOT) -> dict:
     records = read_runs(main_dir / "runs.csv") if (main_dir / "runs.csv").is_file() else {}
     weighting = {p.stem.removeprefix("view_weighting_"): json.loads(p.read_text())
                  for p in sorted((root / "benchmarks").glob("view_weighting_*.json"))}
-    return {"paper_main": paper_main, "claims": claims(records, read_cells(main_dir / "results.csv")) if paper_main else [],
+    cal_dir = root / "results" / "calibration"
+    has_cal = (cal_dir / "runs.csv").is_file()
+    return {"calibration": read_results(cal_dir / "results.csv") if has_cal else {},
+            "calibration_claims": claims(read_runs(cal_dir / "runs.csv"), read_cells(cal_dir / "results.csv"))
+            if has_cal else [],"paper_main": paper_main, "claims": claims(records, read_cells(main_dir / "results.csv")) if paper_main else [],
             "noise_curves": noise_figure.curves(paper_main), "view_weighting": weighting,
             "switches": read_results(root / "results" / "switches" / "results.csv"),
             "digits_c": read_results(root / "results" / "digits_c" / "results.csv"),

@@ -130,5 +130,25 @@ def render_claims(src: dict) -> str:
     return _legend([summary, ""] + rows)
 
 
+CALIBRATION = [("test/ece", "ECE", 1, 3), ("cal/test/ece", "ECE, T-scaled", 1, 3), ("test/nll", "NLL", 1, 3),
+               ("cal/test/nll", "NLL, T-scaled", 1, 3), ("calibration/temperature", "T", 1, 2)]
+
+
+def render_calibration(src: dict) -> str:
+    """experiment=calibration: raw and temperature-scaled ECE and NLL of each model, and MNP's paired tests."""
+    res, found = src["calibration"], [r for r in src["calibration_claims"] if r["metric"].startswith("cal/")]
+    datasets = sorted({d for (_, _, d, _) in res}, key=lambda d: (d not in DATASETS, d))
+    rows = ["| dataset | model | " + " | ".join(label for _, label, _, _ in CALIBRATION) + " |",
+            "|---|---|" + "---|" * len(CALIBRATION)]
+    for d in datasets:
+        for m in [*BASELINES, "mnp"]:
+            if (m, "", d, "test/ece") in res:
+                rows.append(f"| {dataset_label(d)} | {model_label(m)} | " + " | ".join(
+                    ci_cell(res.get((m, "", d, k)), sc, g) for k, _, sc, g in CALIBRATION) + " |")
+    tests = [f"- MNP against {model_label(r['baseline'])} on {r['metric']} ({dataset_label(r['dataset'])}): "
+             f"{claim_text(r)}" for r in found]
+    return "\n".join(rows + ([""] + tests if tests else []))
+
+
 RENDERERS = {"paper_main": render_paper_main, "glance": render_glance, "baselines": render_baselines,
-             "digits_c": render_digits_c, "claims": render_claims}
+             "digits_c": render_digits_c, "claims": render_claims, "calibration": render_calibration}
