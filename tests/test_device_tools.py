@@ -5,7 +5,7 @@ import sys
 from cfg_utils import ROOT
 
 sys.path.insert(0, str(ROOT / "benchmarks" / "device"))
-import gpu_check  # noqa: E402,F401
+import gpu_check  # noqa: E402
 import step_capture  # noqa: E402
 
 
@@ -20,20 +20,23 @@ def test_step_capture_parses_the_printed_lines_into_the_json_fields():
         "pie": {"host_sync_free": False, "eager_ms": 20.0}}
 
 
-def test_device_jobs_run_the_fidelity_table_first_without_repeats():
-    jobs = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "device" / "jobs.py")], capture_output=True,
-                          text=True, check=True).stdout.splitlines()
-    first = {tuple(j.split()[1:4]) for j in jobs[:40]}
-    assert first == {(f"model={m}", f"dataset={d}", f"seed={s}") for m in ("mnp", "mnp_official")
-                     for d in ("handwritten", "cub", "pie", "scene15") for s in range(5)}
-    assert len(jobs) == len(set(jobs))
+def test_device_final_jobs_cover_every_cell_seed_by_seed_without_repeats():
+    jobs = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "device" / "jobs.py"), "final"],
+                          capture_output=True, text=True, check=True).stdout.splitlines()
+    cells = [tuple(j.split()[1:4]) for j in jobs]
+    models = ("mnp", "mgp", "sngp", "etp", "mcd", "de_ef", "de_lf", "tmc", "mnp_official")
+    datasets = ("handwritten", "cub", "pie", "scene15")
+    assert sorted(cells) == sorted((f"model={m}", f"dataset={d}", f"seed={s}") for m in models for d in datasets
+                                   for s in range(10))
+    per_seed = len(models) * len(datasets)
+    assert all(c[2] == "seed=0" for c in cells[:per_seed])  # a sweep cut short keeps whole seeds
+    assert all(j.startswith("experiment=paper_main ") for j in jobs)
 
 
 def test_gpu_check_records_each_step_and_skips_what_the_deadline_leaves_no_time_for(tmp_path):
     import json
     import time
 
-    import gpu_check
     s = gpu_check.Session(tmp_path, deadline=60)
     s.step("ok", [sys.executable, "-c", "print('hello')"], 30)
     s.step("fails", [sys.executable, "-c", "raise SystemExit(3)"], 30)
@@ -48,7 +51,6 @@ def test_gpu_check_records_each_step_and_skips_what_the_deadline_leaves_no_time_
 
 def test_gpu_check_runs_compose_as_valid_train_configs(tmp_path):
     """Every whole run's overrides compose and validate (on the CPU: the emulated graph)."""
-    import gpu_check
     from cfg_utils import compose_train
     from mnp.core.validate import resolve_auto, validate
     for cpu in (False, True):
@@ -74,7 +76,6 @@ def test_graph_check_compares_captured_and_eager_training_and_passes_emulated():
 def test_gpu_check_counts_stream_warnings_and_checks_the_step_each_run_took(tmp_path):
     """One device session verifies the new defaults: auto chose the graph in every run but the eager one,
     and no step's log holds torch's "AccumulateGrad node's stream does not match" warning."""
-    import gpu_check
     s = gpu_check.Session(tmp_path, deadline=60)
     s.step("graph_check", [sys.executable, "-c", f"print({gpu_check.STREAM_WARNING!r})"], 30)
     s.record["runs"] = [{"variant": "default", "accel/step": "cuda_graph"}, {"variant": "eager", "accel/step": "eager"}]

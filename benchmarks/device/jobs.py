@@ -1,7 +1,7 @@
 """The jobs of a device sweep, one `train.py -m` argument list per line, longest and most needed first.
 
     python3 benchmarks/device/jobs.py select   # stage 1: the selection runs of the decisions still open
-    python3 benchmarks/device/jobs.py final    # stage 2: paper_main, seeds 0-9, every model on the four datasets
+    python3 benchmarks/device/jobs.py final    # stage 2: paper_main, seeds 0-9, every model on the four datasets, seed by seed
 
 Stage 1 trains every candidate of results/decisions/open.csv's MNP decisions on validation rows
 (experiment=select, docs/method.md §5.4), five seeds each; `benchmarks/device/run.sh` keeps their checkpoints and
@@ -11,7 +11,7 @@ records are committed and conf/ holds the chosen settings: the reported runs, wh
 import sys
 
 SEEDS_SELECT, SEEDS_FINAL = range(5), range(10)
-MODELS = ("mnp", "mgp", "sngp", "etp", "mcd", "de_ef", "de_lf", "tmc")
+MODELS = ("mnp", "mgp", "sngp", "etp", "mcd", "de_ef", "de_lf", "tmc", "mnp_official")
 DATASETS = ("scene15", "pie", "handwritten", "cub")  # the longest first
 # one-at-a-time candidates around today's defaults, per dataset: the decisions of results/decisions/open.csv
 CANDIDATES = {
