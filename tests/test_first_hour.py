@@ -189,8 +189,8 @@ def test_a_run_shortened_below_the_datasets_warmup_scales_it_in_one_line(tmp_pat
     """``-m model=mnp,mlp dataset=cub trainer.max_epochs=20`` used to fail MNP's job on its 100 warm-up epochs."""
     import logging
 
-    # (dataset, trainer.max_epochs) -> warm-up: 100 of CUB's 150 epochs, 100 of Handwritten's 105, 100 of PIE's 350
-    cases = {("cub", 20): 13, ("cub", 120): 100, ("cub", None): 100, ("handwritten", 5): 4, ("pie", 1): 0,
+    # (dataset, trainer.max_epochs) -> warm-up: 100 of Scene15's 300 epochs, 100 of Handwritten's 105, 100 of PIE's 350
+    cases = {("scene15", 20): 7, ("scene15", 120): 100, ("scene15", None): 100, ("handwritten", 5): 4, ("pie", 1): 0,
              ("pie", 101): 100, ("pie", 100): 29}
     for (dataset, epochs), warmup in cases.items():
         cfg = compose_train(tmp_path, ["model=mnp", f"dataset={dataset}"] +
@@ -203,13 +203,13 @@ def test_a_run_shortened_below_the_datasets_warmup_scales_it_in_one_line(tmp_pat
         lines = [r.getMessage() for r in caplog.records]
         assert len(lines) == (warmup != 100), lines  # one line when it is scaled
     caplog.clear()
-    cfg = compose_train(tmp_path, ["model=mnp", "dataset=cub", "trainer.max_epochs=20"])
+    cfg = compose_train(tmp_path, ["model=mnp", "dataset=scene15", "trainer.max_epochs=20"])
     with caplog.at_level(logging.INFO, logger="mnp.core.validate"):
         resolve_auto(cfg)
     assert [r.getMessage() for r in caplog.records] == [
         "trainer.max_epochs=20 leaves no epoch after the dataset's 100 warm-up epochs: the warm-up keeps its share "
-        "of the run, model.warmup_epochs=13 (100 of 150 by default; set model.warmup_epochs to choose)"]
-    cfg = compose_train(tmp_path, ["model=mnp", "dataset=cub", "trainer.max_epochs=20", "model.warmup_epochs=100"])
+        "of the run, model.warmup_epochs=7 (100 of 300 by default; set model.warmup_epochs to choose)"]
+    cfg = compose_train(tmp_path, ["model=mnp", "dataset=scene15", "trainer.max_epochs=20", "model.warmup_epochs=100"])
     resolve_auto(cfg)
     with pytest.raises(ConfigError, match=r"^model.warmup_epochs=100 >= trainer.max_epochs=20"):
         validate(cfg)  # a warm-up the user gives is the user's
