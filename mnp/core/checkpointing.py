@@ -49,8 +49,9 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     a run keeps one checkpoint on disk, not two. Where a crash in that window left a damaged ``last.ckpt``,
     :func:`resume_checkpoint` resumes from ``prev.ckpt``."""
 
-    def __init__(self, resumed_from: str | None = None):
+    def __init__(self, resumed_from: str | None = None, ckpt_dir: Path | None = None):
         self.ours = {str(Path(resumed_from).resolve())} if resumed_from else set()
+        self.ckpt_dir = ckpt_dir  # the only folder a restored callback state may name (None: no folder)
 
     def save_checkpoint(self, checkpoint, path, storage_options=None) -> None:
         if storage_options is not None:
@@ -68,7 +69,39 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             path.with_name(PREVIOUS).unlink(missing_ok=True)
 
     def load_checkpoint(self, path, map_location=None, weights_only=None) -> dict:
-        return safe_load(path, map_location)
+        return restorable(safe_load(path, map_location), self.ckpt_dir, path)
+
+
+CKPT_PATH_KEYS = ("best_model_path", "kth_best_model_path", "last_model_path")
+
+
+def restorable(ckpt, ckpt_dir: Path | None, path) -> dict:
+    """``ckpt`` with every file path of its ModelCheckpoint states that does not resolve to a file directly in
+    ``ckpt_dir`` (symlinks and ``..`` followed) dropped, with a warning: Lightning deletes a restored "previous
+    best" (``rm -r``), so a crafted state could name any directory tree. Those are the only paths a restored
+    state holds (the loops hold counters: :func:`check_loops`)."""
+    if not isinstance(ckpt, dict):
+        return ckpt
+    inside = Path(ckpt_dir).resolve() if ckpt_dir is not None else None
+
+    def kept(where: str, value) -> bool:
+        ok = isinstance(value, str) and (value == "" or inside is not None and Path(value).resolve().parent == inside)
+        if not ok:
+            log.warning("checkpoint %s: %s names %r, not a file in %s; it is not restored", path, where, value,
+                        inside or "this run's checkpoints")
+        return ok
+
+    for key, state in (ckpt.get("callbacks") or {}).items():
+        if not (isinstance(key, str) and key.startswith("ModelCheckpoint") and isinstance(state, dict)):
+            continue
+        for name in CKPT_PATH_KEYS:
+            if name in state and not kept(f"{key}.{name}", state[name]):
+                state[name] = ""
+        if "best_k_models" in state:
+            models = state["best_k_models"] if isinstance(state["best_k_models"], dict) else {}
+            state["best_k_models"] = {p: v for p, v in models.items() if kept(f"{key}.best_k_models", p)}
+    check_loops(ckpt.get("loops"), path)
+    return ckpt
 
 
 def check_checkpoint_dir(ckpt_dir: Path) -> None:
@@ -169,6 +202,13 @@ def load_checkpoint(path, map_location="cpu") -> dict:
     return ckpt
 
 
+def resumable(path) -> dict:
+    """:func:`load_checkpoint` of a checkpoint to resume from, whose loop state is checked too."""
+    ckpt = load_checkpoint(path)
+    check_loops(ckpt.get("loops"), path)
+    return ckpt
+
+
 def resume_checkpoint(ckpt_path: str | None, out_dir: Path) -> tuple[str | None, dict | None]:
     """``(None, None)`` (fresh), or the path to resume from and its loaded contents (read once, for the checks
     before the resume): the readable given path, or for ``"last"`` this run's ``last.ckpt`` if any; one that
@@ -177,23 +217,40 @@ def resume_checkpoint(ckpt_path: str | None, out_dir: Path) -> tuple[str | None,
     if ckpt_path in (None, "", "none", "null"):
         return None, None
     if ckpt_path != "last":
-        return str(ckpt_path), load_checkpoint(ckpt_path)
+        return str(ckpt_path), resumable(ckpt_path)
     last, prev = Path(out_dir) / "checkpoints" / LAST, Path(out_dir) / "checkpoints" / PREVIOUS
     if not last.exists() and not prev.exists():
         return None, None
     try:
-        return str(last), load_checkpoint(last)
+        return str(last), resumable(last)
     except UnsafeCheckpoint:
         raise
     except (CheckpointError, FileNotFoundError) as e:
         problem = str(e)
     try:
-        ckpt = load_checkpoint(prev)
+        ckpt = resumable(prev)
+    except UnsafeCheckpoint:
+        raise
     except (CheckpointError, FileNotFoundError):
         raise CheckpointError(f"{problem}; nor is there a readable {prev} to resume from; move {out_dir} away "
                               "to start afresh, or set ckpt_path=null to overwrite it") from None
     log.warning("%s; resuming from %s (epoch %d) instead", problem, prev, int(ckpt["epoch"]))
     return str(prev), ckpt
+
+
+def check_loops(loops, path) -> None:
+    """Lightning's restored loop state holds counters only (nested dicts of numbers): anything else is refused."""
+    def walk(node, where: str) -> None:
+        if isinstance(node, dict):
+            for k, v in node.items():
+                walk(v, f"{where}.{k}")
+        elif isinstance(node, (list, tuple)):
+            for i, v in enumerate(node):
+                walk(v, f"{where}[{i}]")
+        elif not (node is None or isinstance(node, (bool, int, float))):
+            raise UnsafeCheckpoint(f"checkpoint {path} refused: its loop state holds {type(node).__name__} {str(node)[:60]!r} "
+                                  f"at {where}, where train.py writes counters; only load checkpoints written by train.py")
+    walk(loops if loops is not None else {}, "loops")
 
 
 def check_epochs(ckpt_path: str, max_epochs: int, ckpt: dict | None = None) -> None:

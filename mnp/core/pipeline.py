@@ -250,7 +250,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     clock, resumed = RunTime(t0, resumed), None  # Lightning reads the checkpoint itself: this copy goes
     trainer = build("trainer", cfg.trainer, logger=loggers or False, callbacks=[*callbacks, clock, *progress, first_step],
                     enable_checkpointing=any(isinstance(c, ModelCheckpoint) for c in callbacks), enable_progress_bar=bar,
-                    default_root_dir=str(out_dir), plugins=[AtomicCheckpointIO(resume_from)],
+                    default_root_dir=str(out_dir), plugins=[AtomicCheckpointIO(resume_from, out_dir / "checkpoints")],
                     limit_val_batches=None if has_val else 0)
     accel = cfg.get("accel") or {}
     step = configure_accel(model, accel, trainer)  # which training step runs, for metrics.json

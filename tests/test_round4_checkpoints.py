@@ -1,0 +1,60 @@
+"""Reliability round four (issue 30): crafted checkpoint state and evaluate.py's outputs."""
+import json
+
+import pytest
+import torch
+
+from cfg_utils import compose_train
+from mnp.core.pipeline import evaluate, train
+from test_checkpointing import MLP_RUN, eval_cfg, guarded
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def _victim(tmp_path):
+    victim = tmp_path / "victimdir"
+    (victim / "sub").mkdir(parents=True)
+    (victim / "sub" / "keep.txt").write_text("precious")
+    return victim
+
+
+def _with_best_path(src, dst, best):
+    """``src`` with its ModelCheckpoint state's best_model_path set to ``best`` (it loads weights_only=True), as
+    a state of the checkpoint folder ``dst`` is in."""
+    ckpt = torch.load(src, weights_only=True)
+    for key, state in ckpt["callbacks"].items():
+        if key.startswith("ModelCheckpoint"):
+            state["dirpath"] = str(dst.parent)
+            state["best_model_path"] = str(best)
+            state["best_k_models"] = {str(best): torch.tensor(0.0)}
+    torch.save(ckpt, dst)
+
+
+@pytest.mark.parametrize("where", ["ckpt_path", "last"])
+def test_a_crafted_best_model_path_outside_the_run_deletes_nothing_on_resume(tmp_path, where):
+    victim = _victim(tmp_path)
+    train(compose_train(tmp_path / "a", [*MLP_RUN, "trainer.max_epochs=1", "test=false"]))
+    good = tmp_path / "a" / "checkpoints" / "last.ckpt"
+    run = tmp_path / "b"
+    if where == "ckpt_path":  # N17: resumed from a file given on the command line
+        crafted, resume = tmp_path / "evil.ckpt", [f"ckpt_path={tmp_path / 'evil.ckpt'}"]
+    else:  # N18: the same state in a shared run's last.ckpt, resumed by the default ckpt_path=last
+        (run / "checkpoints").mkdir(parents=True)
+        crafted, resume = run / "checkpoints" / "last.ckpt", []
+    _with_best_path(good, crafted, run / "checkpoints" / ".." / ".." / "victimdir")
+    train(compose_train(run, [*MLP_RUN, "trainer.max_epochs=3", *resume]))
+    assert (victim / "sub" / "keep.txt").read_text() == "precious"
+    assert json.loads((run / "metrics.json").read_text())["epochs"] == 3
+
+
+def test_a_checkpoint_whose_loop_state_holds_text_is_refused_in_one_line(tmp_path, capsys):
+    train(compose_train(tmp_path / "a", [*MLP_RUN, "trainer.max_epochs=1", "test=false"]))
+    ckpt = torch.load(tmp_path / "a" / "checkpoints" / "last.ckpt", weights_only=True)
+    ckpt["loops"]["fit_loop"]["state_dict"] = {"path": "/etc"}
+    torch.save(ckpt, tmp_path / "evil.ckpt")
+    line = guarded(train, compose_train(tmp_path / "b", [*MLP_RUN, "trainer.max_epochs=2",
+                                                          f"ckpt_path={tmp_path / 'evil.ckpt'}"]), capsys)
+    assert line == (f"error: checkpoint {tmp_path / 'evil.ckpt'} refused: its loop state holds str '/etc' at "
+                    "loops.fit_loop.state_dict.path, where train.py writes counters; only load checkpoints "
+                    "written by train.py")
+    assert not (tmp_path / "b" / "config.yaml").exists()
