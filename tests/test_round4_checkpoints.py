@@ -6,7 +6,7 @@ import torch
 
 from cfg_utils import compose_train
 from mnp.core.pipeline import evaluate, train
-from test_checkpointing import MLP_RUN, eval_cfg, guarded
+from test_checkpointing import MLP_RUN, eval_cfg, guarded, results
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -58,3 +58,31 @@ def test_a_checkpoint_whose_loop_state_holds_text_is_refused_in_one_line(tmp_pat
                     "loops.fit_loop.state_dict.path, where train.py writes counters; only load checkpoints "
                     "written by train.py")
     assert not (tmp_path / "b" / "config.yaml").exists()
+
+
+def test_evaluate_never_writes_over_a_training_record_nor_another_evaluation(tmp_path, capsys):
+    run = tmp_path / "run"
+    train(compose_train(run, [*MLP_RUN, "trainer.max_epochs=1"]))
+    ckpt = run / "checkpoints" / "last.ckpt"
+    record = {f: (run / f).read_bytes() for f in ("metrics.json", "config.yaml", "predictions.npz")}
+    cfg = eval_cfg(ckpt, run)  # N98: output_dir=<the run>
+    cfg.eval = {"noise_levels": [0.5]}
+    line = guarded(evaluate, cfg, capsys)
+    assert line.startswith(f"error: output_dir {run} holds a training run's record (metrics.json, config.yaml, "
+                           "checkpoints/), which an evaluation never writes over")
+    assert record == {f: (run / f).read_bytes() for f in record}
+    outs = {}
+    for bins in (5, 7):  # two evaluations with other eval settings: each its own folder
+        cfg = eval_cfg(ckpt, None)
+        cfg.output_dir, cfg.eval = None, {"n_bins": bins}
+        outs[bins] = evaluate(cfg)
+    for bins in (5, 7):
+        assert json.loads((run / f"eval_n_bins={bins}" / "metrics.json").read_text()) == outs[bins]
+    assert outs[5]["test/ece"] != outs[7]["test/ece"]
+    cfg = eval_cfg(ckpt, run / "eval_n_bins=5")  # an explicit output_dir of another evaluation
+    cfg.eval = {"n_bins": 9}
+    assert guarded(evaluate, cfg, capsys) == (f"error: output_dir {run / 'eval_n_bins=5'} holds another evaluation "
+                                              "(differs at eval.n_bins); it was left as it is: choose another "
+                                              "output_dir, or move it away")
+    cfg.eval = {"n_bins": 5}  # the same evaluation again writes over its own outputs
+    assert results(evaluate(cfg)) == results(outs[5])

@@ -33,8 +33,8 @@ from mnp.core.oom import allocation_failure, explains_memory, record_data
 from mnp.core.outputs import write_json, write_npz
 from mnp.core.progress import progress_callbacks
 from mnp.core.runrecord import accept, staged
-from mnp.core.rundir import (check_reuse, data_hashes, eval_dir, hydra_variant, keep_derived, stored_config,
-                             warn_if_data_changed)
+from mnp.core.rundir import (check_eval_output, check_reuse, data_hashes, eval_dir, hydra_variant, keep_derived,
+                             stored_config, warn_if_data_changed)
 from mnp.core.startup import FirstStep, run_start
 from mnp.core.stored_config import checked_run_config, init_keys, restore_model
 from mnp.core.summary import log_run_summary
@@ -327,10 +327,11 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     ev = cfg.get("eval")  # the +eval.* overrides, checked before anything is loaded
     check_eval(OmegaConf.to_container(ev, resolve=True) if OmegaConf.is_config(ev) else ev or {})
     ckpt_path = Path(cfg.ckpt_path)
-    out_dir = Path(cfg.output_dir) if cfg.get("output_dir") else Path(eval_dir(str(ckpt_path)))
+    out_dir = Path(cfg.output_dir or eval_dir(str(ckpt_path), cfg.get("eval"), cfg.get("data_dir")))
     data_dir = os.path.abspath(os.path.expanduser(cfg.data_dir)) if cfg.get("data_dir") else None
     run_cfg, model_name, dataset_name, dm, model, ckpt = load_run(ckpt_path, data_dir, cfg.get("eval"))
     warn_if_data_changed(run_cfg, dm.data_files(), ckpt_path)
+    check_eval_output(out_dir, ckpt_path, OmegaConf.to_container(run_cfg, resolve=True))
     check_writable(out_dir)
     trainer = pl.Trainer(accelerator=cfg.trainer.accelerator, devices=cfg.trainer.devices, logger=False,
                          enable_checkpointing=False, enable_model_summary=False)

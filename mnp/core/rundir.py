@@ -16,6 +16,7 @@ data file changed since stops the job too.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 from pathlib import Path
 from typing import Any, Iterable
@@ -59,7 +60,12 @@ def result_overrides(overrides: Iterable[str]) -> list[str]:
 
 def variant_name(overrides: Iterable[str]) -> str:
     """``"k=v,k2=v2"`` of the result-changing overrides (``""`` if none); long ones end in a hash."""
-    kept = ",".join(result_overrides(overrides)).replace("/", "-")
+    return short_name(result_overrides(overrides))
+
+
+def short_name(parts: Iterable[str]) -> str:
+    """``parts`` joined by commas, a directory name (no ``/``); a long one ends in a hash."""
+    kept = ",".join(parts).replace("/", "-")
     if len(kept) > MAX_SUFFIX:
         kept = f"{kept[:MAX_SUFFIX - 9]}~{hashlib.sha1(kept.encode()).hexdigest()[:8]}"
     return kept
@@ -73,7 +79,7 @@ def run_suffix(overrides: Iterable[str]) -> str:
 
 def register_resolver() -> None:
     """The configs' resolvers: ``${mnp_run_suffix:${hydra.overrides.task}}`` in conf/hydra/default.yaml,
-    ``${mnp_eval_dir:${ckpt_path}}`` in conf/evaluate.yaml, ``${mnp_pending_record:}`` in conf/train.yaml,
+    ``${mnp_eval_dir:${ckpt_path},${eval},${data_dir}}`` in conf/evaluate.yaml, ``${mnp_pending_record:}`` in conf/train.yaml,
     ``${mnp_gpu_jobs:}`` in conf/launcher/gpu_joblib.yaml (mnp.core.resources) and ``${mnp_warmup:W,E}`` in
     conf/model_dataset/."""
     if not OmegaConf.has_resolver(RESOLVER):
@@ -98,12 +104,47 @@ def scaled_warmup(warmup: int, of: int, *, _root_) -> int:
     return max(min(round(warmup * epochs / of), epochs - 1), 0)
 
 
-def eval_dir(ckpt_path: str) -> str:
+def eval_dir(ckpt_path: str, evaluation=None, data_dir: str | None = None) -> str:
     """``<run dir>/eval`` for ``<run dir>/checkpoints/<name>.ckpt`` (else ``eval`` beside the file),
-    absolute: an evaluation writes nothing outside the run it evaluates."""
+    absolute: an evaluation writes nothing outside the run it evaluates. Evaluations with ``+eval.*``
+    settings (``evaluation``) or another ``data_dir`` each get their own, ``eval_<settings>``
+    (``eval_noise_levels=[0.5]``), so one never writes over another."""
     ckpt = Path(str(ckpt_path)).expanduser().absolute()
     run = ckpt.parent.parent if ckpt.parent.name == "checkpoints" else ckpt.parent
-    return str(run / "eval")
+    if OmegaConf.is_config(evaluation):
+        evaluation = OmegaConf.to_container(evaluation, resolve=True)
+    parts = sorted(f"{k}={v}".replace(" ", "") for k, v in flatten(evaluation or {}).items())
+    parts += [f"data_dir={data_dir}"] if data_dir else []
+    return str(run / ("eval_" + short_name(parts) if parts else "eval"))
+
+
+class EvalOutputConflict(ValueError):
+    """evaluate.py's output directory holds a training record, or another evaluation's."""
+
+
+def check_eval_output(out_dir: Path, ckpt_path: Path, run_cfg: dict) -> None:
+    """Refuse (:class:`EvalOutputConflict`) an ``out_dir`` whose ``metrics.json`` is a training run's (or that holds
+    ``checkpoints/``), or another evaluation's: of another checkpoint, or with another config (``run_cfg``, the
+    one its ``config.yaml`` would hold). The same evaluation again writes over its own outputs."""
+    metrics, config = out_dir / "metrics.json", out_dir / "config.yaml"
+    try:
+        record = json.loads(metrics.read_text()) if metrics.is_file() else None
+    except (OSError, ValueError):
+        record = []
+    evaluated = record.get("checkpoint") if isinstance(record, dict) else None
+    if (out_dir / "checkpoints").exists() or (record is not None and evaluated is None):
+        raise EvalOutputConflict(f"output_dir {out_dir} holds a training run's record ({metrics.name}, "
+                                 f"{config.name}, checkpoints/), which an evaluation never writes over; leave "
+                                 "output_dir unset (the evaluation goes into the run's eval_* folder) or choose another")
+    if evaluated is None:
+        return
+    drift = [] if Path(evaluated).resolve() == Path(ckpt_path).resolve() else ["checkpoint"]
+    if config.is_file():
+        old, new = flatten(OmegaConf.to_container(OmegaConf.load(config))), flatten(run_cfg)
+        drift += sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
+    if drift:
+        raise EvalOutputConflict(f"output_dir {out_dir} holds another evaluation (differs at {', '.join(drift[:6])}); "
+                                 "it was left as it is: choose another output_dir, or move it away")
 
 
 def hydra_variant() -> str:
