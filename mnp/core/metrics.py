@@ -14,8 +14,18 @@ from torchmetrics.functional.classification import multiclass_accuracy, multicla
 EPS = 1e-12
 
 
+def nonfinite_rows(probs: Tensor) -> int:
+    """How many rows of ``probs`` (N, K) hold a NaN or inf: a numerical failure, not a prediction."""
+    return int((~torch.isfinite(probs)).any(-1).sum())
+
+
 def accuracy(probs: Tensor, labels: Tensor) -> float:
-    """Micro accuracy of the arg-max prediction; ``probs`` is (N, K)."""
+    """Micro accuracy of the arg-max prediction; ``probs`` is (N, K). A row that is not finite counts as an error
+    (the arg-max of NaN is class 0, which would count as right for every row of that class)."""
+    finite = torch.isfinite(probs).all(-1, keepdim=True)
+    if not finite.all():
+        wrong = torch.nn.functional.one_hot((labels + 1) % probs.shape[-1], probs.shape[-1]).to(probs.dtype)
+        probs = torch.where(finite, probs, wrong)
     return multiclass_accuracy(probs, labels, num_classes=probs.shape[-1], average="micro").item()
 
 

@@ -273,10 +273,7 @@ class Routine(pl.LightningModule):
         labels = torch.cat(self._clean["labels"])
         unc = torch.cat(self._clean["unc"])
         results: dict[str, float] = {f"test/{k}": v for k, v in metrics.classification_metrics(probs, labels, self.n_bins).items()}
-        if bad := int((~torch.isfinite(probs)).any(-1).sum()):  # a numerical failure: say so, keep the count
-            results["test/nonfinite_rows"] = bad
-            log.warning("%d of %d test rows have non-finite probabilities (%s): ECE, NLL and Brier are not "
-                        "meaningful for this run", bad, len(probs), type(self).__name__)
+        self._count_nonfinite(results, "test/nonfinite_rows", probs, "test rows")
         arrays: dict[str, np.ndarray] = {"test/probs": probs.numpy(), "test/labels": labels.numpy(),
                                          "test/uncertainty": unc.numpy()}
         for name, parts in self._extra.items():
@@ -288,6 +285,8 @@ class Routine(pl.LightningModule):
                 p = torch.cat(self._noisy[sigma], dim=1)  # (n_subsets, N, K)
                 pooled_p, pooled_y = p.reshape(-1, p.shape[-1]), nl.repeat(p.shape[0])
                 acc, e = metrics.accuracy(pooled_p, pooled_y), metrics.ece(pooled_p, pooled_y, self.n_bins)
+                self._count_nonfinite(results, f"noise/nonfinite_rows@{sigma_key(sigma)}", pooled_p,
+                                      f"noised test rows at sigma {sigma_key(sigma)}")
                 results[f"noise/acc@{sigma_key(sigma)}"] = acc
                 results[f"noise/ece@{sigma_key(sigma)}"] = e
                 accs.append(acc)
@@ -299,6 +298,10 @@ class Routine(pl.LightningModule):
             arrays["noise/acc"] = np.asarray(accs)
         if self._missing:
             results.update(missing_results(self._missing, len(self.view_dims), self.noise_subsets, self.n_bins))
+            for removed, (parts, _) in self._missing.items():
+                name = "+".join(f"v{k}" for k in removed)
+                self._count_nonfinite(results, f"missing/nonfinite_rows@{name}", torch.cat(parts),
+                                      f"test rows without {name}")
         names = self._ood_names()
         for idx, store in sorted(self._ood.items()):
             name = names[idx - 1] if idx - 1 < len(names) else f"ood{idx}"
@@ -314,6 +317,14 @@ class Routine(pl.LightningModule):
         self.test_results, self.test_arrays = results, arrays
         for k, v in results.items():
             self.log(k, v, add_dataloader_idx=False)
+
+    def _count_nonfinite(self, results: dict, key: str, probs: Tensor, rows: str) -> None:
+        """``results[key]``, the rows of a pass whose probabilities are not finite (a numerical failure), with a
+        warning; none: no key."""
+        if bad := metrics.nonfinite_rows(probs):
+            results[key] = bad
+            log.warning("%d of %d %s have non-finite probabilities (%s): they count as errors in the accuracy, and "
+                        "ECE, NLL and Brier are not meaningful", bad, len(probs), rows, type(self).__name__)
 
     # ------------------------------------------------------------------ inference helper
     @torch.no_grad()
