@@ -18,7 +18,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
 from datamodules.checks import (check_numeric, describe_absent, empty_test_hint, fraction, positive_int,
-                                split_indices, validate_arrays, warn_constant_views)
+                                split_indices, validate_arrays, warn_constant_views, warn_duplicates)
 from datamodules.errors import DataError
 
 log = logging.getLogger(__name__)
@@ -183,6 +183,8 @@ class MultiViewDataModule(pl.LightningDataModule):
         Scaler(scaling)  # fail early on an unknown scaling name
 
     # ---------------------------------------------------------------- subclass hooks
+    checks_duplicates = False  # warn about samples repeated in the file, and test rows equal to training rows
+
     def load(self) -> RawData:
         raise NotImplementedError
 
@@ -237,6 +239,8 @@ class MultiViewDataModule(pl.LightningDataModule):
         if len(test_idx) == 0 and not (from_files and len(raw.test_idx) == 0):  # given no test set: fit only
             hint = empty_test_hint(from_files, int(np.bincount(y_class[~is_ood]).max()), self.test_fraction)
             raise DataError(f"{raw.source}: the test split is empty: {hint}")
+        if self.checks_duplicates:  # across the split drawn above, the one the run uses
+            warn_duplicates(views, raw.source, np.concatenate([train_idx, val_idx]), test_idx)
         self.view_dims = [v.shape[1] for v in views]
         scalers = [Scaler(self.scaling).fit(v[train_idx]) for v in views]
 

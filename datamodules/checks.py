@@ -3,6 +3,7 @@ Each failure is a one-line :class:`DataError` naming the key, file, view or row 
 usable data (a constant view) gets a one-line warning."""
 from __future__ import annotations
 
+import hashlib
 import logging
 import numbers
 import stat
@@ -145,3 +146,29 @@ def empty_test_hint(from_files: bool, largest: int, test_fraction: float) -> str
         return "every class has one sample, which stays in training; add samples"
     return (f"dataset.test_fraction={test_fraction} of at most {largest} samples per class rounds to 0; "
             "add samples or raise it (+dataset.test_fraction=...)")
+
+
+def row_keys(views: Sequence[np.ndarray]) -> list[bytes]:
+    """One digest per sample of its rows in every view: equal digests, a sample equal in every view."""
+    keys = []
+    for i in range(len(views[0])):
+        h = hashlib.blake2b(digest_size=16)
+        for x in views:
+            h.update(np.ascontiguousarray(x[i]).tobytes())
+        keys.append(h.digest())
+    return keys
+
+
+def warn_duplicates(views: Sequence[np.ndarray], source: str, train_idx: np.ndarray, test_idx: np.ndarray) -> int:
+    """Log a warning naming how many samples repeat an earlier one, and how many of the test rows equal a
+    training row (``train_idx``: every row the model learns from) in the split actually used: that leakage
+    inflates the test scores. They are kept. Returns the number of repeats."""
+    keys = row_keys(views)
+    repeats = len(keys) - len(set(keys))
+    if repeats:
+        seen = {keys[i] for i in train_idx}
+        leaked = sum(keys[i] in seen for i in test_idx)
+        log.warning("%s: %d samples duplicate an earlier sample in every view (%d of the %d test rows equal a "
+                    "training row%s); they are kept", source, repeats, leaked, len(test_idx),
+                    ", so the test scores are inflated by that leakage" if leaked else "")
+    return repeats

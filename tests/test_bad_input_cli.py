@@ -315,7 +315,7 @@ def test_constant_views_duplicates_small_class_and_label_gap_train_with_warnings
                     "nothing from it; it is kept",
                     f"{path}: view 3 (2 columns) is constant (all 37 rows the same): it carries no information, so "
                     "the model learns nothing from it; it is kept"]
-    assert "2 samples duplicate an earlier sample in every view (0 across the train/test split)" in text
+    assert "2 samples duplicate an earlier sample in every view (0 of the 7 test rows equal a training row)" in text
     assert "labels [2] never occur (labels span 0..3); the 3 classes present are renumbered 0..2" in text
     for key in ("test/acc", "test/nll", "test/ece", "test/brier", "noise/acc_mean"):
         assert np.isfinite(res[key]), key

@@ -208,14 +208,28 @@ def test_duplicated_samples_are_kept_with_a_warning(tmp_path, tiny_views, caplog
     x1[[1, 2]], x2[[1, 2]] = x1[0], x2[0]  # rows 1, 2 duplicate row 0
     x2[3] = x2[0]  # equal in one view only: not a duplicate sample
     path = npz(tmp_path, x1=x1, x2=x2, y=y, train_idx=np.arange(2, 36), test_idx=np.arange(2))
-    with caplog.at_level(logging.WARNING, logger="datamodules.features"):
+    with caplog.at_level(logging.WARNING):
         dm = CustomDataModule(str(path))
         dm.setup()
     assert len(dm.train_y) + len(dm.test_y) == 36
     warning = [r.getMessage() for r in caplog.records if "duplicate" in r.getMessage()]
     assert len(warning) == 1
-    assert re.search(r"2 samples duplicate an earlier sample in every view \(1 across the train/test split\)",
-                     warning[0])
+    assert re.search(r"2 samples duplicate an earlier sample in every view \(2 of the 2 test rows equal a training "
+                     r"row, so the test scores are inflated by that leakage\)", warning[0])
+
+
+def test_the_duplicate_check_counts_the_test_rows_equal_to_training_rows_of_the_split_drawn(tmp_path, caplog):
+    """N75: 30 distinct rows × 10 copies and no split keys. The 80/20 split is drawn after the file is read,
+    and every test row is a copy of a training row: the warning says so (it said 0 before the split)."""
+    rng = np.random.default_rng(0)
+    x1, x2, y = rng.normal(size=(30, 4)), rng.normal(size=(30, 3)), np.arange(30) % 3
+    path = npz(tmp_path, x1=np.tile(x1, (10, 1)), x2=np.tile(x2, (10, 1)), y=np.tile(y, 10))
+    with caplog.at_level(logging.WARNING):
+        dm = CustomDataModule(str(path))
+        dm.setup()
+    assert len(dm.test_y) == 60
+    assert (f"{path}: 270 samples duplicate an earlier sample in every view (60 of the 60 test rows equal a "
+            "training row, so the test scores are inflated by that leakage); they are kept") in caplog.text
 
 
 # ---------------------------------------------------------------------------- labels, splits, values
