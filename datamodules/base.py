@@ -37,6 +37,7 @@ class RawData:
     external_ood: dict[str, list[np.ndarray]] = field(default_factory=dict)
     split: str = "given with the data"
     label_offset: int = 0
+    sha256: dict[str, str] = field(default_factory=dict)  # {absolute path: sha256 of the bytes read} of its files
 
 
 class IndexBatchDataset(Dataset):
@@ -180,6 +181,7 @@ class MultiViewDataModule(pl.LightningDataModule):
         self.ood_classes = sorted(int(c) for c in (ood_classes or []))
         self.seed, self.shuffle = int(seed), shuffle
         self._ready = False
+        self.read_sha256: dict[str, str] = {}  # set by setup: RawData.sha256
         Scaler(scaling)  # fail early on an unknown scaling name
 
     # ---------------------------------------------------------------- subclass hooks
@@ -198,6 +200,7 @@ class MultiViewDataModule(pl.LightningDataModule):
         if self._ready:
             return
         raw = self.load()
+        self.read_sha256 = dict(raw.sha256)  # the run records these: the data it parsed, not the files as they are later
         views = [np.asarray(v) for v in raw.views]
         for v, x in enumerate(views):
             check_numeric(x, raw.source, str(v + 1))

@@ -78,7 +78,8 @@ class FeatureDataModule(MultiViewDataModule):
         check_expected(raw, spec)
         if self.split == "files" and raw.train_idx is None and f.name in spec.split_files:
             p_tr, p_te = (self._fetch(i) for i in spec.split_files[f.name])
-            raw.train_idx, raw.test_idx = split_indices(read_index(p_tr), read_index(p_te), len(raw.y),
+            tr, te = read_index(p_tr, raw.sha256), read_index(p_te, raw.sha256)
+            raw.train_idx, raw.test_idx = split_indices(tr, te, len(raw.y),
                                                         f"{p_tr} + {p_te.name}")
             raw.split = f"the index files {p_tr.name} / {p_te.name}"
         elif self.split == "files" and raw.train_idx is None:

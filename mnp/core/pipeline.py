@@ -235,7 +235,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     if loaded is None:  # dataset=custom with epochs sized by steps has read its data already
         dm.setup("fit")
     with open_dict(cfg):  # the sha256 of every data file read: config.yaml and the checkpoints record it
-        cfg.data_hash = data_hashes(dm.data_files())
+        cfg.data_hash = data_hashes(dm.data_files(), dm.read_sha256)
     check_train_batches(cfg.trainer, len(dm.train_dataloader()))  # a fraction of them that rounds to none
     model_name, model = build_model(cfg, dm)
     check_manual_optimization(cfg.trainer, model_name, model.automatic_optimization)
@@ -330,7 +330,7 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     out_dir = Path(cfg.output_dir or eval_dir(str(ckpt_path), cfg.get("eval"), cfg.get("data_dir")))
     data_dir = os.path.abspath(os.path.expanduser(cfg.data_dir)) if cfg.get("data_dir") else None
     run_cfg, model_name, dataset_name, dm, model, ckpt = load_run(ckpt_path, data_dir, cfg.get("eval"))
-    warn_if_data_changed(run_cfg, dm.data_files(), ckpt_path)
+    warn_if_data_changed(run_cfg, dm.data_files(), ckpt_path, dm.read_sha256)
     check_eval_output(out_dir, ckpt_path, OmegaConf.to_container(run_cfg, resolve=True))
     check_writable(out_dir)
     trainer = pl.Trainer(accelerator=cfg.trainer.accelerator, devices=cfg.trainer.devices, logger=False,

@@ -1,0 +1,43 @@
+"""Reliability round four (issue 30): the data a run records are the bytes it read."""
+import hashlib
+import shutil
+
+import numpy as np
+import pytest
+import yaml
+
+from cfg_utils import compose_train
+from cli_utils import guarded_error
+from datamodules.custom import CustomDataModule
+from mnp.core.pipeline import train
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def _data(path, seed):
+    rng = np.random.default_rng(seed)
+    y = np.arange(60) % 2
+    np.savez(path, x1=rng.normal(size=(60, 3)) + y[:, None], x2=rng.normal(size=(60, 2)), y=y)
+    return path
+
+
+def test_a_data_file_replaced_right_after_the_read_records_the_bytes_read(tmp_path, monkeypatch, capsys):
+    """N82: another process replaces the file between the read and the hash. The run records the sha256 of the
+    bytes it trained on, so a later run on the new bytes is refused as other data, not skipped as done."""
+    data, other = _data(tmp_path / "data.npz", 0), _data(tmp_path / "other.npz", 1)
+    read = hashlib.sha256(data.read_bytes()).hexdigest()
+    load = CustomDataModule.load
+
+    def load_then_swap(self):
+        raw = load(self)
+        shutil.copyfile(other, self.path)  # in place, as another writer would
+        return raw
+
+    monkeypatch.setattr(CustomDataModule, "load", load_then_swap)
+    overrides = ["model=mlp", "dataset=custom", f"dataset.path={data}", "trainer.max_epochs=1", "eval.noise=false"]
+    train(compose_train(tmp_path / "run", overrides))
+    recorded = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())["data_hash"]
+    assert recorded == {str(data): read}
+    monkeypatch.setattr(CustomDataModule, "load", load)
+    line = guarded_error(train, compose_train(tmp_path / "run", overrides), capsys)
+    assert line.startswith(f"error: {tmp_path / 'run'} holds a run of other data: {data} has changed since")
