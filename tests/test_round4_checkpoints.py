@@ -86,3 +86,15 @@ def test_evaluate_never_writes_over_a_training_record_nor_another_evaluation(tmp
                                               "output_dir, or move it away")
     cfg.eval = {"n_bins": 5}  # the same evaluation again writes over its own outputs
     assert results(evaluate(cfg)) == results(outs[5])
+
+
+def test_resuming_from_a_checkpoint_of_another_config_is_one_line(tmp_path, capsys):
+    """N105: `seed=1 ckpt_path=<the seed-0 run's last.ckpt>` trained nothing and recorded the seed-0 model as seed 1."""
+    train(compose_train(tmp_path / "a", [*MLP_RUN, "trainer.max_epochs=2"]))
+    ckpt = tmp_path / "a" / "checkpoints" / "last.ckpt"
+    overrides = [*MLP_RUN, "trainer.max_epochs=2", f"ckpt_path={ckpt}"]
+    line = guarded(train, compose_train(tmp_path / "b", [*overrides, "seed=1"]), capsys)
+    assert line == (f"error: checkpoint {ckpt} is of a run of another config (differs at dataset.seed); resume only "
+                    "from a checkpoint of this job's config, or set ckpt_path=null to start afresh")
+    assert not (tmp_path / "b" / "config.yaml").exists()
+    assert train(compose_train(tmp_path / "c", [*overrides, "trainer.max_epochs=3"]))["epochs"] == 3  # same config

@@ -28,13 +28,13 @@ from mnp.core.accel import configure as configure_accel, matmul_precision
 from mnp.core.checkpointing import (CFG_KEY, AtomicCheckpointIO, CsvHistory, RunTime, atomic_write, check_epochs,
                                    check_fits, check_writable, checkpoint_callbacks, holds_run_dir,
                                    keep_csv_history, load_checkpoint, resume_checkpoint)
-from mnp.core.errors import USER_ERRORS
+from mnp.core.errors import USER_ERRORS, StoppedEarly
 from mnp.core.oom import allocation_failure, explains_memory, record_data
 from mnp.core.outputs import write_json, write_npz
 from mnp.core.progress import progress_callbacks
 from mnp.core.runrecord import accept, staged
-from mnp.core.rundir import (check_eval_output, check_reuse, data_hashes, eval_dir, hydra_variant, keep_derived,
-                             stored_config, warn_if_data_changed)
+from mnp.core.rundir import (check_checkpoint_config, check_eval_output, check_reuse, data_hashes, eval_dir,
+                             hydra_variant, keep_derived, stored_config, warn_if_data_changed)
 from mnp.core.startup import FirstStep, run_start
 from mnp.core.stored_config import checked_run_config, init_keys, restore_model
 from mnp.core.summary import log_run_summary
@@ -177,6 +177,19 @@ def write_outputs(out_dir: Path, model, identity: dict, extra: dict, tested: flo
     return results
 
 
+def check_trained(trainer, out_dir: Path) -> None:
+    """A fit that ended before ``trainer.max_epochs`` without reaching ``trainer.max_steps`` (``trainer.max_time``, a
+    callback that stops training) is no finished run: :class:`StoppedEarly`, nothing tested or recorded, and its
+    ``last.ckpt`` resumes it."""
+    steps = trainer.max_steps
+    if trainer.current_epoch >= trainer.max_epochs or (steps not in (None, -1) and trainer.global_step >= steps):
+        return
+    raise StoppedEarly(f"training stopped after {trainer.current_epoch} of {trainer.max_epochs} epochs (trainer.max_time, "
+                       "or a callback that stops training), so the run is not recorded as finished; "
+                       f"{out_dir / 'checkpoints'} keeps its last checkpoint: raise or remove trainer.max_time and "
+                       "re-run the same command to resume")
+
+
 def _identity(cfg: DictConfig, model_name: str | None, dataset_name: str | None, trainer) -> dict:
     return {"model": model_name, "dataset": dataset_name, "seed": int(cfg.get("seed", 0)),
             "epochs": int(trainer.current_epoch) if trainer is not None else None,
@@ -241,6 +254,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     check_manual_optimization(cfg.trainer, model_name, model.automatic_optimization)
     if resume_from:
         check_fits(resume_from, model, resumed)
+        if cfg.get("ckpt_path") != "last":  # a run's own last.ckpt: compared in check_run_dir
+            check_checkpoint_config(resume_from, OmegaConf.to_container(cfg, resolve=True), resumed.get(CFG_KEY))
     has_val = len(getattr(dm, "val_y", [])) > 0
     loggers = build_loggers(cfg)
     for lg in loggers:  # the whole resolved run config, not just the model's hyperparameters
@@ -261,6 +276,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             trainer.fit(model, datamodule=dm, ckpt_path=resume_from)
             if trainer.interrupted:
                 raise KeyboardInterrupt("training was interrupted")
+            if not spawned(trainer):
+                check_trained(trainer, out_dir)
             if not cfg.get("test", True):
                 return {}
             identity = _identity(cfg, model_name, dataset_name, trainer)
@@ -322,7 +339,13 @@ def load_run(ckpt_path: str | Path, data_dir: str | None = None, eval_overrides=
 
 @explains_memory
 def evaluate(cfg: DictConfig) -> dict[str, Any]:
-    """Rebuild model and datamodule from a checkpoint alone, re-run the full evaluation."""
+    """Rebuild model and datamodule from a checkpoint alone, re-run the full evaluation (SIGTERM and Ctrl-C end it
+    in one line, :func:`mnp.core.signals.evaluating`)."""
+    with signals.evaluating():
+        return _evaluate(cfg)
+
+
+def _evaluate(cfg: DictConfig) -> dict[str, Any]:
     t0 = time.perf_counter()
     ev = cfg.get("eval")  # the +eval.* overrides, checked before anything is loaded
     check_eval(OmegaConf.to_container(ev, resolve=True) if OmegaConf.is_config(ev) else ev or {})

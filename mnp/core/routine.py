@@ -102,6 +102,17 @@ class Routine(pl.LightningModule):
         self.check_accepts_missing()
         return self.predict(views, present)
 
+    def _stop_if_terminated(self) -> None:
+        """Stop the test when a SIGTERM came, before each predict call of its protocols: Lightning acts on it
+        between test batches only, and one batch's noise protocol can take minutes."""
+        if self._trainer is not None and getattr(self.trainer, "received_sigterm", False):
+            from pytorch_lightning.utilities.exceptions import SIGTERMException
+            raise SIGTERMException()
+
+    def _predict_or_stop(self, views: Sequence[Tensor], where: str = "") -> tuple[Tensor, Tensor]:
+        self._stop_if_terminated()
+        return self.predict_any(views, where)
+
     def check_accepts_missing(self) -> None:
         if not self.accepts_missing:
             raise ValueError(f"{type(self).__name__} cannot predict with missing views: its predict takes no "
@@ -210,7 +221,7 @@ class Routine(pl.LightningModule):
         if sync:
             torch.cuda.synchronize(self.device)
         t0 = time.perf_counter()
-        out = self.predict_any(views, where)
+        out = self._predict_or_stop(views, where)
         if sync:
             torch.cuda.synchronize(self.device)
         self._test_time += time.perf_counter() - t0
@@ -233,17 +244,17 @@ class Routine(pl.LightningModule):
                 g = noise_generator(self.device, self.noise_seed, batch_idx)
                 if rows := resolve_noise_batch_rows(self.noise_batch_rows, self.device):
                     copies = noisy_copies(views, self.noise_subsets, self.noise_levels, g)
-                    p = predict_in_chunks(self.predict_any, copies, rows)
+                    p = predict_in_chunks(self._predict_or_stop, copies, rows)
                     per_sigma = p.view(len(self.noise_levels), len(self.noise_subsets), views[0].shape[0], -1).unbind(0)
                 else:
-                    per_sigma = [torch.stack([self.predict_any(add_noise(views, s, sigma, g))[0].mean(0).float().cpu()
+                    per_sigma = [torch.stack([self._predict_or_stop(add_noise(views, s, sigma, g))[0].mean(0).float().cpu()
                                               for s in self.noise_subsets]) for sigma in self.noise_levels]
                 for sigma, per_subset in zip(self.noise_levels, per_sigma):
                     self._noisy[sigma].append(per_subset)  # (n_subsets, B, K)
             if self._missing:
                 self._missing_step(views, target, batch_idx)
         else:
-            probs, unc = self.predict_any(views, where)
+            probs, unc = self._predict_or_stop(views, where)
             store = self._ood.setdefault(dataloader_idx, {"unc": [], "is_ood": [], "probs": []})
             store["unc"].append(unc.float().cpu())
             store["is_ood"].append(target.cpu())
@@ -253,6 +264,7 @@ class Routine(pl.LightningModule):
         """Each removal set's predictions, from its own generator; rows it leaves with no view are skipped."""
         views, present = present_mask(views, self.view_dims)
         for i, removed in enumerate(self.missing_sets):
+            self._stop_if_terminated()
             kept, mask = without(views, present, removed)
             y = target
             if present is not None:

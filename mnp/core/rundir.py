@@ -265,3 +265,17 @@ def check_reuse(out_dir, current: dict, stored: dict, resuming: bool = False, da
     if changed:
         raise RunDirConflict(f"{out_dir} holds a run of other data: {changed}; it was left as it is. Move it "
                              "away to re-run, or give this job another experiment_name=...")
+
+
+def check_checkpoint_config(ckpt_path, current: dict, stored: dict | None) -> None:
+    """``ckpt_path=<file>``: refuse (:class:`RunDirConflict`) a checkpoint whose stored config (``stored``) is not
+    ``current`` in what the user set, a longer ``trainer.max_epochs`` aside: resuming a seed-0 checkpoint as seed 1
+    would record the seed-0 model as seed 1's."""
+    if not stored:
+        return
+    keys = declared_in_both(stored, current)
+    drift = [k for k in config_drift(as_declared(stored, keys), as_declared(current, keys)) if k != "trainer.max_epochs"]
+    if drift:
+        shown = ", ".join(drift[:6]) + (f" and {len(drift) - 6} more" if len(drift) > 6 else "")
+        raise RunDirConflict(f"checkpoint {ckpt_path} is of a run of another config (differs at {shown}); resume only "
+                             "from a checkpoint of this job's config, or set ckpt_path=null to start afresh")
