@@ -98,3 +98,21 @@ def test_resuming_from_a_checkpoint_of_another_config_is_one_line(tmp_path, caps
                     "from a checkpoint of this job's config, or set ckpt_path=null to start afresh")
     assert not (tmp_path / "b" / "config.yaml").exists()
     assert train(compose_train(tmp_path / "c", [*overrides, "trainer.max_epochs=3"]))["epochs"] == 3  # same config
+
+
+@pytest.mark.parametrize("key, value, says", [
+    ("eval", {"noise_levels": [-1.0, float("nan")]},
+     "eval.noise_levels must be null or a non-empty list of finite numbers >= 0, got [-1.0, nan]"),
+    ("eval", {"_target_": "builtins.open", "_args_": ["victim.txt", "w"]},
+     "eval._args_ is not an evaluation key; valid keys: "),
+    ("seed", "abc", "seed must be an integer in [0, 4294967295], got 'abc'")])
+def test_a_checkpoints_stored_eval_and_seed_are_checked_as_train_py_checks_them(tmp_path, capsys, key, value, says):
+    """N13, N09, N14: a stored eval of [-1, nan] reported noise/acc@nan, a _target_ in it was a 49-line traceback,
+    and a stored seed `abc` said `invalid literal for int()` naming neither key nor file."""
+    train(compose_train(tmp_path / "a", [*MLP_RUN, "trainer.max_epochs=1", "test=false"]))
+    ckpt = torch.load(tmp_path / "a" / "checkpoints" / "last.ckpt", weights_only=True)
+    ckpt["mnp_cfg"][key] = value
+    torch.save(ckpt, tmp_path / "x.ckpt")
+    line = guarded(evaluate, eval_cfg(tmp_path / "x.ckpt", tmp_path / "eval"), capsys)
+    assert line.startswith(f"error: checkpoint {tmp_path / 'x.ckpt'}: its stored config cannot be evaluated: {says}")
+    assert not (tmp_path / "eval" / "metrics.json").exists() and not (tmp_path / "victim.txt").exists()

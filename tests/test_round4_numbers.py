@@ -1,4 +1,5 @@
 """Reliability round four (issue 30): no NaN probability reported as a number."""
+import logging
 import math
 
 import pytest
@@ -57,3 +58,29 @@ def test_a_checkpoint_with_nan_weights_scores_every_pass_as_errors_and_counts_th
         assert res[f"missing/acc@v{k}"] == 0.0 and res[f"missing/nonfinite_rows@v{k}"] == 100
     assert "100 of 100 noised test rows at sigma 30 have non-finite probabilities (MLP): they count as errors" \
         in caplog.text
+
+
+@pytest.mark.parametrize("cell", [float("inf"), float("-inf")])
+@pytest.mark.parametrize("model", ["mnp", "mlp"])
+def test_predict_proba_with_an_infinite_cell_is_one_line(tmp_path, model, cell):
+    """A18, N30, N31: MNP failed in sparsemax (`index -1 is out of bounds`), the other models returned a NaN row."""
+    overrides = [f"model={model}", "dataset.num_views=2", "dataset.n_train=100", "dataset.n_test=20",
+                 "trainer.max_epochs=1", "model.warmup_epochs=0" if model == "mnp" else "eval.noise=false",
+                 "eval.missing=false", "test=false"]
+    train(compose_train(tmp_path / "run", overrides))
+    from mnp.core.pipeline import load_run
+    _, _, _, dm, net, _ = load_run(tmp_path / "run" / "checkpoints" / "last.ckpt")
+    dm.setup("test")
+    x0, x1 = (v.clone() for v in dm.test_views)
+    x1[3, 0] = cell
+    with pytest.raises(ValueError) as e:
+        net.predict_proba([x0, x1])
+    assert str(e.value) == (f"views[1] row 3 holds {cell} in column 0: a model cannot predict from an infinite value; "
+                            "clip it, or give the row as NaN (a missing view)")
+
+
+def test_an_early_fusion_run_on_complete_data_does_not_warn_about_imputing(tmp_path, caplog):
+    """N38: the missing-view protocol's own removals made every MLP run warn that missing views are imputed."""
+    with caplog.at_level(logging.WARNING):
+        res = train(compose_train(tmp_path / "run", TWO_VIEW_MLP))
+    assert "missing/acc@v1" in res and "imputed with their training means" not in caplog.text

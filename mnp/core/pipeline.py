@@ -38,7 +38,7 @@ from mnp.core.rundir import (check_checkpoint_config, check_eval_output, check_r
 from mnp.core.startup import FirstStep, run_start
 from mnp.core.stored_config import checked_run_config, init_keys, restore_model
 from mnp.core.summary import log_run_summary
-from mnp.core.validate import (check_eval, check_manual_optimization, check_train_batches, resolve_auto,
+from mnp.core.validate import (check_eval, check_manual_optimization, check_seed, check_train_batches, resolve_auto,
                                resolve_epochs, validate)
 from mnp.core.wandb_utils import log_summary, run_identity
 
@@ -326,6 +326,7 @@ def load_run(ckpt_path: str | Path, data_dir: str | None = None, eval_overrides=
                              "reads no data directory")
     if eval_overrides is not None:
         run_cfg.eval = OmegaConf.merge(run_cfg.get("eval") or {}, eval_overrides)
+    check_stored(run_cfg, ckpt_path)
     pl.seed_everything(int(run_cfg.get("seed", 0)), workers=True, verbose=False)
     dataset_name, dm = build_datamodule(run_cfg)
     model_name = run_cfg.model.get("name")
@@ -335,6 +336,17 @@ def load_run(ckpt_path: str | Path, data_dir: str | None = None, eval_overrides=
                          f"{model.num_classes} classes, but the data has {dm.view_dims} and {dm.num_classes}")
     configure_evaluation(model, run_cfg)
     return run_cfg, model_name, dataset_name, dm, model, ckpt
+
+
+def check_stored(run_cfg: DictConfig, ckpt_path: Path) -> None:
+    """The stored ``seed`` and ``eval`` (the ``+eval.*`` overrides merged in: those are checked before loading) as
+    train.py checks them: an old or edited checkpoint's ``noise_levels: [-1, nan]`` reported ``noise/acc@nan``."""
+    try:
+        check_seed(run_cfg.get("seed", 0))
+        check_eval(OmegaConf.to_container(run_cfg.eval, resolve=True) if OmegaConf.is_config(run_cfg.get("eval"))
+                   else run_cfg.get("eval") or {})
+    except ValueError as e:
+        raise ValueError(f"checkpoint {ckpt_path}: its stored config cannot be evaluated: {e}") from None
 
 
 @explains_memory

@@ -263,17 +263,21 @@ class Routine(pl.LightningModule):
     def _missing_step(self, views: list[Tensor], target: Tensor, batch_idx: int) -> None:
         """Each removal set's predictions, from its own generator; rows it leaves with no view are skipped."""
         views, present = present_mask(views, self.view_dims)
-        for i, removed in enumerate(self.missing_sets):
-            self._stop_if_terminated()
-            kept, mask = without(views, present, removed)
-            y = target
-            if present is not None:
-                rows = mask.any(1)
-                kept, mask, y = [v[rows] for v in kept], mask[rows], target[rows]
-            self.sample_generator = sample_generator(self.device, self.sample_seed, -(i + 1), batch_idx)
-            probs = self.predict(kept, mask)[0].mean(0).float().cpu() if len(y) else torch.zeros(0, self.num_classes)
-            self._missing[removed][0].append(probs)
-            self._missing[removed][1].append(y.cpu())
+        self.removing_views = True  # an early-fusion model's imputation warning is about the data's own missing views
+        try:
+            for i, removed in enumerate(self.missing_sets):
+                self._stop_if_terminated()
+                kept, mask = without(views, present, removed)
+                y = target
+                if present is not None:
+                    rows = mask.any(1)
+                    kept, mask, y = [v[rows] for v in kept], mask[rows], target[rows]
+                self.sample_generator = sample_generator(self.device, self.sample_seed, -(i + 1), batch_idx)
+                probs = self.predict(kept, mask)[0].mean(0).float().cpu() if len(y) else torch.zeros(0, self.num_classes)
+                self._missing[removed][0].append(probs)
+                self._missing[removed][1].append(y.cpu())
+        finally:
+            self.removing_views = False
 
     def _ood_names(self) -> list[str]:
         dm = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
@@ -345,7 +349,7 @@ class Routine(pl.LightningModule):
 
         Missing views: a view given as None is missing in every row, a row all NaN in a view is missing
         there; fusion models combine the views present, early-fusion ones impute the training means.
-        A ValueError says what is wrong with the arguments (rows, shapes, ``batch_size``)."""
+        A ValueError says what is wrong with the arguments (rows, shapes, an infinite value, ``batch_size``)."""
         if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
             raise ValueError(f"batch_size must be an integer >= 1 (rows per predict call), got {batch_size!r}")
         was_training = self.training
@@ -355,6 +359,11 @@ class Routine(pl.LightningModule):
         if views[0].shape[0] == 0:
             raise ValueError("the views have 0 rows: there is nothing to predict")
         self.check_views(views)
+        for k, v in enumerate(views):  # MNP's sparsemax failed on one, the other models returned a NaN row silently
+            if (inf := torch.isinf(v)).any():
+                r, c = (int(i) for i in inf.nonzero()[0])
+                raise ValueError(f"views[{k}] row {r} holds {float(v[r, c])} in column {c}: a model cannot predict "
+                                 "from an infinite value; clip it, or give the row as NaN (a missing view)")
         if present is not None:
             self.check_accepts_missing()
         out_p, out_u = [], []

@@ -231,6 +231,10 @@ def eval_keys() -> list[str]:
     return [k for k in inspect.signature(Routine.configure_evaluation).parameters if k not in ("self", "sample_seed")]
 
 
+def check_seed(seed) -> None:
+    _check_int("seed", seed, 0, SEED_MAX)
+
+
 def check_eval(ev: Mapping) -> None:
     """``eval.*``, for train.py and for evaluate.py (whose ``+eval.*`` overrides merge into the checkpoint's
     config; checked before anything is loaded): known keys, and values the evaluation protocol can use."""
@@ -319,7 +323,7 @@ def validate(cfg: DictConfig) -> None:
         raise ConfigError(f"{key} is required: add {key}=<value> to the command"
                           + (" (the data file, e.g. dataset.path=my_data.npz)" if key == "dataset.path" else ""))
     c = OmegaConf.to_container(cfg, resolve=True)
-    _check_int("seed", c.get("seed", 0), 0, SEED_MAX)  # first: dataset.seed interpolates it
+    check_seed(c.get("seed", 0))  # first: dataset.seed interpolates it
     for group in ("model", "dataset"):
         if isinstance(c.get(group), Mapping):
             check_types(group, c[group])
