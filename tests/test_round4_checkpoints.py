@@ -116,3 +116,27 @@ def test_a_checkpoints_stored_eval_and_seed_are_checked_as_train_py_checks_them(
     line = guarded(evaluate, eval_cfg(tmp_path / "x.ckpt", tmp_path / "eval"), capsys)
     assert line.startswith(f"error: checkpoint {tmp_path / 'x.ckpt'}: its stored config cannot be evaluated: {says}")
     assert not (tmp_path / "eval" / "metrics.json").exists() and not (tmp_path / "victim.txt").exists()
+
+
+def test_a_truncated_metrics_json_is_tested_again_not_skipped(tmp_path, caplog):
+    """N97: `skipping: ... already exists`, then an unnamed JSON error; the report's advice "re-run the job" failed."""
+    run = tmp_path / "run"
+    first = train(compose_train(run, [*MLP_RUN, "trainer.max_epochs=2", "skip_if_done=true"]))
+    (run / "metrics.json").write_text((run / "metrics.json").read_text()[:25])
+    again = train(compose_train(run, [*MLP_RUN, "trainer.max_epochs=2", "skip_if_done=true"]))
+    assert results(again) == results(first) == results(json.loads((run / "metrics.json").read_text()))
+    assert f"{run / 'metrics.json'} cannot be read (" in caplog.text
+
+
+def test_a_yaml_tagged_config_in_the_run_dir_is_one_line_and_runs_no_code(tmp_path, capsys):
+    """N19: an 85-line ConstructorError traceback with no `error:` line."""
+    run = tmp_path / "run"
+    train(compose_train(run, [*MLP_RUN, "trainer.max_epochs=1"]))
+    marker = tmp_path / "PWNED_YAML"
+    (run / "config.yaml").write_text(f'seed: !!python/object/apply:os.system ["touch {marker}"]\n')
+    line = guarded(train, compose_train(run, [*MLP_RUN, "trainer.max_epochs=1"]), capsys)
+    assert line.startswith(f"error: {run / 'config.yaml'} cannot be read (could not determine a constructor for the "
+                           "tag 'tag:yaml.org,2002:python/object/apply:os.system'")
+    assert line.endswith(f"so {run} cannot be shown to hold a run of this job; it was left as it is. Move it away to "
+                         "re-run")
+    assert not marker.exists()

@@ -196,6 +196,20 @@ def _identity(cfg: DictConfig, model_name: str | None, dataset_name: str | None,
             "experiment": cfg.get("experiment_name", "default")}
 
 
+def finished_record(metrics_path: Path) -> dict | None:
+    """A finished run's metrics.json, or None: none there, or one that cannot be read (a crash of an older version
+    while writing it), with a warning; the run is then not finished, and its last.ckpt is tested again."""
+    try:
+        record = json.loads(metrics_path.read_text()) if metrics_path.is_file() else None
+    except (OSError, ValueError) as e:
+        record = f"cannot be read ({' '.join(str(e).split())[:120]})"
+    if record is None or isinstance(record, dict):
+        return record
+    log.warning("%s %s: the run is not finished; it resumes from its last checkpoint (if any) and is tested again",
+                metrics_path, record if isinstance(record, str) else f"holds a JSON {type(record).__name__}")
+    return None
+
+
 def check_run_dir(cfg: DictConfig, out_dir: Path, resumed: dict | None, finished: bool, data_files) -> None:
     """The run in ``out_dir`` is reused (skipped as finished, or resumed from the checkpoint ``resumed``) only by
     a job of its config and data (else :class:`RunDirConflict`); a resume keeps the values derived for the run."""
@@ -229,11 +243,12 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     metrics_path = out_dir / "metrics.json"
     resume_from, resumed = resume_checkpoint(cfg.get("ckpt_path"), out_dir)  # read once for the checks below
     dataset_name, dm = loaded or make_datamodule(cfg)
+    record = finished_record(metrics_path)
     if metrics_path.exists() or resume_from:  # a finished or resumable run of another config is never reused
-        check_run_dir(cfg, out_dir, resumed, metrics_path.exists(), dm.data_files())
-    if cfg.get("skip_if_done", False) and metrics_path.exists():
+        check_run_dir(cfg, out_dir, resumed, record is not None, dm.data_files())
+    if cfg.get("skip_if_done", False) and record is not None:
         log.info("skipping: %s already exists", metrics_path)
-        return json.loads(metrics_path.read_text())
+        return record
     if resume_from:
         check_epochs(resume_from, cfg.trainer.max_epochs, resumed)
         log.info("resuming from %s", resume_from)

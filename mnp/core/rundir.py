@@ -240,9 +240,17 @@ class RunDirConflict(ValueError):
 
 
 def stored_config(out_dir, inside_checkpoint: dict | None = None) -> dict | None:
-    """The config of the run in ``out_dir``: its ``config.yaml``, else the one kept inside its checkpoint."""
+    """The config of the run in ``out_dir``: its ``config.yaml``, else the one kept inside its checkpoint. A
+    config.yaml that cannot be read (damaged, or YAML-tagged: ``!!python/...`` is never constructed) is a
+    :class:`RunDirConflict`: it cannot be shown to be this job's."""
     path = Path(out_dir) / "config.yaml"
-    return (OmegaConf.to_container(OmegaConf.load(path)) or {}) if path.is_file() else inside_checkpoint
+    if not path.is_file():
+        return inside_checkpoint
+    try:
+        return OmegaConf.to_container(OmegaConf.load(path)) or {}
+    except Exception as e:  # noqa: BLE001 - yaml and OmegaConf raise assorted types for a damaged file
+        raise RunDirConflict(f"{path} cannot be read ({' '.join(str(e).split())[:160]}), so {out_dir} cannot be shown "
+                             "to hold a run of this job; it was left as it is. Move it away to re-run") from None
 
 
 def check_reuse(out_dir, current: dict, stored: dict, resuming: bool = False, data_files: list[Path] = ()) -> None:
