@@ -183,6 +183,7 @@ def _is_int(v) -> bool:
 
 
 SEED_MAX = 2**32 - 1  # what numpy (and so seed_everything) accepts
+MAX_NOISE_SUBSETS = 1024  # eval.noise_max_subsets: 16 times the default 64; each subset costs a predict per level
 
 
 def _check_int(key: str, v, low: int, high: int | None = None) -> None:
@@ -253,8 +254,8 @@ def check_eval(ev: Mapping) -> None:
         _check_int("eval.n_bins", ev["n_bins"], 1)
     if ev.get("noise_subset_size") is not None:
         _check_int("eval.noise_subset_size", ev["noise_subset_size"], 1)
-    if "noise_max_subsets" in ev:
-        _check_int("eval.noise_max_subsets", ev["noise_max_subsets"], 1)
+    if "noise_max_subsets" in ev:  # bounded: drawing 10^8 subsets took 11 min and 5 GB before training
+        _check_int("eval.noise_max_subsets", ev["noise_max_subsets"], 1, MAX_NOISE_SUBSETS)
     if "noise_seed" in ev:
         _check_int("eval.noise_seed", ev["noise_seed"], 0, SEED_MAX)
     try:
@@ -267,8 +268,8 @@ def check_eval(ev: Mapping) -> None:
 def check_train_batches(trainer: Mapping, n_batches: int | None = None) -> None:
     """The run trains on at least one batch, else its metrics would be an untrained model's:
     ``trainer.limit_train_batches`` is an integer >= 1 or a fraction in (0, 1] that keeps at least one of the
-    ``n_batches`` training batches per epoch (checked again once the data is loaded), and ``trainer.max_steps``
-    is -1 (no limit) or >= 1."""
+    ``n_batches`` training batches per epoch (checked again once the data is loaded), ``trainer.max_steps``
+    is -1 (no limit) or >= 1, and ``trainer.limit_test_batches`` leaves a batch to test."""
     untrained = "the run would train on no batch and report an untrained model"
     limit = trainer.get("limit_train_batches")
     if limit is not None:
@@ -280,6 +281,11 @@ def check_train_batches(trainer: Mapping, n_batches: int | None = None) -> None:
             least = math.ceil(1000 / n_batches) / 1000
             raise ConfigError(f"trainer.limit_train_batches={limit} keeps 0 of the {n_batches} training batches "
                               f"per epoch: {untrained}; set it to at least {least} or leave it out")
+    tests = trainer.get("limit_test_batches")
+    if tests is not None and not (isinstance(tests, float) and math.isfinite(tests) and 0 < tests <= 1) \
+            and not (_is_int(tests) and tests >= 1):
+        raise ConfigError("trainer.limit_test_batches must be an integer >= 1 (batches) or a fraction in (0, 1], got "
+                          f"{tests!r}: the run would train, then test on no batch and record no metrics")
     steps = trainer.get("max_steps", -1)
     if steps is not None and steps != -1 and not (_is_int(steps) and steps >= 1):
         raise ConfigError(f"trainer.max_steps must be -1 (no limit) or an integer >= 1, got {steps!r}"
