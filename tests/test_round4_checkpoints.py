@@ -140,3 +140,18 @@ def test_a_yaml_tagged_config_in_the_run_dir_is_one_line_and_runs_no_code(tmp_pa
     assert line.endswith(f"so {run} cannot be shown to hold a run of this job; it was left as it is. Move it away to "
                          "re-run")
     assert not marker.exists()
+
+
+@pytest.mark.parametrize("change, says", [
+    (lambda sd: sd.update({"extra.weight": torch.zeros(2)}), "extra.weight is not in this model"),
+    (lambda sd: sd.update({k: torch.zeros(1, 1) for k in [next(k for k in sd if k.endswith("weight"))]}),
+     "has shape [1, 1] there, ")])
+def test_weights_that_do_not_fit_their_own_hyperparameters_are_one_line(tmp_path, capsys, change, says):
+    """N15: a 53-line `Error(s) in loading state_dict` traceback."""
+    train(compose_train(tmp_path / "a", [*MLP_RUN, "trainer.max_epochs=1", "test=false"]))
+    ckpt = torch.load(tmp_path / "a" / "checkpoints" / "last.ckpt", weights_only=True)
+    change(ckpt["state_dict"])
+    torch.save(ckpt, tmp_path / "x.ckpt")
+    line = guarded(evaluate, eval_cfg(tmp_path / "x.ckpt", tmp_path / "eval"), capsys)
+    assert line.startswith(f"error: checkpoint {tmp_path / 'x.ckpt'}: its weights do not fit its own hyperparameters (")
+    assert says in line and line.endswith("it was written by another version of the code or not by train.py")

@@ -263,16 +263,21 @@ def check_epochs(ckpt_path: str, max_epochs: int, ckpt: dict | None = None) -> N
                          "to train on, or ckpt_path=null to start afresh")
 
 
+def weights_diff(theirs: dict, model) -> list[str]:
+    """How a checkpoint's ``state_dict`` (``theirs``) does not fit ``model``, in words (``[]``: it fits)."""
+    ours = model.state_dict()
+    added = set(getattr(model, "filled_on_load", ()))  # buffers newer than the checkpoint, filled on load
+    return [f"{k} is missing" for k in sorted(ours.keys() - theirs.keys() - added)] + \
+        [f"{k} is not in this model" for k in sorted(theirs.keys() - ours.keys())] + \
+        [f"{k} has shape {list(theirs[k].shape)} there, {list(ours[k].shape)} here"
+         for k in sorted(ours.keys() & theirs.keys()) if theirs[k].shape != ours[k].shape]
+
+
 def check_fits(ckpt_path: str, model: pl.LightningModule, ckpt: dict | None = None) -> None:
     """One clear error when a checkpoint (``ckpt``: its contents if loaded already) holds the weights of another
     model, dataset or size."""
     ckpt = ckpt or load_checkpoint(ckpt_path)
-    theirs, ours = ckpt["state_dict"], model.state_dict()
-    added = set(getattr(model, "filled_on_load", ()))  # buffers newer than the checkpoint, filled on load
-    diff = [f"{k} is missing" for k in sorted(ours.keys() - theirs.keys() - added)] + \
-        [f"{k} is not in this model" for k in sorted(theirs.keys() - ours.keys())] + \
-        [f"{k} has shape {list(theirs[k].shape)} there, {list(ours[k].shape)} here"
-         for k in sorted(ours.keys() & theirs.keys()) if theirs[k].shape != ours[k].shape]
+    diff = weights_diff(ckpt["state_dict"], model)
     if not diff:
         return
     run = ckpt.get(CFG_KEY) or {}

@@ -32,13 +32,13 @@ from mnp.core.errors import USER_ERRORS, StoppedEarly
 from mnp.core.oom import allocation_failure, explains_memory, record_data
 from mnp.core.outputs import write_json, write_npz
 from mnp.core.progress import progress_callbacks
-from mnp.core.runrecord import accept, staged
+from mnp.core.runrecord import accept, finished_record, staged
 from mnp.core.rundir import (check_checkpoint_config, check_eval_output, check_reuse, data_hashes, eval_dir,
                              hydra_variant, keep_derived, stored_config, warn_if_data_changed)
 from mnp.core.startup import FirstStep, run_start
-from mnp.core.stored_config import checked_run_config, init_keys, restore_model
+from mnp.core.stored_config import check_stored, checked_run_config, init_keys, restore_model
 from mnp.core.summary import log_run_summary
-from mnp.core.validate import (check_eval, check_manual_optimization, check_seed, check_train_batches, resolve_auto,
+from mnp.core.validate import (check_eval, check_manual_optimization, check_train_batches, resolve_auto,
                                resolve_epochs, validate)
 from mnp.core.wandb_utils import log_summary, run_identity
 from mnp.optim import check_optim
@@ -197,20 +197,6 @@ def _identity(cfg: DictConfig, model_name: str | None, dataset_name: str | None,
             "experiment": cfg.get("experiment_name", "default")}
 
 
-def finished_record(metrics_path: Path) -> dict | None:
-    """A finished run's metrics.json, or None: none there, or one that cannot be read (a crash of an older version
-    while writing it), with a warning; the run is then not finished, and its last.ckpt is tested again."""
-    try:
-        record = json.loads(metrics_path.read_text()) if metrics_path.is_file() else None
-    except (OSError, ValueError) as e:
-        record = f"cannot be read ({' '.join(str(e).split())[:120]})"
-    if record is None or isinstance(record, dict):
-        return record
-    log.warning("%s %s: the run is not finished; it resumes from its last checkpoint (if any) and is tested again",
-                metrics_path, record if isinstance(record, str) else f"holds a JSON {type(record).__name__}")
-    return None
-
-
 def check_run_dir(cfg: DictConfig, out_dir: Path, resumed: dict | None, finished: bool, data_files) -> None:
     """The run in ``out_dir`` is reused (skipped as finished, or resumed from the checkpoint ``resumed``) only by
     a job of its config and data (else :class:`RunDirConflict`); a resume keeps the values derived for the run."""
@@ -354,17 +340,6 @@ def load_run(ckpt_path: str | Path, data_dir: str | None = None, eval_overrides=
                          f"{model.num_classes} classes, but the data has {dm.view_dims} and {dm.num_classes}")
     configure_evaluation(model, run_cfg)
     return run_cfg, model_name, dataset_name, dm, model, ckpt
-
-
-def check_stored(run_cfg: DictConfig, ckpt_path: Path) -> None:
-    """The stored ``seed`` and ``eval`` (the ``+eval.*`` overrides merged in: those are checked before loading) as
-    train.py checks them: an old or edited checkpoint's ``noise_levels: [-1, nan]`` reported ``noise/acc@nan``."""
-    try:
-        check_seed(run_cfg.get("seed", 0))
-        check_eval(OmegaConf.to_container(run_cfg.eval, resolve=True) if OmegaConf.is_config(run_cfg.get("eval"))
-                   else run_cfg.get("eval") or {})
-    except ValueError as e:
-        raise ValueError(f"checkpoint {ckpt_path}: its stored config cannot be evaluated: {e}") from None
 
 
 @explains_memory

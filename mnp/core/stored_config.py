@@ -18,7 +18,10 @@ import inspect
 from pathlib import Path
 from typing import Any
 
-from mnp.core.checkpointing import CheckpointError
+from omegaconf import OmegaConf
+
+from mnp.core.checkpointing import CheckpointError, weights_diff
+from mnp.core.validate import check_eval, check_seed
 
 # Every class the project's configs (conf/model*, conf/dataset) instantiate; tests/test_stored_config.py
 # checks this list against the _target_ of every config file, so a new model or dataset must be added here.
@@ -114,5 +117,20 @@ def restore_model(ckpt: dict, target: str, path: Path):
                               "by another version of the code or not by train.py")
     model = cls(**hparams)
     model.on_load_checkpoint(ckpt)
+    if diff := weights_diff(ckpt["state_dict"], model):
+        more = f" and {len(diff) - 1} more differences" if len(diff) > 1 else ""
+        raise CheckpointError(f"checkpoint {path}: its weights do not fit its own hyperparameters ({diff[0]}{more}); "
+                              "it was written by another version of the code or not by train.py")
     model.load_state_dict(ckpt["state_dict"], strict=True)
     return model
+
+
+def check_stored(run_cfg, ckpt_path: Path) -> None:
+    """The stored ``seed`` and ``eval`` (the ``+eval.*`` overrides merged in: those are checked before loading) as
+    train.py checks them: an old or edited checkpoint's ``noise_levels: [-1, nan]`` reported ``noise/acc@nan``."""
+    try:
+        check_seed(run_cfg.get("seed", 0))
+        check_eval(OmegaConf.to_container(run_cfg.eval, resolve=True) if OmegaConf.is_config(run_cfg.get("eval"))
+                   else run_cfg.get("eval") or {})
+    except ValueError as e:
+        raise ValueError(f"checkpoint {ckpt_path}: its stored config cannot be evaluated: {e}") from None
