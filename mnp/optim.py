@@ -87,13 +87,3 @@ def make_optimizer(params: Iterable, lr: float = 1e-3, weight_decay: float = 0.0
         keras_eps_(opt)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(schedule, list(milestones), list(values), lr, max_epochs))
     return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "epoch"}}
-
-
-def check_optim(optim: dict) -> None:
-    """The ``model.optim`` settings as :func:`make_optimizer` takes them, tried on one parameter: a bad schedule,
-    ``eps_placement``, learning rate or key is a ValueError naming ``model.optim`` before anything is written
-    (Lightning calls ``configure_optimizers`` only in ``fit``)."""
-    try:
-        make_optimizer([torch.nn.Parameter(torch.zeros(1))], **optim)
-    except (ValueError, TypeError) as e:
-        raise ValueError(f"model.optim: {e}") from None

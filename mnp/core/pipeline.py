@@ -41,7 +41,6 @@ from mnp.core.summary import log_run_summary
 from mnp.core.validate import (check_eval, check_manual_optimization, check_train_batches, resolve_auto,
                                resolve_epochs, validate)
 from mnp.core.wandb_utils import log_summary, run_identity
-from mnp.optim import check_optim
 
 log = logging.getLogger(__name__)
 
@@ -253,8 +252,10 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         cfg.data_hash = data_hashes(dm.data_files(), dm.read_sha256)
     check_train_batches(cfg.trainer, len(dm.train_dataloader()))  # a fraction of them that rounds to none
     model_name, model = build_model(cfg, dm)
-    if hasattr(model, "optim_cfg"):  # Lightning reads it in fit, after config.yaml is written
-        check_optim(model.optim_cfg)
+    try:  # a dry run: Lightning calls it in fit, after config.yaml is written
+        model.configure_optimizers()
+    except ValueError as e:
+        raise ValueError(f"model.optim: {e}") from None
     check_manual_optimization(cfg.trainer, model_name, model.automatic_optimization)
     if resume_from:
         check_fits(resume_from, model, resumed)
