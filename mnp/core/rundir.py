@@ -125,7 +125,8 @@ class EvalOutputConflict(ValueError):
 def check_eval_output(out_dir: Path, ckpt_path: Path, run_cfg: dict) -> None:
     """Refuse (:class:`EvalOutputConflict`) an ``out_dir`` whose ``metrics.json`` is a training run's (or that holds
     ``checkpoints/``), or another evaluation's: of another checkpoint, or with another config (``run_cfg``, the
-    one its ``config.yaml`` would hold). The same evaluation again writes over its own outputs."""
+    one its ``config.yaml`` would hold). The same evaluation again writes over its own outputs, also once the data
+    changed (it warns, :func:`warn_if_data_changed`, and scores them as they are now)."""
     metrics, config = out_dir / "metrics.json", out_dir / "config.yaml"
     try:
         record = json.loads(metrics.read_text()) if metrics.is_file() else None
@@ -141,7 +142,7 @@ def check_eval_output(out_dir: Path, ckpt_path: Path, run_cfg: dict) -> None:
     drift = [] if Path(evaluated).resolve() == Path(ckpt_path).resolve() else ["checkpoint"]
     if config.is_file():
         old, new = flatten(OmegaConf.to_container(OmegaConf.load(config))), flatten(run_cfg)
-        drift += sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
+        drift += sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k) and not k.startswith("data_hash."))
     if drift:
         raise EvalOutputConflict(f"output_dir {out_dir} holds another evaluation (differs at {', '.join(drift[:6])}); "
                                  "it was left as it is: choose another output_dir, or move it away")
