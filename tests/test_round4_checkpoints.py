@@ -155,3 +155,16 @@ def test_weights_that_do_not_fit_their_own_hyperparameters_are_one_line(tmp_path
     line = guarded(evaluate, eval_cfg(tmp_path / "x.ckpt", tmp_path / "eval"), capsys)
     assert line.startswith(f"error: checkpoint {tmp_path / 'x.ckpt'}: its weights do not fit its own hyperparameters (")
     assert says in line and line.endswith("it was written by another version of the code or not by train.py")
+
+
+def test_evaluating_an_unfinished_checkpoint_says_so_and_not_finished(tmp_path, caplog):
+    """N47: evaluate.py on a 1-epoch checkpoint of a 6-epoch run printed `Finished: ..., 1 epochs`."""
+    train(compose_train(tmp_path / "a", [*MLP_RUN, "trainer.max_epochs=1", "test=false"]))
+    ckpt = torch.load(tmp_path / "a" / "checkpoints" / "last.ckpt", weights_only=True)
+    ckpt["mnp_cfg"]["trainer"]["max_epochs"] = 6  # as the checkpoint of a 6-epoch run after its first epoch
+    torch.save(ckpt, tmp_path / "early.ckpt")
+    with caplog.at_level("INFO"):
+        evaluate(eval_cfg(tmp_path / "early.ckpt", tmp_path / "eval"))
+    assert f"{tmp_path / 'early.ckpt'} holds 1 of its run's 6 epochs: this evaluates an unfinished run" in caplog.text
+    assert f"Evaluated: mlp on synthetic, seed 2, 1 epochs ({tmp_path / 'early.ckpt'})" in caplog.text
+    assert "Finished:" not in caplog.text

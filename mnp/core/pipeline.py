@@ -369,6 +369,10 @@ def _evaluate(cfg: DictConfig) -> dict[str, Any]:
     identity = _identity(run_cfg, model_name, dataset_name, None)
     identity["epochs"] = int(ckpt.get("epoch", -1)) + 1
     identity["checkpoint"] = str(ckpt_path)
+    planned = (run_cfg.get("trainer") or {}).get("max_epochs")
+    if isinstance(planned, int) and identity["epochs"] < planned:
+        log.warning("%s holds %d of its run's %d epochs: this evaluates an unfinished run", ckpt_path,
+                    identity["epochs"], planned)
     atomic_write(out_dir / "config.yaml", lambda tmp: OmegaConf.save(run_cfg, tmp, resolve=True))
     results = write_outputs(out_dir, model, identity, {"time/total_s": time.perf_counter() - t0})
     log_run_summary(results, out_dir)
