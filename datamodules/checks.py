@@ -3,9 +3,11 @@ Each failure is a one-line :class:`DataError` naming the key, file, view or row 
 usable data (a constant view) gets a one-line warning."""
 from __future__ import annotations
 
+import errno
 import hashlib
 import logging
 import numbers
+import os
 import stat
 from pathlib import Path
 from typing import Sequence
@@ -39,6 +41,13 @@ def fraction(key: str, value, lower_open: bool) -> float:
 def check_regular_file(path: Path) -> None:
     """A DataError when ``path`` exists but is no regular file: a directory, or a FIFO, device or socket, whose
     reading would block or never end (it used to be reported as not found)."""
+    if path.is_symlink():  # one that loops or points nowhere was reported as not found
+        try:
+            os.stat(path)
+        except OSError as e:
+            what = "a loop of symbolic links" if e.errno == errno.ELOOP else \
+                f"a symbolic link to {os.readlink(path)}, which does not exist"
+            raise DataError(f"{path} is {what}; point it at the data file") from None
     if path.is_dir():
         raise DataError(f"{path} is a directory, not a data file; accepted: {ACCEPTED}")
     if path.exists() and not path.is_file():

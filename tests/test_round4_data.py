@@ -41,3 +41,29 @@ def test_a_data_file_replaced_right_after_the_read_records_the_bytes_read(tmp_pa
     monkeypatch.setattr(CustomDataModule, "load", load)
     line = guarded_error(train, compose_train(tmp_path / "run", overrides), capsys)
     assert line.startswith(f"error: {tmp_path / 'run'} holds a run of other data: {data} has changed since")
+
+
+def test_a_symlink_loop_or_a_dangling_link_is_named_as_such(tmp_path, capsys):
+    """A32: a symlink loop was reported as `loop.npz not found`."""
+    loop, dangling = tmp_path / "loop.npz", tmp_path / "dangling.npz"
+    loop.symlink_to(loop)
+    dangling.symlink_to(tmp_path / "gone.npz")
+    for path, says in ((loop, "a loop of symbolic links"),
+                       (dangling, f"a symbolic link to {tmp_path / 'gone.npz'}, which does not exist")):
+        line = guarded_error(train, compose_train(tmp_path / "run", ["model=mlp", "dataset=custom",
+                                                                      f"dataset.path={path}"]), capsys)
+        assert line == f"error: {path} is {says}; point it at the data file"
+
+
+def test_a_full_disk_while_writing_an_output_names_the_file(tmp_path, monkeypatch):
+    """A30: `[Errno 28] No space left on device` named no file (it was predictions.npz's temp file)."""
+    from mnp.core.outputs import write_npz
+
+    def full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(np, "savez_compressed", full)
+    with pytest.raises(OSError) as e:
+        write_npz(tmp_path / "predictions.npz", {"a": np.zeros(3)})
+    assert str(e.value) == f"[Errno 28] No space left on device: '{tmp_path / 'predictions.npz'}'"
+    assert list(tmp_path.iterdir()) == []
