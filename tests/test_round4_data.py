@@ -67,3 +67,20 @@ def test_a_full_disk_while_writing_an_output_names_the_file(tmp_path, monkeypatc
         write_npz(tmp_path / "predictions.npz", {"a": np.zeros(3)})
     assert str(e.value) == f"[Errno 28] No space left on device: '{tmp_path / 'predictions.npz'}'"
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_sweep_over_data_files_is_one_job_per_file(tmp_path):
+    """N85: `-m dataset.path=a.npz,b.npz` became one job whose path was `a.npz,b.npz` (not found)."""
+    from cli_utils import run_cli
+    from mnp.core.cli import quote_path_value
+
+    a, b = _data(tmp_path / "a.npz", 0), _data(tmp_path / "b.npz", 1)
+    assert quote_path_value(f"dataset.path={a},{b}") == f"dataset.path='{a},{b}'"  # one file, outside a sweep
+    assert quote_path_value(f"ckpt_path={tmp_path}/mlp_s0_x=1,y=2/last.ckpt", multirun=True) == \
+        f"ckpt_path='{tmp_path}/mlp_s0_x=1,y=2/last.ckpt'"  # a run directory's name
+    res = run_cli(["train.py", "-m", "model=mlp", "dataset=custom", f"dataset.path={a},{b}", "trainer.max_epochs=1",
+                   "eval.noise=false", "logger=none", f"paths.log_dir={tmp_path / 'logs'}"])
+    assert res.returncode == 0, res.stderr[-2000:]
+    records = sorted((tmp_path / "logs").rglob("metrics.json"))
+    assert len(records) == 2 and {yaml.safe_load((r.parent / "config.yaml").read_text())["dataset"]["path"]
+                                  for r in records} == {str(a), str(b)}
