@@ -168,3 +168,16 @@ def test_evaluating_an_unfinished_checkpoint_says_so_and_not_finished(tmp_path, 
     assert f"{tmp_path / 'early.ckpt'} holds 1 of its run's 6 epochs: this evaluates an unfinished run" in caplog.text
     assert f"Evaluated: mlp on synthetic, seed 2, 1 epochs ({tmp_path / 'early.ckpt'})" in caplog.text
     assert "Finished:" not in caplog.text
+
+
+@pytest.mark.parametrize("key, says", [
+    ("${oc.env:HOME}", "refused: its stored config holds an interpolation in a key at dataset.${oc.env:HOME}"),
+    ("evil", "TwoMoons takes no argument 'evil' (stored at dataset.evil)")])
+def test_a_stored_dataset_key_that_is_an_interpolation_or_unknown_is_one_line(tmp_path, capsys, key, says):
+    """N07: the key reached the datamodule's constructor: Hydra's two lines and a TypeError."""
+    train(compose_train(tmp_path / "a", [*MLP_RUN, "trainer.max_epochs=1", "test=false"]))
+    ckpt = torch.load(tmp_path / "a" / "checkpoints" / "last.ckpt", weights_only=True)
+    ckpt["mnp_cfg"]["dataset"][key] = 1
+    torch.save(ckpt, tmp_path / "x.ckpt")
+    line = guarded(evaluate, eval_cfg(tmp_path / "x.ckpt", tmp_path / "eval"), capsys)
+    assert line.startswith(f"error: checkpoint {tmp_path / 'x.ckpt'}") and says in line, line

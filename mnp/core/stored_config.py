@@ -65,6 +65,8 @@ def _check_stored(value: Any, where: str, path: Path, plain: bool = True) -> Non
     values, string keys and no Hydra special key (a nested ``_target_`` included)."""
     if isinstance(value, dict):
         for key, item in value.items():
+            if isinstance(key, str) and "${" in key:
+                _refuse(path, f"{where}.{key}", "holds an interpolation in a key")
             if plain and not isinstance(key, str):
                 _refuse(path, where, f"has a non-string key {key!r}")
             if plain and key.startswith("_") and key.endswith("_"):
@@ -95,8 +97,13 @@ def checked_run_config(stored: Any, path: Path) -> dict:
         if key in ("model", "dataset"):
             target = node.get("_target_")
             registry, kind = (MODELS, "models") if key == "model" else (DATAMODULES, "datamodules")
-            _registered_class(target, registry, kind, f"{key}._target_", path)
+            cls = _registered_class(target, registry, kind, f"{key}._target_", path)
             _check_stored({k: v for k, v in node.items() if k != "_target_"}, key, path)
+            # the dataset node is the datamodule's arguments (the model is rebuilt from its hyperparameters)
+            if key == "dataset" and (unknown := sorted(set(node) - {"_target_", "name"} - set(init_keys(cls)))):
+                raise CheckpointError(f"checkpoint {path}: {cls.__name__} takes no argument {unknown[0]!r} (stored at "
+                                      f"{key}.{unknown[0]}); it was written by another version of the code or not "
+                                      "by train.py")
         else:  # never instantiated; still no interpolation that resolving the config would evaluate
             _check_stored(node, key, path, plain=False)
     dataset = {**stored["dataset"], **READ_ONLY.get(stored["dataset"]["_target_"], {})}
