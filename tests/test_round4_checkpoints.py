@@ -181,3 +181,17 @@ def test_a_stored_dataset_key_that_is_an_interpolation_or_unknown_is_one_line(tm
     torch.save(ckpt, tmp_path / "x.ckpt")
     line = guarded(evaluate, eval_cfg(tmp_path / "x.ckpt", tmp_path / "eval"), capsys)
     assert line.startswith(f"error: checkpoint {tmp_path / 'x.ckpt'}") and says in line, line
+
+
+def test_evaluate_on_a_directory_says_it_is_one_and_writes_nothing_beside_the_run(tmp_path):
+    """N99: `checkpoint <run>/checkpoints does not exist`, and for ckpt_path=<run> eval/evaluate.log was written
+    into the run's parent directory."""
+    from cli_utils import run_cli
+    run = tmp_path / "run"
+    train(compose_train(run, [*MLP_RUN, "trainer.max_epochs=1", "test=false"]))
+    for given in (run, run / "checkpoints"):
+        res = run_cli(["evaluate.py", f"ckpt_path={given}"])
+        assert res.returncode == 1 and res.stderr.strip().splitlines()[-1].startswith(
+            f"error: checkpoint {given} is a directory, not a checkpoint file; give ckpt_path="
+            f"{run / 'checkpoints' / 'last.ckpt'} (traceback in {run / 'eval'}"), res.stderr[-2000:]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]

@@ -179,6 +179,10 @@ def safe_load(path, map_location="cpu"):
     """``torch.load(path, weights_only=True)``: tensors and plain containers only, so loading runs no
     code. Anything else is :class:`CheckpointError` (:class:`UnsafeCheckpoint`) saying what the file is."""
     path = Path(path)
+    if path.is_dir():
+        inside = next((p for p in (path / "checkpoints" / LAST, path / LAST) if p.is_file()), None)
+        raise IsADirectoryError(f"checkpoint {path} is a directory, not a checkpoint file"
+                                + (f"; give ckpt_path={inside}" if inside else ""))
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint {path} does not exist")
     try:

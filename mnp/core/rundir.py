@@ -46,6 +46,7 @@ NON_RESULT_KEYS = frozenset({
 # ... and everything under these
 NON_RESULT_PREFIXES = ("logger.", "launcher.", "callbacks.", "paths.", "hydra.", "data_hash.", "declared.")
 MAX_SUFFIX = 100
+LAST_CKPT = "last.ckpt"  # mnp.core.checkpointing.LAST (which imports torch; this module must not)
 
 
 def _is_result_key(key: str) -> bool:
@@ -110,6 +111,8 @@ def eval_dir(ckpt_path: str, evaluation=None, data_dir: str | None = None) -> st
     settings (``evaluation``) or another ``data_dir`` each get their own, ``eval_<settings>``
     (``eval_noise_levels=[0.5]``), so one never writes over another."""
     ckpt = Path(str(ckpt_path)).expanduser().absolute()
+    if ckpt.is_dir():  # a run directory or its checkpoints/ (refused by evaluate.py): its eval stays inside it
+        ckpt = ckpt / LAST_CKPT if ckpt.name == "checkpoints" else ckpt / "checkpoints" / LAST_CKPT
     run = ckpt.parent.parent if ckpt.parent.name == "checkpoints" else ckpt.parent
     if OmegaConf.is_config(evaluation):
         evaluation = OmegaConf.to_container(evaluation, resolve=True)
