@@ -94,7 +94,7 @@ def test_resuming_from_a_checkpoint_of_another_config_is_one_line(tmp_path, caps
     ckpt = tmp_path / "a" / "checkpoints" / "last.ckpt"
     overrides = [*MLP_RUN, "trainer.max_epochs=2", f"ckpt_path={ckpt}"]
     line = guarded(train, compose_train(tmp_path / "b", [*overrides, "seed=1"]), capsys)
-    assert line == (f"error: checkpoint {ckpt} is of a run of another config (differs at dataset.seed); resume only "
+    assert line == (f"error: checkpoint {ckpt} is of a run of another config (differs at seed); resume only "
                     "from a checkpoint of this job's config, or set ckpt_path=null to start afresh")
     assert not (tmp_path / "b" / "config.yaml").exists()
     assert train(compose_train(tmp_path / "c", [*overrides, "trainer.max_epochs=3"]))["epochs"] == 3  # same config

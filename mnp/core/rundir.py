@@ -187,6 +187,13 @@ def keep_derived(cfg, run: dict) -> None:
             OmegaConf.update(cfg, key, flat[key])
 
 
+def named_drift(drift: list[str], stored: dict, current: dict) -> str:
+    """The keys of ``drift`` as the user set them (``seed``, not the ``dataset.seed`` that interpolates it), joined."""
+    if "dataset.seed" in drift and stored.get("seed") != current.get("seed"):
+        drift = ["seed" if k == "dataset.seed" else k for k in drift]
+    return ", ".join(drift[:6]) + (f" and {len(drift) - 6} more" if len(drift) > 6 else "")
+
+
 def config_drift(saved: dict, current: dict) -> list[str]:
     """Result keys whose values differ between a run's saved config and the job's (both resolved).
 
@@ -269,9 +276,9 @@ def check_reuse(out_dir, current: dict, stored: dict, resuming: bool = False, da
     if resuming:
         drift = [k for k in drift if k != "trainer.max_epochs"]
     if drift:
-        shown = ", ".join(drift[:6]) + (f" and {len(drift) - 6} more" if len(drift) > 6 else "")
         raise RunDirConflict(
-            f"{out_dir} holds a run of another config (differs at {shown}); it was left as it is. "
+            f"{out_dir} holds a run of another config (differs at {named_drift(drift, stored, current)}); it was left "
+            "as it is. "
             "Move it away to re-run, or give this job another experiment_name=...")
     changed = data_change(stored.get("data_hash"), list(data_files))
     if changed:
@@ -288,6 +295,6 @@ def check_checkpoint_config(ckpt_path, current: dict, stored: dict | None) -> No
     keys = declared_in_both(stored, current)
     drift = [k for k in config_drift(as_declared(stored, keys), as_declared(current, keys)) if k != "trainer.max_epochs"]
     if drift:
-        shown = ", ".join(drift[:6]) + (f" and {len(drift) - 6} more" if len(drift) > 6 else "")
-        raise RunDirConflict(f"checkpoint {ckpt_path} is of a run of another config (differs at {shown}); resume only "
+        raise RunDirConflict(f"checkpoint {ckpt_path} is of a run of another config (differs at "
+                             f"{named_drift(drift, stored, current)}); resume only "
                              "from a checkpoint of this job's config, or set ckpt_path=null to start afresh")
