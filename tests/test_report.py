@@ -363,3 +363,19 @@ def test_interrupted_jobs_and_damaged_configs_are_listed_and_the_report_goes_on(
     assert (f"- mcd / cub / seed 2: no metrics.json: the job stopped before it finished; its checkpoints/last.ckpt "
             f"is kept, re-run it to finish ({stopped})") in md
     assert "config.yaml cannot be read (" in md and f"({tagged})" in md and f"({damaged})" in md
+
+
+@pytest.mark.parametrize("make, says", [
+    (lambda out: (out / "results.csv").write_text("a,b\n1,2\n"), "it has no column 'experiment'"),
+    (lambda out: (out / "results.csv").write_bytes(b"\xff\xfe\x00garbage"), "'utf-8' codec can't decode")])
+def test_update_with_a_foreign_results_csv_or_an_out_below_a_file_is_one_line(sweep, tmp_path, capsys, make, says):
+    """N64, N65: a NotADirectoryError traceback, a KeyError traceback, and a decode error naming no file."""
+    out = tmp_path / "out"
+    out.mkdir()
+    make(out)
+    assert main([str(sweep), "--out", str(out), "--no-plots", "--update"]) == 1
+    assert capsys.readouterr().out.startswith(f"error: {out / 'results.csv'} is not a results.csv written by "
+                                              f"mnp.tools.report ({says}")
+    (tmp_path / "file").write_text("x")
+    assert main([str(sweep), "--out", str(tmp_path / "file" / "sub"), "--no-plots"]) == 1
+    assert capsys.readouterr().out == f"error: [Errno 20] Not a directory: '{tmp_path / 'file' / 'sub'}'\n"

@@ -55,10 +55,16 @@ def write_csv(path: Path, agg: dict) -> None:
 
 
 def read_csv(path: Path) -> dict[tuple, Cell]:
-    """The cells of a results.csv written by :func:`write_csv`, keyed as :func:`aggregate` keys them."""
-    with open(path, newline="") as f:
-        return {(r["experiment"], r["model"], r["variant"] or None, r["dataset"], r["metric"]):
-                Cell(float(r["mean"]), float(r["std"]), int(r["n"])) for r in csv.DictReader(f)}
+    """The cells of a results.csv written by :func:`write_csv`, keyed as :func:`aggregate` keys them; another
+    file (other columns, not text) is a ValueError naming it."""
+    try:
+        with open(path, newline="") as f:
+            return {(r["experiment"], r["model"], r["variant"] or None, r["dataset"], r["metric"]):
+                    Cell(float(r["mean"]), float(r["std"]), int(r["n"])) for r in csv.DictReader(f)}
+    except (KeyError, ValueError, TypeError, csv.Error) as e:  # UnicodeDecodeError is a ValueError
+        problem = f"it has no column {e}" if isinstance(e, KeyError) else " ".join(str(e).split())[:120]
+        raise ValueError(f"{path} is not a results.csv written by mnp.tools.report ({problem}); move it away or "
+                         "leave out --update") from None
 
 
 def updated(previous: dict[tuple, Cell], new: dict[tuple, Cell]) -> dict[tuple, Cell]:
@@ -148,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.wandb_project:
             from mnp.tools.report_wandb import push
             print(f"wandb run: {push(res['aggregate'], args.out, args.wandb_project, args.dirs)}")
-    except (FileNotFoundError, ValueError) as e:
+    except (OSError, ValueError) as e:  # a missing directory, an --out below a file, a foreign results.csv
         print(f"error: {e}")
         return 1
     counts = ", ".join(f"{sum(j.status == s for j in res['jobs'])} {s}" for s in STATUSES)
