@@ -76,3 +76,14 @@ def test_a_run_stopped_early_by_max_time_is_not_recorded_as_finished(tmp_path, c
                                "stops training), so the run is not recorded as finished; ")
     assert not (run / "metrics.json").exists()
     assert train(compose_train(run, [*MLP_RUN, "trainer.max_epochs=2"]))["epochs"] == 2
+
+
+def test_trainer_gpu_on_a_machine_without_one_is_one_line_before_the_data_loads(tmp_path, monkeypatch, capsys):
+    """N92: Hydra's `Error executing job` and Lightning's MisconfigurationException, after the data and model."""
+    import torch
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    code, lines = _guarded(train, compose_train(tmp_path / "run", [*MLP_RUN, "trainer=gpu"]), capsys)
+    assert (code, lines) == (1, ["error: trainer.accelerator=gpu needs a GPU, and torch finds none on this machine; "
+                                 "use trainer.accelerator=auto (trainer=default) to run on the CPU"])
+    assert not (tmp_path / "run").exists()

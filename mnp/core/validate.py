@@ -220,6 +220,7 @@ def check_ranges(c: dict) -> None:
                           f"(e.g. trainer.max_epochs={w + max(epochs, 20)}) or model.warmup_epochs < {epochs}")
     check_eval(ev)
     check_train_batches(trainer)
+    check_device(trainer)
     check_accel(c.get("accel") or {})
     ckpt = (c.get("callbacks") or {}).get("checkpoint") or {}
     if "every_n_epochs" in ckpt:
@@ -290,6 +291,18 @@ def check_train_batches(trainer: Mapping, n_batches: int | None = None) -> None:
     if steps is not None and steps != -1 and not (_is_int(steps) and steps >= 1):
         raise ConfigError(f"trainer.max_steps must be -1 (no limit) or an integer >= 1, got {steps!r}"
                           + (f": {untrained}" if steps == 0 else ""))
+
+
+def check_device(trainer: Mapping) -> None:
+    """``trainer.accelerator`` gpu or cuda (``trainer=gpu``) on a machine without one: one line before the data
+    loads (Lightning's MisconfigurationException came after the data and the model, in Hydra's two lines)."""
+    import torch
+
+    wanted = str(trainer.get("accelerator", "auto")).lower()
+    has = torch.cuda.is_available() or (wanted == "gpu" and torch.backends.mps.is_available())
+    if wanted in ("gpu", "cuda") and not has:
+        raise ConfigError(f"trainer.accelerator={trainer.get('accelerator')} needs a GPU, and torch finds none on this "
+                          "machine; use trainer.accelerator=auto (trainer=default) to run on the CPU")
 
 
 def check_manual_optimization(trainer: Mapping, model_name: str, automatic: bool) -> None:
