@@ -87,3 +87,19 @@ def test_trainer_gpu_on_a_machine_without_one_is_one_line_before_the_data_loads(
     assert (code, lines) == (1, ["error: trainer.accelerator=gpu needs a GPU, and torch finds none on this machine; "
                                  "use trainer.accelerator=auto (trainer=default) to run on the CPU"])
     assert not (tmp_path / "run").exists()
+
+
+def test_logger_wandb_with_a_broken_wandb_is_one_line_before_anything_is_written(tmp_path, monkeypatch, capsys):
+    """N72: a wandb package that fails on import gave a 65-line ImportError traceback."""
+    import sys
+    from omegaconf import open_dict
+    monkeypatch.setitem(sys.modules, "wandb", None)  # `import wandb` raises ImportError
+    cfg = compose_train(tmp_path / "run", [*MLP_RUN, "trainer.max_epochs=1"])
+    with open_dict(cfg):
+        cfg.logger = {"wandb": {"_target_": "mnp.core.wandb_utils.RunLogger", "project": "mnp", "mode": "offline",
+                                "save_dir": str(tmp_path / "run")}}
+    code, lines = _guarded(train, cfg, capsys)
+    assert code == 1 and len(lines) == 1 and lines[0].startswith(
+        "error: logger.wandb needs wandb, which cannot be imported (ModuleNotFoundError: "), lines
+    assert lines[0].endswith("repair it (pip install wandb) or use logger=csv")
+    assert not (tmp_path / "run" / "config.yaml").exists()

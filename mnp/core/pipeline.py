@@ -125,6 +125,13 @@ def build_loggers(cfg: DictConfig) -> list:
     for key, node in (cfg.get("logger") or {}).items():
         if node is None:
             continue
+        if "wandb" in str(node.get("_target_", "")).lower():  # a broken install: one line now, not in the first log
+            try:
+                import wandb  # noqa: F401
+            except Exception as e:  # noqa: BLE001 - a broken package raises anything on import
+                why = f"{type(e).__name__}: {' '.join(str(e).split())[:120]}"
+                raise ValueError(f"logger.{key} needs wandb, which cannot be imported ({why}); repair it "
+                                 "(pip install wandb) or use logger=csv") from None
         loggers.append(instantiate(node, **run_identity(cfg, node)))
     keep_csv_history(loggers)
     return loggers
