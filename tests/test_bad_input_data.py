@@ -218,19 +218,6 @@ def test_duplicated_samples_are_kept_with_a_warning(tmp_path, tiny_views, caplog
                      r"row, so the test scores are inflated by that leakage\)", warning[0])
 
 
-def test_the_duplicate_check_counts_the_test_rows_equal_to_training_rows_of_the_split_drawn(tmp_path, caplog):
-    """N75: 30 distinct rows × 10 copies and no split keys. The 80/20 split is drawn after the file is read,
-    and every test row is a copy of a training row: the warning says so (it said 0 before the split)."""
-    rng = np.random.default_rng(0)
-    x1, x2, y = rng.normal(size=(30, 4)), rng.normal(size=(30, 3)), np.arange(30) % 3
-    path = npz(tmp_path, x1=np.tile(x1, (10, 1)), x2=np.tile(x2, (10, 1)), y=np.tile(y, 10))
-    with caplog.at_level(logging.WARNING):
-        dm = CustomDataModule(str(path))
-        dm.setup()
-    assert len(dm.test_y) == 60
-    assert (f"{path}: 270 samples duplicate an earlier sample in every view (60 of the 60 test rows equal a "
-            "training row, so the test scores are inflated by that leakage); they are kept") in caplog.text
-
 
 # ---------------------------------------------------------------------------- labels, splits, values
 def test_huge_label_renumbered_without_building_the_label_range(tmp_path, tiny_views, caplog):

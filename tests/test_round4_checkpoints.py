@@ -3,10 +3,10 @@ import json
 
 import pytest
 import torch
-
 from cfg_utils import compose_train
-from mnp.core.pipeline import evaluate, train
 from test_checkpointing import MLP_RUN, eval_cfg, guarded, results
+
+from mnp.core.pipeline import evaluate, train
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -1,13 +1,14 @@
 """Reliability round four (issue 30): the data a run records are the bytes it read."""
 import hashlib
+import logging
 import shutil
 
 import numpy as np
 import pytest
 import yaml
-
 from cfg_utils import compose_train
 from cli_utils import guarded_error
+
 from datamodules.custom import CustomDataModule
 from mnp.core.pipeline import train
 
@@ -72,6 +73,7 @@ def test_a_full_disk_while_writing_an_output_names_the_file(tmp_path, monkeypatc
 def test_a_sweep_over_data_files_is_one_job_per_file(tmp_path):
     """N85: `-m dataset.path=a.npz,b.npz` became one job whose path was `a.npz,b.npz` (not found)."""
     from cli_utils import run_cli
+
     from mnp.core.cli import quote_path_value
 
     a, b = _data(tmp_path / "a.npz", 0), _data(tmp_path / "b.npz", 1)
@@ -84,3 +86,18 @@ def test_a_sweep_over_data_files_is_one_job_per_file(tmp_path):
     records = sorted((tmp_path / "logs").rglob("metrics.json"))
     assert len(records) == 2 and {yaml.safe_load((r.parent / "config.yaml").read_text())["dataset"]["path"]
                                   for r in records} == {str(a), str(b)}
+
+
+def test_the_duplicate_check_counts_the_test_rows_equal_to_training_rows_of_the_split_drawn(tmp_path, caplog):
+    """N75: 30 distinct rows × 10 copies and no split keys. The 80/20 split is drawn after the file is read,
+    and every test row is a copy of a training row: the warning says so (it said 0 before the split)."""
+    rng = np.random.default_rng(0)
+    x1, x2, y = rng.normal(size=(30, 4)), rng.normal(size=(30, 3)), np.arange(30) % 3
+    path = tmp_path / "dups.npz"
+    np.savez(path, x1=np.tile(x1, (10, 1)), x2=np.tile(x2, (10, 1)), y=np.tile(y, 10))
+    with caplog.at_level(logging.WARNING):
+        dm = CustomDataModule(str(path))
+        dm.setup()
+    assert len(dm.test_y) == 60
+    assert (f"{path}: 270 samples duplicate an earlier sample in every view (60 of the 60 test rows equal a "
+            "training row, so the test scores are inflated by that leakage); they are kept") in caplog.text

@@ -4,12 +4,12 @@ import math
 
 import pytest
 import torch
-
 from cfg_utils import compose_train
+from test_checkpointing import eval_cfg
+
 from mnp.core import metrics
 from mnp.core.pipeline import evaluate, train
 from mnp.view_weighting import view_weights
-from test_checkpointing import eval_cfg
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -4,13 +4,13 @@ import os
 import signal
 
 import pytest
+from cfg_utils import compose_train
+from test_checkpointing import MLP_RUN, eval_cfg
 
 from baselines.mlp import MLP
-from cfg_utils import compose_train
 from mnp.core.cli import run_guarded
 from mnp.core.pipeline import evaluate, train
 from mnp.core.routine import Routine
-from test_checkpointing import MLP_RUN, eval_cfg
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -92,6 +92,7 @@ def test_trainer_gpu_on_a_machine_without_one_is_one_line_before_the_data_loads(
 def test_logger_wandb_with_a_broken_wandb_is_one_line_before_anything_is_written(tmp_path, monkeypatch, capsys):
     """N72: a wandb package that fails on import gave a 65-line ImportError traceback."""
     import sys
+
     from omegaconf import open_dict
     monkeypatch.setitem(sys.modules, "wandb", None)  # `import wandb` raises ImportError
     cfg = compose_train(tmp_path / "run", [*MLP_RUN, "trainer.max_epochs=1"])
