@@ -18,7 +18,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
 from datamodules.checks import (check_numeric, describe_absent, empty_test_hint, fraction, positive_int,
-                                split_indices, validate_arrays, warn_constant_views)
+                                split_indices, validate_arrays, warn_constant_views, warn_duplicates)
 from datamodules.errors import DataError
 
 log = logging.getLogger(__name__)
@@ -37,6 +37,7 @@ class RawData:
     external_ood: dict[str, list[np.ndarray]] = field(default_factory=dict)
     split: str = "given with the data"
     label_offset: int = 0
+    sha256: dict[str, str] = field(default_factory=dict)  # {absolute path: sha256 of the bytes read} of its files
 
 
 class IndexBatchDataset(Dataset):
@@ -183,9 +184,12 @@ class MultiViewDataModule(pl.LightningDataModule):
         self.val_seed = int(val_seed)  # the validation rows are fixed per dataset, whatever the run's seed
         self.eval_split = "test"  # "val": the evaluation reads the validation rows, never the test rows
         self._ready = False
+        self.read_sha256: dict[str, str] = {}  # set by setup: RawData.sha256
         Scaler(scaling)  # fail early on an unknown scaling name
 
     # ---------------------------------------------------------------- subclass hooks
+    checks_duplicates = False  # warn about samples repeated in the file, and test rows equal to training rows
+
     def load(self) -> RawData:
         raise NotImplementedError
 
@@ -199,6 +203,7 @@ class MultiViewDataModule(pl.LightningDataModule):
         if self._ready:
             return
         raw = self.load()
+        self.read_sha256 = dict(raw.sha256)  # the run records these: the data it parsed, not the files as they are later
         views = [np.asarray(v) for v in raw.views]
         for v, x in enumerate(views):
             check_numeric(x, raw.source, str(v + 1))
@@ -242,6 +247,8 @@ class MultiViewDataModule(pl.LightningDataModule):
         if len(test_idx) == 0 and not (from_files and len(raw.test_idx) == 0):  # given no test set: fit only
             hint = empty_test_hint(from_files, int(np.bincount(y_class[~is_ood]).max()), self.test_fraction)
             raise DataError(f"{raw.source}: the test split is empty: {hint}")
+        if self.checks_duplicates:  # across the split drawn above, the one the run uses
+            warn_duplicates(views, raw.source, np.concatenate([train_idx, val_idx]), test_idx)
         self.view_dims = [v.shape[1] for v in views]
         scalers = [Scaler(self.scaling).fit(v[train_idx]) for v in views]
 

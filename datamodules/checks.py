@@ -3,8 +3,11 @@ Each failure is a one-line :class:`DataError` naming the key, file, view or row 
 usable data (a constant view) gets a one-line warning."""
 from __future__ import annotations
 
+import errno
+import hashlib
 import logging
 import numbers
+import os
 import stat
 from pathlib import Path
 from typing import Sequence
@@ -38,6 +41,13 @@ def fraction(key: str, value, lower_open: bool) -> float:
 def check_regular_file(path: Path) -> None:
     """A DataError when ``path`` exists but is no regular file: a directory, or a FIFO, device or socket, whose
     reading would block or never end (it used to be reported as not found)."""
+    if path.is_symlink():  # one that loops or points nowhere was reported as not found
+        try:
+            os.stat(path)
+        except OSError as e:
+            what = "a loop of symbolic links" if e.errno == errno.ELOOP else \
+                f"a symbolic link to {os.readlink(path)}, which does not exist"
+            raise DataError(f"{path} is {what}; point it at the data file") from None
     if path.is_dir():
         raise DataError(f"{path} is a directory, not a data file; accepted: {ACCEPTED}")
     if path.exists() and not path.is_file():
@@ -145,3 +155,29 @@ def empty_test_hint(from_files: bool, largest: int, test_fraction: float) -> str
         return "every class has one sample, which stays in training; add samples"
     return (f"dataset.test_fraction={test_fraction} of at most {largest} samples per class rounds to 0; "
             "add samples or raise it (+dataset.test_fraction=...)")
+
+
+def row_keys(views: Sequence[np.ndarray]) -> list[bytes]:
+    """One digest per sample of its rows in every view: equal digests, a sample equal in every view."""
+    keys = []
+    for i in range(len(views[0])):
+        h = hashlib.blake2b(digest_size=16)
+        for x in views:
+            h.update(np.ascontiguousarray(x[i]).tobytes())
+        keys.append(h.digest())
+    return keys
+
+
+def warn_duplicates(views: Sequence[np.ndarray], source: str, train_idx: np.ndarray, test_idx: np.ndarray) -> int:
+    """Log a warning naming how many samples repeat an earlier one, and how many of the test rows equal a
+    training row (``train_idx``: every row the model learns from) in the split actually used: that leakage
+    inflates the test scores. They are kept. Returns the number of repeats."""
+    keys = row_keys(views)
+    repeats = len(keys) - len(set(keys))
+    if repeats:
+        seen = {keys[i] for i in train_idx}
+        leaked = sum(keys[i] in seen for i in test_idx)
+        log.warning("%s: %d samples duplicate an earlier sample in every view (%d of the %d test rows equal a "
+                    "training row%s); they are kept", source, repeats, leaked, len(test_idx),
+                    ", so the test scores are inflated by that leakage" if leaked else "")
+    return repeats

@@ -11,7 +11,7 @@ import logging
 from pathlib import Path
 
 from datamodules.base import MultiViewDataModule, RawData
-from datamodules.features import check_split, warn_duplicates
+from datamodules.features import check_split
 from datamodules.formats import read_file
 
 
@@ -20,6 +20,7 @@ log = logging.getLogger(__name__)
 
 class CustomDataModule(MultiViewDataModule):
     name = "custom"
+    checks_duplicates = True
 
     def __init__(self, path: str, split: str = "files", **kwargs):
         check_split(split)
@@ -35,5 +36,4 @@ class CustomDataModule(MultiViewDataModule):
             k = int(raw.y.max()) + 1
             log.warning("%s: labels are 1-based (1..%d); they are renumbered 0..%d, the labels of predictions.npz",
                         raw.source, k, k - 1)
-        warn_duplicates(raw)
         return raw

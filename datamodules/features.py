@@ -6,7 +6,6 @@
 """
 from __future__ import annotations
 
-import hashlib
 import logging
 from pathlib import Path
 
@@ -26,36 +25,6 @@ SPLITS = ("files", "stratified")
 def check_split(split: str) -> None:
     if split not in SPLITS:
         raise DataError(f"unknown split '{split}'; choose one of {', '.join(SPLITS)}")
-
-
-def duplicates(views: list[np.ndarray]) -> list[tuple[int, int]]:
-    """Pairs (first, later) of samples whose rows are identical in every view."""
-    first: dict[bytes, int] = {}
-    pairs = []
-    for i in range(len(views[0])):
-        h = hashlib.blake2b(digest_size=16)
-        for x in views:
-            h.update(np.ascontiguousarray(x[i]).tobytes())
-        key = h.digest()
-        if key in first:
-            pairs.append((first[key], i))
-        else:
-            first[key] = i
-    return pairs
-
-
-def warn_duplicates(raw: RawData) -> int:
-    """Log a warning naming how many samples repeat an earlier one; they are kept. Returns the count."""
-    pairs = duplicates(raw.views)
-    if pairs:
-        cross = 0
-        if raw.train_idx is not None:
-            train = np.zeros(len(raw.y), bool)
-            train[raw.train_idx] = True
-            cross = sum(train[a] != train[b] for a, b in pairs)
-        log.warning("%s: %d samples duplicate an earlier sample in every view (%d across the train/test split); "
-                    "they are kept", raw.source, len(pairs), cross)
-    return len(pairs)
 
 
 def check_expected(raw: RawData, spec: DatasetSpec) -> None:
@@ -82,6 +51,7 @@ class FeatureDataModule(MultiViewDataModule):
 
     ``scaling`` defaults to the dataset's scaling in the official code (docs/method.md §2).
     """
+    checks_duplicates = True
 
     def __init__(self, dataset: str, data_dir: str, file: str | None = None, split: str = "files",
                  download: bool = True, checksum: bool = True, **kwargs):
@@ -108,10 +78,10 @@ class FeatureDataModule(MultiViewDataModule):
         check_expected(raw, spec)
         if self.split == "files" and raw.train_idx is None and f.name in spec.split_files:
             p_tr, p_te = (self._fetch(i) for i in spec.split_files[f.name])
-            raw.train_idx, raw.test_idx = split_indices(read_index(p_tr), read_index(p_te), len(raw.y),
+            tr, te = read_index(p_tr, raw.sha256), read_index(p_te, raw.sha256)
+            raw.train_idx, raw.test_idx = split_indices(tr, te, len(raw.y),
                                                         f"{p_tr} + {p_te.name}")
             raw.split = f"the index files {p_tr.name} / {p_te.name}"
         elif self.split == "files" and raw.train_idx is None:
             log.info("%s: no split files, drawing a stratified split from seed %d", raw.source, self.seed)
-        warn_duplicates(raw)
         return raw

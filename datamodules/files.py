@@ -44,6 +44,10 @@ def atomic_write(path: Path, write, previous: Path | None = None) -> None:
             os.replace(keep, previous)
         os.replace(tmp, path)
         _fsync(path.parent)
+    except OSError as e:
+        if e.filename is None and e.errno is not None:  # a full disk while writing: name the file, not its temp
+            raise OSError(e.errno, e.strerror, str(path)) from e
+        raise
     finally:
         for leftover in (tmp, keep):
             if leftover is not None and os.path.lexists(leftover):

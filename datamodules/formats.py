@@ -13,6 +13,8 @@ float64. A split the file gives is named in ``RawData.split``.
 """
 from __future__ import annotations
 
+import hashlib
+import io
 import re
 from pathlib import Path
 from typing import Mapping
@@ -34,34 +36,54 @@ def corrupt(path: Path, err: Exception) -> DataError:
     return DataError(f"{path}: file is corrupt or truncated ({detail}); re-download or replace it")
 
 
-def mat_header(path: Path) -> bool:
-    """Does the file open with a MAT v5 (or v7) text header? v4 files have none, and scipy reads them too."""
-    with path.open("rb") as f:
-        return f.read(6) == b"MATLAB"
+HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"  # at offset 0, 512, 1024, ... (MATLAB v7.3: 512, after its text header)
+
+
+def is_hdf5(data: bytes) -> bool:
+    offset = 0
+    while offset + len(HDF5_SIGNATURE) <= len(data):
+        if data[offset:offset + len(HDF5_SIGNATURE)] == HDF5_SIGNATURE:
+            return True
+        offset = 512 if offset == 0 else 2 * offset
+    return False
+
+
+def read_bytes(path: Path, sha256: dict[str, str]) -> bytes:
+    """The bytes of ``path``, read once; their sha256 goes into ``sha256`` under the absolute path. A run records
+    the hash of what it parsed, not of what the file holds later (another process may replace it meanwhile)."""
+    data = path.read_bytes()
+    sha256[str(path.absolute())] = hashlib.sha256(data).hexdigest()
+    return data
 
 
 def read_file(path: str | Path) -> RawData:
-    """Read any supported layout; unreadable files raise a one-line :class:`DataError`."""
+    """Read any supported layout from the file's bytes, read once (their sha256 in ``RawData.sha256``);
+    unreadable files raise a one-line :class:`DataError`."""
     path = Path(path)
     check_regular_file(path)
     if not path.is_file():
         raise MissingData(f"{path.name} not found in {path.parent}/")
     suffix = path.suffix.lower()
+    if suffix not in {".npz", ".mat", ".h5", ".hdf5"}:
+        raise DataError(f"{path}: unsupported file type '{suffix}'; accepted: {ACCEPTED}")
+    sha256: dict[str, str] = {}
+    data = read_bytes(path, sha256)
     try:
         if suffix == ".npz":
-            return read_npz(path)
-        if suffix in {".mat", ".h5", ".hdf5"}:
-            if h5py.is_hdf5(str(path)):
-                return read_hdf5(path)
-            return read_mat(path)
+            raw = read_npz(path, data)
+        elif is_hdf5(data):
+            raw = read_hdf5(path, data)
+        else:
+            raw = read_mat(path, data)
     except (DataError, MemoryError):  # a file too large for the memory is not a damaged one
         raise
     except Exception as e:  # scipy / h5py / zipfile raise assorted types for damaged files
-        if suffix == ".mat" and not mat_header(path) and not h5py.is_hdf5(str(path)):
+        if suffix == ".mat" and not data.startswith(b"MATLAB") and not is_hdf5(data):
             raise DataError(f"{path}: not a MATLAB .mat file (no 'MATLAB 5.0 MAT-file' header, not HDF5/v7.3); "
                             f"write it with scipy.io.savemat or MATLAB's save, or use another format: {ACCEPTED}") from None
         raise corrupt(path, e) from None
-    raise DataError(f"{path}: unsupported file type '{suffix}'; accepted: {ACCEPTED}")
+    raw.sha256 = sha256
+    return raw
 
 
 # ---------------------------------------------------------------------------- label and view helpers
@@ -171,14 +193,14 @@ def pre_split(d: Mapping, source: str) -> RawData:
                    label_offset=offset)
 
 
-def read_mat(path: Path) -> RawData:
-    d = scipy.io.loadmat(str(path))
+def read_mat(path: Path, data: bytes) -> RawData:
+    d = scipy.io.loadmat(io.BytesIO(data))
     return from_mapping(d, str(path))
 
 
-def read_hdf5(path: Path) -> RawData:
+def read_hdf5(path: Path, data: bytes) -> RawData:
     """MATLAB v7.3: arrays come back transposed; cell arrays hold object references."""
-    with h5py.File(path, "r") as f:
+    with h5py.File(io.BytesIO(data), "r") as f:
         d = {}
         for k, ds in f.items():
             if not isinstance(ds, h5py.Dataset):
@@ -193,9 +215,9 @@ def read_hdf5(path: Path) -> RawData:
     return from_mapping(d, str(path))
 
 
-def read_npz(path: Path) -> RawData:
+def read_npz(path: Path, data: bytes) -> RawData:
     source = str(path)
-    d = load_npz(path)  # reads every member: damaged archives fail here
+    d = load_npz(path, data)  # reads every member: damaged archives fail here
     if "y" not in d:
         raise DataError(f"{source}: .npz needs keys x1..xM and y (optional train_idx, test_idx); keys are {sorted(d)}")
     vs = numbered(d, r"x(\d+)")
@@ -216,9 +238,11 @@ def read_npz(path: Path) -> RawData:
                    label_offset=offset)
 
 
-def read_index(path: Path) -> np.ndarray:
-    """A ``.npy`` array of split indices; damaged files raise a one-line :class:`DataError`."""
+def read_index(path: Path, sha256: dict[str, str]) -> np.ndarray:
+    """A ``.npy`` array of split indices (the sha256 of the bytes read into ``sha256``); damaged files raise a
+    one-line :class:`DataError`."""
+    data = read_bytes(Path(path), sha256)
     try:
-        return np.load(path, allow_pickle=False)
+        return np.load(io.BytesIO(data), allow_pickle=False)
     except Exception as e:
         raise corrupt(path, e) from None

@@ -4,6 +4,7 @@ archive, an object array or a deflate bomb ends in one :class:`DataError` line, 
 """
 from __future__ import annotations
 
+import io
 import math
 import os
 import zipfile
@@ -34,10 +35,9 @@ def human(n: float) -> str:
     return f"{n:.0f} bytes"
 
 
-def check_format(path: Path) -> None:
-    """A DataError unless the file starts like a zip archive (what ``numpy.savez`` writes)."""
-    with open(path, "rb") as f:
-        head = f.read(6)
+def check_format(path: Path, data: bytes) -> None:
+    """A DataError unless the file's bytes ``data`` start like a zip archive (what ``numpy.savez`` writes)."""
+    head = data[:6]
     if head == b"\x93NUMPY":
         raise DataError(f"{path}: is a single .npy array, not an .npz archive; "
                         "save the arrays with numpy.savez(path, x1=..., x2=..., y=...)")
@@ -63,18 +63,18 @@ def member_bytes(zf: zipfile.ZipFile, info: zipfile.ZipInfo, source: str) -> int
     return max(size, math.prod(shape) * 8)
 
 
-def load_npz(path: Path) -> dict[str, np.ndarray]:
-    """The arrays of an ``.npz`` by key, after :func:`check_format` and a size check: the members may
-    take at most MEMORY_FRACTION of the memory available."""
+def load_npz(path: Path, data: bytes) -> dict[str, np.ndarray]:
+    """The arrays of the ``.npz`` ``path`` by key, parsed from its bytes ``data``, after :func:`check_format` and a
+    size check: the members may take at most MEMORY_FRACTION of the memory available."""
     source = str(path)
-    check_format(path)
+    check_format(path, data)
     free, total = available_memory(), 0
-    with zipfile.ZipFile(path) as zf:
+    with zipfile.ZipFile(io.BytesIO(data)) as zf:
         for info in zf.infolist():
             total += member_bytes(zf, info, source)
             if free is not None and total > MEMORY_FRACTION * free:
                 raise DataError(f"{source}: loading {info.filename.removesuffix('.npy')} would take the arrays to "
                                 f"{human(total)} in memory, over {MEMORY_FRACTION:.0%} of the {human(free)} "
                                 "available; use a smaller file or free memory")
-    with np.load(path, allow_pickle=False) as z:
+    with np.load(io.BytesIO(data), allow_pickle=False) as z:
         return {k: z[k] for k in z.files}

@@ -41,18 +41,26 @@ def nearest_sq_dist(scores: Tensor, amplitude: Tensor | None = None) -> Tensor:
     return -2.0 * g.clamp_min(torch.finfo(g.dtype).tiny).log()
 
 
+def log_proximity(d2: Tensor, ref: Tensor, power: float) -> Tensor:
+    """log κ (M, B) = min(0, p (log d²_ref − log d²)), with d²_ref (M,): κ itself underflows to 0 for a large
+    power far from the context (p ≥ 20 with noised views in float32), its log does not."""
+    tiny = torch.finfo(d2.dtype).tiny
+    return (power * (ref[:, None].clamp_min(tiny).log() - d2.clamp_min(tiny).log())).clamp(max=0.0)
+
+
 def proximity(d2: Tensor, ref: Tensor, power: float) -> Tensor:
     """κ (M, B) = min(1, (d²_ref / d²)^p), with d²_ref (M,)."""
-    return (ref[:, None] / d2.clamp_min(torch.finfo(d2.dtype).tiny)).pow(power).clamp(max=1.0)
+    return log_proximity(d2, ref, power).exp()
 
 
 def view_weights(d2: Tensor, ref: Tensor, power: float, present: Tensor | None = None) -> Tensor:
-    """MBA weights (B, M) of eq. 8′: proximity relative to the target's best-supported view; ``present``
-    (B, M) in {0, 1} zeroes the views a target lacks (mnp.core.missing) before that comparison."""
-    kappa = proximity(d2, ref, power).t()
+    """MBA weights (B, M) of eq. 8′: proximity relative to the target's best-supported view (a ratio taken in log
+    space, so it stays finite however small every κ is: the best view's weight is 1); ``present`` (B, M) in
+    {0, 1} zeroes the views a target lacks (mnp.core.missing) before that comparison."""
+    log_kappa = log_proximity(d2, ref, power).t()
     if present is not None:
-        kappa = kappa * present.to(kappa.dtype)
-    return kappa / kappa.max(-1, keepdim=True).values
+        log_kappa = log_kappa.masked_fill(present == 0, float("-inf"))
+    return (log_kappa - log_kappa.max(-1, keepdim=True).values).exp()
 
 
 def reference_sq_dist(d2_of, views: Sequence[Tensor], quantile: float) -> Tensor:

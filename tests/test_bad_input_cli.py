@@ -193,12 +193,28 @@ UNTRAINED = "the run would train on no batch and report an untrained model"
     ("+trainer.limit_train_batches=0.001", "trainer.limit_train_batches=0.001 keeps 0 of the 5 training batches per "
                                            f"epoch: {UNTRAINED}; set it to at least 0.2 or leave it out"),
     ("+trainer.max_steps=0", f"trainer.max_steps must be -1 (no limit) or an integer >= 1, got 0: {UNTRAINED}"),
+    ("+trainer.limit_test_batches=0", "trainer.limit_test_batches must be an integer >= 1 (batches) or a fraction in "
+                                      "(0, 1], got 0: the run would train, then test on no batch and record no metrics"),
 ])
 def test_a_run_that_would_train_on_no_batch_is_refused(tmp_path, capsys, override, expected):
     """Before training: metrics of an untrained model (labelled with the epochs it did not train) never appear."""
     out = tmp_path / "run"
     line = guarded_error(train, compose_train(out, ["model=mlp", *FAST, override]), capsys)
     assert expected in line
+    assert_no_outputs(out)
+
+
+@pytest.mark.parametrize("overrides,expected", [
+    (["model.optim.schedule=bogus"], "model.optim: unknown lr schedule 'bogus'; choose constant, piecewise or linear"),
+    (["model.optim.schedule=piecewise", "model.optim.values=[0.1]", "model.optim.milestones=[2]"],
+     "model.optim: piecewise schedule needs len(values) == len(milestones) + 1, got [0.1] / [2]"),
+    (["model.optim.eps_placement=bogus"], "model.optim: unknown eps_placement 'bogus'; choose torch or keras"),
+])
+def test_bad_optimiser_settings_are_refused_before_anything_is_written(tmp_path, capsys, overrides, expected):
+    """N95: refused in configure_optimizers, after config.yaml was written into the run directory."""
+    out = tmp_path / "run"
+    line = guarded_error(train, compose_train(out, ["model=mnp", *FAST, *overrides]), capsys)
+    assert line == f"error: {expected}"
     assert_no_outputs(out)
 
 
@@ -315,7 +331,7 @@ def test_constant_views_duplicates_small_class_and_label_gap_train_with_warnings
                     "nothing from it; it is kept",
                     f"{path}: view 3 (2 columns) is constant (all 37 rows the same): it carries no information, so "
                     "the model learns nothing from it; it is kept"]
-    assert "2 samples duplicate an earlier sample in every view (0 across the train/test split)" in text
+    assert "2 samples duplicate an earlier sample in every view (0 of the 7 test rows equal a training row)" in text
     assert "labels [2] never occur (labels span 0..3); the 3 classes present are renumbered 0..2" in text
     for key in ("test/acc", "test/nll", "test/ece", "test/brier", "noise/acc_mean"):
         assert np.isfinite(res[key]), key

@@ -208,14 +208,15 @@ def test_duplicated_samples_are_kept_with_a_warning(tmp_path, tiny_views, caplog
     x1[[1, 2]], x2[[1, 2]] = x1[0], x2[0]  # rows 1, 2 duplicate row 0
     x2[3] = x2[0]  # equal in one view only: not a duplicate sample
     path = npz(tmp_path, x1=x1, x2=x2, y=y, train_idx=np.arange(2, 36), test_idx=np.arange(2))
-    with caplog.at_level(logging.WARNING, logger="datamodules.features"):
+    with caplog.at_level(logging.WARNING):
         dm = CustomDataModule(str(path))
         dm.setup()
     assert len(dm.train_y) + len(dm.test_y) == 36
     warning = [r.getMessage() for r in caplog.records if "duplicate" in r.getMessage()]
     assert len(warning) == 1
-    assert re.search(r"2 samples duplicate an earlier sample in every view \(1 across the train/test split\)",
-                     warning[0])
+    assert re.search(r"2 samples duplicate an earlier sample in every view \(2 of the 2 test rows equal a training "
+                     r"row, so the test scores are inflated by that leakage\)", warning[0])
+
 
 
 # ---------------------------------------------------------------------------- labels, splits, values

@@ -55,3 +55,20 @@ def test_rejects_a_model_that_is_not_mnp():
     from baselines.mlp import MLP
     with pytest.raises(TypeError, match="MNP"):
         diagnose(MLP(num_classes=2, view_dims=[2, 2]), [torch.zeros(3, 2)] * 2, torch.zeros(3, dtype=torch.long))
+
+
+def test_the_cli_on_a_run_of_another_model_or_a_refused_checkpoint_is_one_line(tmp_path, capsys):
+    """N103, N21: an 11-line TypeError and an 18-line UnsafeConfig traceback."""
+    from mnp.tools.diagnose import cli
+    run = tmp_path / "mlp"
+    train(compose_train(run, ["model=mlp", "dataset.num_views=2", "trainer.max_epochs=1", "test=false"]))
+    assert cli([str(run)]) == 1
+    assert capsys.readouterr().err == (f"error: {run / 'checkpoints' / 'last.ckpt'} is a run of mlp; "
+                                       "mnp.tools.diagnose explains MNP's attention and MBA\n")
+    ckpt = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
+    ckpt["mnp_cfg"]["dataset"] = {"_target_": "builtins.open", "_args_": [str(tmp_path / "victim.txt"), "w"]}
+    torch.save(ckpt, tmp_path / "open.ckpt")
+    assert cli([str(tmp_path / "open.ckpt")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: checkpoint {tmp_path / 'open.ckpt'} refused: ") and err.count("\n") == 1
+    assert not (tmp_path / "victim.txt").exists()

@@ -362,3 +362,43 @@ def test_custom_runs_are_grouped_by_their_file_one_seed_shows_no_spread_and_the_
     assert md_table(md, "1") == {"MLP": ["<u>93.00</u> (n = 1)", "**95.00** (n = 1)"],
                                  "MNP": ["**97.00** (n = 1)", "<u>90.00</u> (n = 1)"]}
     assert r"\textbf{97.00}\,{\scriptsize($n = 1$)}" in (root / "report" / "results.tex").read_text()
+
+
+def test_interrupted_jobs_and_damaged_configs_are_listed_and_the_report_goes_on(sweep, tmp_path, capsys):
+    """N61, N62, N20: one damaged or YAML-tagged config.yaml aborted the whole report with a traceback, and a job
+    stopped before its metrics.json (its seed silently missing from the means) was not mentioned."""
+    tagged = write_run(sweep, "paper_main", "mnp", "pie", 3, 0.9, 0.05)
+    (tagged / "config.yaml").write_text('seed: !!python/object/apply:os.system ["touch PWNED_YAML"]\n')
+    damaged = write_run(sweep, "paper_main", "mgp", "pie", 3, 0.9, 0.05)
+    (damaged / "config.yaml").write_text("seed: [1, 2\n")
+    stopped = sweep / "paper_main" / "multiruns" / "mcd_cub_s2"
+    (stopped / "checkpoints").mkdir(parents=True)
+    (stopped / "checkpoints" / "last.ckpt").write_bytes(b"x")
+    (stopped / "config.yaml").write_text("seed: 2\nmodel:\n  name: mcd\ndataset:\n  name: cub\n")
+    (sweep / "paper_main" / "multiruns" / ".hydra-pending-999" / ".hydra").mkdir(parents=True)
+    (sweep / "paper_main" / "multiruns" / ".hydra-pending-999" / ".hydra" / "config.yaml").write_text("seed: 0\n")
+    assert main([str(sweep), "--out", str(tmp_path / "out"), "--no-plots"]) == 0
+    out = capsys.readouterr().out
+    assert "14 runs, 0 failed, 0 skipped, 2 unreadable, 1 interrupted" in out
+    assert not (Path.cwd() / "PWNED_YAML").exists()
+    md = (tmp_path / "out" / "results.md").read_text()
+    assert "## Interrupted jobs (1)" in md
+    assert (f"- mcd / cub / seed 2: no metrics.json: the job stopped before it finished; its checkpoints/last.ckpt "
+            f"is kept, re-run it to finish ({stopped})") in md
+    assert "config.yaml cannot be read (" in md and f"({tagged})" in md and f"({damaged})" in md
+
+
+@pytest.mark.parametrize("make, says", [
+    (lambda out: (out / "results.csv").write_text("a,b\n1,2\n"), "it has no column 'experiment'"),
+    (lambda out: (out / "results.csv").write_bytes(b"\xff\xfe\x00garbage"), "'utf-8' codec can't decode")])
+def test_update_with_a_foreign_results_csv_or_an_out_below_a_file_is_one_line(sweep, tmp_path, capsys, make, says):
+    """N64, N65: a NotADirectoryError traceback, a KeyError traceback, and a decode error naming no file."""
+    out = tmp_path / "out"
+    out.mkdir()
+    make(out)
+    assert main([str(sweep), "--out", str(out), "--no-plots", "--update"]) == 1
+    assert capsys.readouterr().out.startswith(f"error: {out / 'results.csv'} is not a results.csv written by "
+                                              f"mnp.tools.report ({says}")
+    (tmp_path / "file").write_text("x")
+    assert main([str(sweep), "--out", str(tmp_path / "file" / "sub"), "--no-plots"]) == 1
+    assert capsys.readouterr().out == f"error: [Errno 20] Not a directory: '{tmp_path / 'file' / 'sub'}'\n"

@@ -78,7 +78,7 @@ def test_a_refused_or_skipped_rerun_leaves_every_byte_of_the_finished_run(tmp_pa
     before = snapshot(run)
     assert {".hydra/config.yaml", ".hydra/overrides.yaml", "train.log", "metrics.json", "config.yaml"} <= set(before)
     line = error_line(g(data, run, "seed=1"))
-    assert line.startswith(f"error: {run} holds a run of another config (differs at dataset.seed)")
+    assert line.startswith(f"error: {run} holds a run of another config (differs at seed)")  # N108: what the user set
     assert "it was left as it is" in line
     assert snapshot(run) == before
     assert error_line(g(data, run, "seed=1", "hydra/job_logging=stdout")).startswith(line[:40])  # any logging

@@ -50,8 +50,9 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     a run keeps one checkpoint on disk, not two. Where a crash in that window left a damaged ``last.ckpt``,
     :func:`resume_checkpoint` resumes from ``prev.ckpt``."""
 
-    def __init__(self, resumed_from: str | None = None):
+    def __init__(self, resumed_from: str | None = None, ckpt_dir: Path | None = None):
         self.ours = {str(Path(resumed_from).resolve())} if resumed_from else set()
+        self.ckpt_dir = ckpt_dir  # the only folder a restored callback state may name (None: no folder)
 
     def save_checkpoint(self, checkpoint, path, storage_options=None) -> None:
         if storage_options is not None:
@@ -69,7 +70,39 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             path.with_name(PREVIOUS).unlink(missing_ok=True)
 
     def load_checkpoint(self, path, map_location=None, weights_only=None) -> dict:
-        return safe_load(path, map_location)
+        return restorable(safe_load(path, map_location), self.ckpt_dir, path)
+
+
+CKPT_PATH_KEYS = ("best_model_path", "kth_best_model_path", "last_model_path")
+
+
+def restorable(ckpt, ckpt_dir: Path | None, path) -> dict:
+    """``ckpt`` with every file path of its ModelCheckpoint states that does not resolve to a file directly in
+    ``ckpt_dir`` (symlinks and ``..`` followed) dropped, with a warning: Lightning deletes a restored "previous
+    best" (``rm -r``), so a crafted state could name any directory tree. Those are the only paths a restored
+    state holds (the loops hold counters: :func:`check_loops`)."""
+    if not isinstance(ckpt, dict):
+        return ckpt
+    inside = Path(ckpt_dir).resolve() if ckpt_dir is not None else None
+
+    def kept(where: str, value) -> bool:
+        ok = isinstance(value, str) and (value == "" or inside is not None and Path(value).resolve().parent == inside)
+        if not ok:
+            log.warning("checkpoint %s: %s names %r, not a file in %s; it is not restored", path, where, value,
+                        inside or "this run's checkpoints")
+        return ok
+
+    for key, state in (ckpt.get("callbacks") or {}).items():
+        if not (isinstance(key, str) and key.startswith("ModelCheckpoint") and isinstance(state, dict)):
+            continue
+        for name in CKPT_PATH_KEYS:
+            if name in state and not kept(f"{key}.{name}", state[name]):
+                state[name] = ""
+        if "best_k_models" in state:
+            models = state["best_k_models"] if isinstance(state["best_k_models"], dict) else {}
+            state["best_k_models"] = {p: v for p, v in models.items() if kept(f"{key}.best_k_models", p)}
+    check_loops(ckpt.get("loops"), path)
+    return ckpt
 
 
 def check_checkpoint_dir(ckpt_dir: Path) -> None:
@@ -147,6 +180,10 @@ def safe_load(path, map_location="cpu"):
     """``torch.load(path, weights_only=True)``: tensors and plain containers only, so loading runs no
     code. Anything else is :class:`CheckpointError` (:class:`UnsafeCheckpoint`) saying what the file is."""
     path = Path(path)
+    if path.is_dir():
+        inside = next((p for p in (path / "checkpoints" / LAST, path / LAST) if p.is_file()), None)
+        raise IsADirectoryError(f"checkpoint {path} is a directory, not a checkpoint file"
+                                + (f"; give ckpt_path={inside}" if inside else ""))
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint {path} does not exist")
     try:
@@ -170,6 +207,13 @@ def load_checkpoint(path, map_location="cpu") -> dict:
     return ckpt
 
 
+def resumable(path) -> dict:
+    """:func:`load_checkpoint` of a checkpoint to resume from, whose loop state is checked too."""
+    ckpt = load_checkpoint(path)
+    check_loops(ckpt.get("loops"), path)
+    return ckpt
+
+
 def resume_checkpoint(ckpt_path: str | None, out_dir: Path) -> tuple[str | None, dict | None]:
     """``(None, None)`` (fresh), or the path to resume from and its loaded contents (read once, for the checks
     before the resume): the readable given path, or for ``"last"`` this run's ``last.ckpt`` if any; one that
@@ -178,23 +222,40 @@ def resume_checkpoint(ckpt_path: str | None, out_dir: Path) -> tuple[str | None,
     if ckpt_path in (None, "", "none", "null"):
         return None, None
     if ckpt_path != "last":
-        return str(ckpt_path), load_checkpoint(ckpt_path)
+        return str(ckpt_path), resumable(ckpt_path)
     last, prev = Path(out_dir) / "checkpoints" / LAST, Path(out_dir) / "checkpoints" / PREVIOUS
     if not last.exists() and not prev.exists():
         return None, None
     try:
-        return str(last), load_checkpoint(last)
+        return str(last), resumable(last)
     except UnsafeCheckpoint:
         raise
     except (CheckpointError, FileNotFoundError) as e:
         problem = str(e)
     try:
-        ckpt = load_checkpoint(prev)
+        ckpt = resumable(prev)
+    except UnsafeCheckpoint:
+        raise
     except (CheckpointError, FileNotFoundError):
         raise CheckpointError(f"{problem}; nor is there a readable {prev} to resume from; move {out_dir} away "
                               "to start afresh, or set ckpt_path=null to overwrite it") from None
     log.warning("%s; resuming from %s (epoch %d) instead", problem, prev, int(ckpt["epoch"]))
     return str(prev), ckpt
+
+
+def check_loops(loops, path) -> None:
+    """Lightning's restored loop state holds counters only (nested dicts of numbers): anything else is refused."""
+    def walk(node, where: str) -> None:
+        if isinstance(node, dict):
+            for k, v in node.items():
+                walk(v, f"{where}.{k}")
+        elif isinstance(node, (list, tuple)):
+            for i, v in enumerate(node):
+                walk(v, f"{where}[{i}]")
+        elif not (node is None or isinstance(node, (bool, int, float))):
+            raise UnsafeCheckpoint(f"checkpoint {path} refused: its loop state holds {type(node).__name__} {str(node)[:60]!r} "
+                                  f"at {where}, where train.py writes counters; only load checkpoints written by train.py")
+    walk(loops if loops is not None else {}, "loops")
 
 
 def check_epochs(ckpt_path: str, max_epochs: int, ckpt: dict | None = None) -> None:
@@ -207,16 +268,21 @@ def check_epochs(ckpt_path: str, max_epochs: int, ckpt: dict | None = None) -> N
                          "to train on, or ckpt_path=null to start afresh")
 
 
+def weights_diff(theirs: dict, model) -> list[str]:
+    """How a checkpoint's ``state_dict`` (``theirs``) does not fit ``model``, in words (``[]``: it fits)."""
+    ours = model.state_dict()
+    added = set(getattr(model, "filled_on_load", ()))  # buffers newer than the checkpoint, filled on load
+    return [f"{k} is missing" for k in sorted(ours.keys() - theirs.keys() - added)] + \
+        [f"{k} is not in this model" for k in sorted(theirs.keys() - ours.keys())] + \
+        [f"{k} has shape {list(theirs[k].shape)} there, {list(ours[k].shape)} here"
+         for k in sorted(ours.keys() & theirs.keys()) if theirs[k].shape != ours[k].shape]
+
+
 def check_fits(ckpt_path: str, model: pl.LightningModule, ckpt: dict | None = None) -> None:
     """One clear error when a checkpoint (``ckpt``: its contents if loaded already) holds the weights of another
     model, dataset or size."""
     ckpt = ckpt or load_checkpoint(ckpt_path)
-    theirs, ours = ckpt["state_dict"], model.state_dict()
-    added = set(getattr(model, "filled_on_load", ()))  # buffers newer than the checkpoint, filled on load
-    diff = [f"{k} is missing" for k in sorted(ours.keys() - theirs.keys() - added)] + \
-        [f"{k} is not in this model" for k in sorted(theirs.keys() - ours.keys())] + \
-        [f"{k} has shape {list(theirs[k].shape)} there, {list(ours[k].shape)} here"
-         for k in sorted(ours.keys() & theirs.keys()) if theirs[k].shape != ours[k].shape]
+    diff = weights_diff(ckpt["state_dict"], model)
     if not diff:
         return
     run = ckpt.get(CFG_KEY) or {}

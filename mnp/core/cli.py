@@ -49,7 +49,8 @@ def main_guarded(main) -> None:
     line ``error: <message>`` and exit status 1, like the errors :func:`run_guarded` handles; SIGTERM
     and Ctrl-C end in one line and exit status 143 and 130 (:mod:`mnp.core.signals`)."""
     quiet()
-    sys.argv[1:] = [quote_path_value(a) for a in sys.argv[1:]]
+    multirun = any(a in ("-m", "--multirun") for a in sys.argv[1:])
+    sys.argv[1:] = [quote_path_value(a, multirun) for a in sys.argv[1:]]
     status = Path(tempfile.mkstemp(prefix="mnp-sweep-", suffix=".jsonl")[1])
     os.environ[STATUS_ENV] = str(status)  # the jobs of a sweep append their outcomes (inherited by workers)
     try:
@@ -110,11 +111,14 @@ PATH_KEYS = ("ckpt_path", "dataset.path", "data_dir", "output_dir", "dataset.dat
              "paths.data_dir", "hydra.run.dir", "hydra.sweep.dir")
 
 
-def quote_path_value(arg: str) -> str:
+def quote_path_value(arg: str, multirun: bool = False) -> str:
     """``ckpt_path=<dir with '=' or ','>/last.ckpt`` quoted for Hydra's override grammar: run directory
-    names carry their overrides (``..._s0_dataset.path=-tmp-a.npz``), which Hydra would otherwise misparse."""
+    names carry their overrides (``..._s0_dataset.path=-tmp-a.npz``), which Hydra would otherwise misparse.
+    In a ``-m`` sweep, commas between paths holding no ``=`` are Hydra's sweep (``dataset.path=a.npz,b.npz``)."""
     key, sep, value = arg.partition("=")
     if not sep or key.lstrip("+~") not in PATH_KEYS or not value or value[0] in "'\"":
+        return arg
+    if multirun and "," in value and not any(c in value for c in "=[]{}()' "):
         return arg
     if any(c in value for c in "=,[]{}()' "):
         return f"{key}='{value}'" if "'" not in value else f'{key}="{value}"'

@@ -6,4 +6,9 @@ class OutOfMemory(MemoryError):
     """An allocation failed; the message names the sizes involved and what to reduce (:mod:`mnp.core.oom`)."""
 
 
-USER_ERRORS = (ValueError, KeyError, FileNotFoundError, PermissionError, OSError, FloatingPointError, OutOfMemory)
+class StoppedEarly(RuntimeError):
+    """Training ended before ``trainer.max_epochs`` (``trainer.max_time``, a callback): not a finished run."""
+
+
+USER_ERRORS = (ValueError, KeyError, FileNotFoundError, PermissionError, OSError, FloatingPointError, OutOfMemory,
+               StoppedEarly)

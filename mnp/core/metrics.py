@@ -8,15 +8,37 @@ batch, which saturates large uncertainty scores (entropies, variances) into ties
 """
 from __future__ import annotations
 
+import logging
+
 import torch
 from torch import Tensor
 from torchmetrics.functional.classification import multiclass_accuracy, multiclass_calibration_error
 
+log = logging.getLogger(__name__)
 EPS = 1e-12
 
 
+def nonfinite_rows(probs: Tensor) -> int:
+    """How many rows of ``probs`` (N, K) hold a NaN or inf: a numerical failure, not a prediction."""
+    return int((~torch.isfinite(probs)).any(-1).sum())
+
+
+def count_nonfinite(results: dict, key: str, probs: Tensor, rows: str, model: str) -> None:
+    """``results[key]``, the rows of a pass whose probabilities are not finite (a numerical failure), with a
+    warning; none: no key."""
+    if bad := nonfinite_rows(probs):
+        results[key] = bad
+        log.warning("%d of %d %s have non-finite probabilities (%s): they count as errors in the accuracy, and "
+                    "ECE, NLL and Brier are not meaningful", bad, len(probs), rows, model)
+
+
 def accuracy(probs: Tensor, labels: Tensor) -> float:
-    """Micro accuracy of the arg-max prediction; ``probs`` is (N, K)."""
+    """Micro accuracy of the arg-max prediction; ``probs`` is (N, K). A row that is not finite counts as an error
+    (the arg-max of NaN is class 0, which would count as right for every row of that class)."""
+    finite = torch.isfinite(probs).all(-1, keepdim=True)
+    if not finite.all():
+        wrong = torch.nn.functional.one_hot((labels + 1) % probs.shape[-1], probs.shape[-1]).to(probs.dtype)
+        probs = torch.where(finite, probs, wrong)
     return multiclass_accuracy(probs, labels, num_classes=probs.shape[-1], average="micro").item()
 
 
@@ -214,3 +236,15 @@ def selective_metrics(probs: Tensor, labels: Tensor, uncertainty: Tensor, n_bins
     out.update({f"acc@cov{round(c * 100)}": accuracy_at_coverage(probs, labels, c) for c in SELECTIVE_COVERAGES})
     out["ece_adaptive"] = adaptive_ece(probs, labels, n_bins)
     return out
+
+
+def ood_results(name: str, store: dict[str, list[Tensor]]) -> tuple[dict, dict]:
+    """One OOD set's metrics over every score (``ood/<set>/<metric>[@<score>]``) and its arrays, from the test
+    loop's batches: the model's uncertainty ``unc``, ``is_ood``, ``probs`` and, for models with logits, ``logits``."""
+    s, y = torch.cat(store["unc"]), torch.cat(store["is_ood"])
+    p, logits = torch.cat(store["probs"]), torch.cat(store["logits"]) if "logits" in store else None
+    results = {}
+    for score, values in ood_scores(p, s, logits).items():
+        results.update({f"ood/{name}/{k}" + (f"@{score}" if score else ""): v for k, v in ood_metrics(values, y).items()})
+    return results, {f"ood/{name}/uncertainty": s.numpy(), f"ood/{name}/is_ood": y.numpy(),
+                     f"ood/{name}/probs": p.numpy()}

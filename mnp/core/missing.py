@@ -158,7 +158,7 @@ class MeanImputation:
             raise ValueError(f"{type(self).__name__} imputes a missing view with its training means, which it has not "
                              "recorded: fit it with a datamodule that has train_views or call "
                              "model.set_training_means(train_views)")
-        if not self._imputation_said:
+        if not self._imputation_said and not getattr(self, "removing_views", False):  # the protocol's removals: no news
             log.warning("%s is early fusion: a missing view's columns are imputed with their training means",
                         type(self).__name__)
             self._imputation_said = True

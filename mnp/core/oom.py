@@ -15,7 +15,7 @@ _ALLOCATION = re.compile(r"DefaultCPUAllocator|can't allocate memory|not enough 
                          re.IGNORECASE)
 _DATA: ContextVar[list | None] = ContextVar("mnp_oom_data", default=None)
 # the config keys that set a run's memory, where its model or dataset has them
-MODEL_KEYS = ("d_e", "memory_size", "hidden", "num_inducing", "num_features", "members")
+MODEL_KEYS = ("d_e", "memory_size", "num_samples", "hidden", "num_inducing", "num_features", "members")
 DATA_KEYS = ("batch_size", "eval_batch_size")
 
 

@@ -2,6 +2,7 @@
 ``predictions.npz``, both written atomically."""
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -40,3 +41,12 @@ def write_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
         with open(tmp, "wb") as f:
             np.savez_compressed(f, **arrays)
     atomic_write(path, w)
+
+
+def split_record(dm) -> dict:
+    """Which rows the evaluation read, and the validation rows by count and sha256 (the same on every seed)."""
+    out = {"eval_split": getattr(dm, "eval_split", "test")}
+    val_idx = np.asarray(getattr(dm, "val_idx", []), dtype=np.int64)
+    if len(val_idx):
+        out.update({"val_rows": len(val_idx), "val_idx_sha256": hashlib.sha256(val_idx.tobytes()).hexdigest()})
+    return out

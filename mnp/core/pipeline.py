@@ -6,8 +6,6 @@ validation split) and logger files.
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import os
 import re
@@ -16,7 +14,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytorch_lightning as pl
 from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.loggers import WandbLogger
@@ -30,15 +27,15 @@ from mnp.core.accel import configure as configure_accel, matmul_precision
 from mnp.core.checkpointing import (CFG_KEY, PREP_KEY, AtomicCheckpointIO, CsvHistory, RunTime, atomic_write,
                                    check_epochs, check_fits, check_writable, checkpoint_callbacks, holds_run_dir,
                                    keep_csv_history, load_checkpoint, resume_checkpoint)
-from mnp.core.errors import USER_ERRORS
+from mnp.core.errors import USER_ERRORS, StoppedEarly
 from mnp.core.oom import allocation_failure, explains_memory, record_data
-from mnp.core.outputs import write_json, write_npz
+from mnp.core.outputs import split_record, write_json, write_npz
 from mnp.core.progress import progress_callbacks
-from mnp.core.runrecord import accept, staged
-from mnp.core.rundir import (check_reuse, data_hashes, eval_dir, hydra_variant, keep_derived, stored_config,
-                             warn_if_data_changed)
+from mnp.core.runrecord import accept, finished_record, staged
+from mnp.core.rundir import (check_checkpoint_config, check_eval_output, check_reuse, data_hashes, eval_dir,
+                             hydra_variant, keep_derived, stored_config, warn_if_data_changed)
 from mnp.core.startup import FirstStep, run_start
-from mnp.core.stored_config import checked_run_config, init_keys, restore_model
+from mnp.core.stored_config import check_stored, checked_run_config, init_keys, restore_model
 from mnp.core.summary import log_run_summary
 from mnp.core.validate import (check_eval, check_manual_optimization, check_train_batches, resolve_auto,
                                resolve_epochs, validate)
@@ -132,6 +129,13 @@ def build_loggers(cfg: DictConfig) -> list:
     for key, node in (cfg.get("logger") or {}).items():
         if node is None:
             continue
+        if "wandb" in str(node.get("_target_", "")).lower():  # a broken install: one line now, not in the first log
+            try:
+                import wandb  # noqa: F401
+            except Exception as e:  # noqa: BLE001 - a broken package raises anything on import
+                why = f"{type(e).__name__}: {' '.join(str(e).split())[:120]}"
+                raise ValueError(f"logger.{key} needs wandb, which cannot be imported ({why}); repair it "
+                                 "(pip install wandb) or use logger=csv") from None
         loggers.append(instantiate(node, **run_identity(cfg, node)))
     keep_csv_history(loggers)
     return loggers
@@ -184,19 +188,23 @@ def write_outputs(out_dir: Path, model, identity: dict, extra: dict, tested: flo
     return results
 
 
+def check_trained(trainer, out_dir: Path) -> None:
+    """A fit that ended before ``trainer.max_epochs`` without reaching ``trainer.max_steps`` (``trainer.max_time``, a
+    callback that stops training) is no finished run: :class:`StoppedEarly`, nothing tested or recorded, and its
+    ``last.ckpt`` resumes it."""
+    steps = trainer.max_steps
+    if trainer.current_epoch >= trainer.max_epochs or (steps not in (None, -1) and trainer.global_step >= steps):
+        return
+    raise StoppedEarly(f"training stopped after {trainer.current_epoch} of {trainer.max_epochs} epochs (trainer.max_time, "
+                       "or a callback that stops training), so the run is not recorded as finished; "
+                       f"{out_dir / 'checkpoints'} keeps its last checkpoint: raise or remove trainer.max_time and "
+                       "re-run the same command to resume")
+
+
 def _identity(cfg: DictConfig, model_name: str | None, dataset_name: str | None, trainer, dm) -> dict:
     return {"model": model_name, "dataset": dataset_name, "seed": int(cfg.get("seed", 0)),
             "epochs": int(trainer.current_epoch) if trainer is not None else None,
             "experiment": cfg.get("experiment_name", "default"), **split_record(dm)}
-
-
-def split_record(dm) -> dict:
-    """Which rows the evaluation read, and the validation rows by count and sha256 (the same on every seed)."""
-    out = {"eval_split": getattr(dm, "eval_split", "test")}
-    val_idx = np.asarray(getattr(dm, "val_idx", []), dtype=np.int64)
-    if len(val_idx):
-        out.update({"val_rows": len(val_idx), "val_idx_sha256": hashlib.sha256(val_idx.tobytes()).hexdigest()})
-    return out
 
 
 def check_run_dir(cfg: DictConfig, out_dir: Path, resumed: dict | None, finished: bool, data_files) -> None:
@@ -232,11 +240,12 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     metrics_path = out_dir / "metrics.json"
     resume_from, resumed = resume_checkpoint(cfg.get("ckpt_path"), out_dir)  # read once for the checks below
     dataset_name, dm = loaded or make_datamodule(cfg)
+    record = finished_record(metrics_path)
     if metrics_path.exists() or resume_from:  # a finished or resumable run of another config is never reused
-        check_run_dir(cfg, out_dir, resumed, metrics_path.exists(), dm.data_files())
-    if cfg.get("skip_if_done", False) and metrics_path.exists():
+        check_run_dir(cfg, out_dir, resumed, record is not None, dm.data_files())
+    if cfg.get("skip_if_done", False) and record is not None:
         log.info("skipping: %s already exists", metrics_path)
-        return json.loads(metrics_path.read_text())
+        return record
     if resume_from:
         check_epochs(resume_from, cfg.trainer.max_epochs, resumed)
         log.info("resuming from %s", resume_from)
@@ -251,12 +260,18 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     if loaded is None:  # dataset=custom with epochs sized by steps has read its data already
         dm.setup("fit")
     with open_dict(cfg):  # the sha256 of every data file read: config.yaml and the checkpoints record it
-        cfg.data_hash = data_hashes(dm.data_files())
+        cfg.data_hash = data_hashes(dm.data_files(), dm.read_sha256)
     check_train_batches(cfg.trainer, len(dm.train_dataloader()))  # a fraction of them that rounds to none
     model_name, model = build_model(cfg, dm)
+    try:  # a dry run: Lightning calls it in fit, after config.yaml is written
+        model.configure_optimizers()
+    except ValueError as e:
+        raise ValueError(f"model.optim: {e}") from None
     check_manual_optimization(cfg.trainer, model_name, model.automatic_optimization)
     if resume_from:
         check_fits(resume_from, model, resumed)
+        if cfg.get("ckpt_path") != "last":  # a run's own last.ckpt: compared in check_run_dir
+            check_checkpoint_config(resume_from, OmegaConf.to_container(cfg, resolve=True), resumed.get(CFG_KEY))
     has_val = len(getattr(dm, "val_y", [])) > 0
     loggers = build_loggers(cfg)
     for lg in loggers:  # the whole resolved run config, not just the model's hyperparameters
@@ -266,7 +281,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     clock, resumed = RunTime(t0, resumed), None  # Lightning reads the checkpoint itself: this copy goes
     trainer = build("trainer", cfg.trainer, logger=loggers or False, callbacks=[*callbacks, clock, *progress, first_step],
                     enable_checkpointing=any(isinstance(c, ModelCheckpoint) for c in callbacks), enable_progress_bar=bar,
-                    default_root_dir=str(out_dir), plugins=[AtomicCheckpointIO(resume_from)],
+                    default_root_dir=str(out_dir), plugins=[AtomicCheckpointIO(resume_from, out_dir / "checkpoints")],
                     limit_val_batches=None if has_val else 0)
     accel = cfg.get("accel") or {}
     step = configure_accel(model, accel, trainer)  # which training step runs, for metrics.json
@@ -277,6 +292,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             trainer.fit(model, datamodule=dm, ckpt_path=resume_from)
             if trainer.interrupted:
                 raise KeyboardInterrupt("training was interrupted")
+            if not spawned(trainer):
+                check_trained(trainer, out_dir)
             if not cfg.get("test", True):
                 return {}
             identity = _identity(cfg, model_name, dataset_name, trainer, dm)
@@ -325,6 +342,7 @@ def load_run(ckpt_path: str | Path, data_dir: str | None = None, eval_overrides=
                              "reads no data directory")
     if eval_overrides is not None:
         run_cfg.eval = OmegaConf.merge(run_cfg.get("eval") or {}, eval_overrides)
+    check_stored(run_cfg, ckpt_path)
     pl.seed_everything(int(run_cfg.get("seed", 0)), workers=True, verbose=False)
     dataset_name, dm = build_datamodule(run_cfg)
     model_name = run_cfg.model.get("name")
@@ -338,15 +356,22 @@ def load_run(ckpt_path: str | Path, data_dir: str | None = None, eval_overrides=
 
 @explains_memory
 def evaluate(cfg: DictConfig) -> dict[str, Any]:
-    """Rebuild model and datamodule from a checkpoint alone, re-run the full evaluation."""
+    """Rebuild model and datamodule from a checkpoint alone, re-run the full evaluation (SIGTERM and Ctrl-C end it
+    in one line, :func:`mnp.core.signals.evaluating`)."""
+    with signals.evaluating():
+        return _evaluate(cfg)
+
+
+def _evaluate(cfg: DictConfig) -> dict[str, Any]:
     t0 = time.perf_counter()
     ev = cfg.get("eval")  # the +eval.* overrides, checked before anything is loaded
     check_eval(OmegaConf.to_container(ev, resolve=True) if OmegaConf.is_config(ev) else ev or {})
     ckpt_path = Path(cfg.ckpt_path)
-    out_dir = Path(cfg.output_dir) if cfg.get("output_dir") else Path(eval_dir(str(ckpt_path)))
+    out_dir = Path(cfg.output_dir or eval_dir(str(ckpt_path), cfg.get("eval"), cfg.get("data_dir")))
     data_dir = os.path.abspath(os.path.expanduser(cfg.data_dir)) if cfg.get("data_dir") else None
     run_cfg, model_name, dataset_name, dm, model, ckpt = load_run(ckpt_path, data_dir, cfg.get("eval"))
-    warn_if_data_changed(run_cfg, dm.data_files(), ckpt_path)
+    warn_if_data_changed(run_cfg, dm.data_files(), ckpt_path, dm.read_sha256)
+    check_eval_output(out_dir, ckpt_path, OmegaConf.to_container(run_cfg, resolve=True))
     check_writable(out_dir)
     trainer = pl.Trainer(accelerator=cfg.trainer.accelerator, devices=cfg.trainer.devices, logger=False,
                          enable_checkpointing=False, enable_model_summary=False)
@@ -355,6 +380,10 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     identity = _identity(run_cfg, model_name, dataset_name, None, dm)
     identity["epochs"] = int(ckpt.get("epoch", -1)) + 1
     identity["checkpoint"] = str(ckpt_path)
+    planned = (run_cfg.get("trainer") or {}).get("max_epochs")
+    if isinstance(planned, int) and identity["epochs"] < planned:
+        log.warning("%s holds %d of its run's %d epochs: this evaluates an unfinished run", ckpt_path,
+                    identity["epochs"], planned)
     atomic_write(out_dir / "config.yaml", lambda tmp: OmegaConf.save(run_cfg, tmp, resolve=True))
     results = write_outputs(out_dir, model, identity, {"time/total_s": time.perf_counter() - t0})
     log_run_summary(results, out_dir)

@@ -11,6 +11,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from mnp.core import metrics
+
 
 def default_noise_levels() -> list[float]:
     """σ ∈ logspace(−2, 1, 10), as in the paper."""
@@ -148,3 +150,17 @@ def sample_generator(device: torch.device, seed: int, dataloader_idx: int, batch
     g = torch.Generator(device=device)
     g.manual_seed(((int(seed) * 1_000_003 + int(dataloader_idx)) * 1_000_003 + int(batch_idx)) % (1 << 63))
     return g
+
+
+def noise_results(noisy: dict, labels: Tensor, levels: Sequence[float], n_bins: int) -> tuple[dict, dict]:
+    """The noise protocol's metrics from each level's predictions (a list of (n_subsets, B, K) per level, pooled
+    over subsets): ``noise/acc@σ``, ``noise/ece@σ`` and their means over σ, and the per-σ curve's arrays."""
+    results, accs, eces = {}, [], []
+    for sigma in levels:
+        p = torch.cat(noisy[sigma], dim=1)  # (n_subsets, N, K)
+        pooled_p, pooled_y = p.reshape(-1, p.shape[-1]), labels.repeat(p.shape[0])
+        accs.append(metrics.accuracy(pooled_p, pooled_y))
+        eces.append(metrics.ece(pooled_p, pooled_y, n_bins))
+        results[f"noise/acc@{sigma_key(sigma)}"], results[f"noise/ece@{sigma_key(sigma)}"] = accs[-1], eces[-1]
+    results["noise/acc_mean"], results["noise/ece_mean"] = float(np.mean(accs)), float(np.mean(eces))
+    return results, {"noise/sigma": np.asarray(levels), "noise/acc": np.asarray(accs)}

@@ -33,7 +33,7 @@ from mnp.core.calibration import calibrated_results, check_calibration, validati
 from mnp.core.missing import missing_flag, missing_results, present_mask, removal_sets, without
 from mnp.core.per_view import PerView, per_view_flag
 from mnp.core.protocols import (DEFAULT_MAX_SUBSETS, add_noise, check_split, default_noise_levels, noise_generator,
-                                noise_subsets, noisy_copies, predict_in_chunks, resolve_noise_batch_rows,
+                                noise_results, noise_subsets, noisy_copies, predict_in_chunks, resolve_noise_batch_rows,
                                 sample_generator, sigma_key, validation_names)
 
 log = logging.getLogger(__name__)
@@ -99,6 +99,17 @@ class Routine(pl.LightningModule):
             return self.predict(views)
         self.check_accepts_missing()
         return self.predict(views, present)
+
+    def _stop_if_terminated(self) -> None:
+        """Stop the test when a SIGTERM came, before each predict call of its protocols: Lightning acts on it
+        between test batches only, and one batch's noise protocol can take minutes."""
+        if self._trainer is not None and getattr(self.trainer, "received_sigterm", False):
+            from pytorch_lightning.utilities.exceptions import SIGTERMException
+            raise SIGTERMException()
+
+    def _predict_or_stop(self, views: Sequence[Tensor], where: str = "") -> tuple[Tensor, Tensor]:
+        self._stop_if_terminated()
+        return self.predict_any(views, where)
 
     def check_accepts_missing(self) -> None:
         if not self.accepts_missing:
@@ -226,7 +237,7 @@ class Routine(pl.LightningModule):
         if sync:
             torch.cuda.synchronize(self.device)
         t0 = time.perf_counter()
-        out = self.predict_any(views, where)
+        out = self._predict_or_stop(views, where)
         if sync:
             torch.cuda.synchronize(self.device)
         self._test_time += time.perf_counter() - t0
@@ -249,10 +260,10 @@ class Routine(pl.LightningModule):
                 g = noise_generator(self.device, self.noise_seed, batch_idx)
                 if rows := resolve_noise_batch_rows(self.noise_batch_rows, self.device):
                     copies = noisy_copies(views, self.noise_subsets, self.noise_levels, g)
-                    p = predict_in_chunks(self.predict_any, copies, rows)
+                    p = predict_in_chunks(self._predict_or_stop, copies, rows)
                     per_sigma = p.view(len(self.noise_levels), len(self.noise_subsets), views[0].shape[0], -1).unbind(0)
                 else:
-                    per_sigma = [torch.stack([self.predict_any(add_noise(views, s, sigma, g))[0].mean(0).float().cpu()
+                    per_sigma = [torch.stack([self._predict_or_stop(add_noise(views, s, sigma, g))[0].mean(0).float().cpu()
                                               for s in self.noise_subsets]) for sigma in self.noise_levels]
                 for sigma, per_subset in zip(self.noise_levels, per_sigma):
                     self._noisy[sigma].append(per_subset)  # (n_subsets, B, K)
@@ -261,7 +272,7 @@ class Routine(pl.LightningModule):
             if self._per_view is not None and self._per_view.active:
                 self._per_view.step(views, target, batch_idx)
         else:
-            probs, unc = self.predict_any(views, where)
+            probs, unc = self._predict_or_stop(views, where)
             store = self._ood.setdefault(dataloader_idx, {"unc": [], "is_ood": [], "probs": []})
             store["unc"].append(unc.float().cpu())
             store["is_ood"].append(target.cpu())
@@ -272,16 +283,21 @@ class Routine(pl.LightningModule):
     def _missing_step(self, views: list[Tensor], target: Tensor, batch_idx: int) -> None:
         """Each removal set's predictions, from its own generator; rows it leaves with no view are skipped."""
         views, present = present_mask(views, self.view_dims)
-        for i, removed in enumerate(self.missing_sets):
-            kept, mask = without(views, present, removed)
-            y = target
-            if present is not None:
-                rows = mask.any(1)
-                kept, mask, y = [v[rows] for v in kept], mask[rows], target[rows]
-            self.sample_generator = sample_generator(self.device, self.sample_seed, -(i + 1), batch_idx)
-            probs = self.predict(kept, mask)[0].mean(0).float().cpu() if len(y) else torch.zeros(0, self.num_classes)
-            self._missing[removed][0].append(probs)
-            self._missing[removed][1].append(y.cpu())
+        self.removing_views = True  # an early-fusion model's imputation warning is about the data's own missing views
+        try:
+            for i, removed in enumerate(self.missing_sets):
+                self._stop_if_terminated()
+                kept, mask = without(views, present, removed)
+                y = target
+                if present is not None:
+                    rows = mask.any(1)
+                    kept, mask, y = [v[rows] for v in kept], mask[rows], target[rows]
+                self.sample_generator = sample_generator(self.device, self.sample_seed, -(i + 1), batch_idx)
+                probs = self.predict(kept, mask)[0].mean(0).float().cpu() if len(y) else torch.zeros(0, self.num_classes)
+                self._missing[removed][0].append(probs)
+                self._missing[removed][1].append(y.cpu())
+        finally:
+            self.removing_views = False
 
     def _ood_names(self) -> list[str]:
         dm = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
@@ -294,47 +310,35 @@ class Routine(pl.LightningModule):
         unc = torch.cat(self._clean["unc"])
         results: dict[str, float] = {f"test/{k}": v for k, v in metrics.classification_metrics(probs, labels, self.n_bins).items()}
         results.update({f"test/{k}": v for k, v in metrics.selective_metrics(probs, labels, unc, self.n_bins).items()})
-        if bad := int((~torch.isfinite(probs)).any(-1).sum()):  # a numerical failure: say so, keep the count
-            results["test/nonfinite_rows"] = bad
-            log.warning("%d of %d test rows have non-finite probabilities (%s): ECE, NLL and Brier are not "
-                        "meaningful for this run", bad, len(probs), type(self).__name__)
+        metrics.count_nonfinite(results, "test/nonfinite_rows", probs, "test rows", type(self).__name__)
         arrays: dict[str, np.ndarray] = {"test/probs": probs.numpy(), "test/labels": labels.numpy(),
                                          "test/uncertainty": unc.numpy()}
         for name, parts in self._extra.items():
             arrays[f"test/score_{name}"] = torch.cat(parts).numpy()
         if self.noise_subsets and self._noisy_labels:
             nl = torch.cat(self._noisy_labels)
-            accs, eces = [], []
             for sigma in self.noise_levels:
-                p = torch.cat(self._noisy[sigma], dim=1)  # (n_subsets, N, K)
-                pooled_p, pooled_y = p.reshape(-1, p.shape[-1]), nl.repeat(p.shape[0])
-                acc, e = metrics.accuracy(pooled_p, pooled_y), metrics.ece(pooled_p, pooled_y, self.n_bins)
-                results[f"noise/acc@{sigma_key(sigma)}"] = acc
-                results[f"noise/ece@{sigma_key(sigma)}"] = e
-                accs.append(acc)
-                eces.append(e)
-            results["noise/acc_mean"] = float(np.mean(accs))
-            results["noise/ece_mean"] = float(np.mean(eces))
-            results["noise/n_subsets"] = len(self.noise_subsets)
-            arrays["noise/sigma"] = np.asarray(self.noise_levels)
-            arrays["noise/acc"] = np.asarray(accs)
+                metrics.count_nonfinite(results, f"noise/nonfinite_rows@{sigma_key(sigma)}",
+                                        torch.cat(self._noisy[sigma], dim=1).flatten(0, 1),
+                                        f"noised test rows at sigma {sigma_key(sigma)}", type(self).__name__)
+            noisy, noisy_arrays = noise_results(self._noisy, nl, self.noise_levels, self.n_bins)
+            results.update({**noisy, "noise/n_subsets": len(self.noise_subsets)})
+            arrays.update(noisy_arrays)
         if self._missing:
             results.update(missing_results(self._missing, len(self.view_dims), self.noise_subsets, self.n_bins))
+            for removed, (parts, _) in self._missing.items():
+                name = "+".join(f"v{k}" for k in removed)
+                metrics.count_nonfinite(results, f"missing/nonfinite_rows@{name}", torch.cat(parts),
+                                        f"test rows without {name}", type(self).__name__)
         if self._per_view is not None:
             view_results, view_arrays = self._per_view.results()
             results.update(view_results)
             arrays.update(view_arrays)
         names = self._ood_names()
         for idx, store in sorted(self._ood.items()):
-            name = names[idx - 1] if idx - 1 < len(names) else f"ood{idx}"
-            s, y = torch.cat(store["unc"]), torch.cat(store["is_ood"])
-            p, logits = torch.cat(store["probs"]), torch.cat(store["logits"]) if "logits" in store else None
-            for score, values in metrics.ood_scores(p, s, logits).items():  # ood/<set>/<metric>[@<score>]
-                results.update({f"ood/{name}/{k}" + (f"@{score}" if score else ""): v
-                                for k, v in metrics.ood_metrics(values, y).items()})
-            arrays[f"ood/{name}/uncertainty"] = s.numpy()
-            arrays[f"ood/{name}/is_ood"] = y.numpy()
-            arrays[f"ood/{name}/probs"] = p.numpy()
+            ood, ood_arrays = metrics.ood_results(names[idx - 1] if idx - 1 < len(names) else f"ood{idx}", store)
+            results.update(ood)
+            arrays.update(ood_arrays)
         results["time/test_s"] = self._test_time
         if self.epoch_times:  # MNP times its main epochs only
             results["time/train_epoch_s"] = float(statistics.median(self.epoch_times))
@@ -358,7 +362,7 @@ class Routine(pl.LightningModule):
         ``seed``: batch i samples from the test loop's generator of that batch (:func:`sample_generator`), so
         with the run's seed and ``dataset.eval_batch_size`` the run's test rows give its test predictions
         exactly; None: the global RNG.
-        A ValueError says what is wrong with the arguments (rows, shapes, ``batch_size``)."""
+        A ValueError says what is wrong with the arguments (rows, shapes, an infinite value, ``batch_size``)."""
         if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
             raise ValueError(f"batch_size must be an integer >= 1 (rows per predict call), got {batch_size!r}")
         was_training = self.training
@@ -368,6 +372,11 @@ class Routine(pl.LightningModule):
         if views[0].shape[0] == 0:
             raise ValueError("the views have 0 rows: there is nothing to predict")
         self.check_views(views)
+        for k, v in enumerate(views):  # MNP's sparsemax failed on one, the other models returned a NaN row silently
+            if (inf := torch.isinf(v)).any():
+                r, c = (int(i) for i in inf.nonzero()[0])
+                raise ValueError(f"views[{k}] row {r} holds {float(v[r, c])} in column {c}: a model cannot predict "
+                                 "from an infinite value; clip it, or give the row as NaN (a missing view)")
         if present is not None:
             self.check_accepts_missing()
         out_p, out_u = [], []

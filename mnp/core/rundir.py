@@ -16,6 +16,7 @@ data file changed since stops the job too.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 from pathlib import Path
 from typing import Any, Iterable
@@ -45,6 +46,7 @@ NON_RESULT_KEYS = frozenset({
 # ... and everything under these
 NON_RESULT_PREFIXES = ("logger.", "launcher.", "callbacks.", "paths.", "hydra.", "data_hash.", "declared.")
 MAX_SUFFIX = 100
+LAST_CKPT = "last.ckpt"  # mnp.core.checkpointing.LAST (which imports torch; this module must not)
 
 
 def _is_result_key(key: str) -> bool:
@@ -59,7 +61,12 @@ def result_overrides(overrides: Iterable[str]) -> list[str]:
 
 def variant_name(overrides: Iterable[str]) -> str:
     """``"k=v,k2=v2"`` of the result-changing overrides (``""`` if none); long ones end in a hash."""
-    kept = ",".join(result_overrides(overrides)).replace("/", "-")
+    return short_name(result_overrides(overrides))
+
+
+def short_name(parts: Iterable[str]) -> str:
+    """``parts`` joined by commas, a directory name (no ``/``); a long one ends in a hash."""
+    kept = ",".join(parts).replace("/", "-")
     if len(kept) > MAX_SUFFIX:
         kept = f"{kept[:MAX_SUFFIX - 9]}~{hashlib.sha1(kept.encode()).hexdigest()[:8]}"
     return kept
@@ -73,7 +80,7 @@ def run_suffix(overrides: Iterable[str]) -> str:
 
 def register_resolver() -> None:
     """The configs' resolvers: ``${mnp_run_suffix:${hydra.overrides.task}}`` in conf/hydra/default.yaml,
-    ``${mnp_eval_dir:${ckpt_path}}`` in conf/evaluate.yaml, ``${mnp_pending_record:}`` in conf/train.yaml,
+    ``${mnp_eval_dir:${ckpt_path},${eval},${data_dir}}`` in conf/evaluate.yaml, ``${mnp_pending_record:}`` in conf/train.yaml,
     ``${mnp_gpu_jobs:}`` in conf/launcher/gpu_joblib.yaml (mnp.core.resources) and ``${mnp_warmup:W,E}`` in
     conf/model_dataset/."""
     if not OmegaConf.has_resolver(RESOLVER):
@@ -98,12 +105,50 @@ def scaled_warmup(warmup: int, of: int, *, _root_) -> int:
     return max(min(round(warmup * epochs / of), epochs - 1), 0)
 
 
-def eval_dir(ckpt_path: str) -> str:
+def eval_dir(ckpt_path: str, evaluation=None, data_dir: str | None = None) -> str:
     """``<run dir>/eval`` for ``<run dir>/checkpoints/<name>.ckpt`` (else ``eval`` beside the file),
-    absolute: an evaluation writes nothing outside the run it evaluates."""
+    absolute: an evaluation writes nothing outside the run it evaluates. Evaluations with ``+eval.*``
+    settings (``evaluation``) or another ``data_dir`` each get their own, ``eval_<settings>``
+    (``eval_noise_levels=[0.5]``), so one never writes over another."""
     ckpt = Path(str(ckpt_path)).expanduser().absolute()
+    if ckpt.is_dir():  # a run directory or its checkpoints/ (refused by evaluate.py): its eval stays inside it
+        ckpt = ckpt / LAST_CKPT if ckpt.name == "checkpoints" else ckpt / "checkpoints" / LAST_CKPT
     run = ckpt.parent.parent if ckpt.parent.name == "checkpoints" else ckpt.parent
-    return str(run / "eval")
+    if OmegaConf.is_config(evaluation):
+        evaluation = OmegaConf.to_container(evaluation, resolve=True)
+    parts = sorted(f"{k}={v}".replace(" ", "") for k, v in flatten(evaluation or {}).items())
+    parts += [f"data_dir={data_dir}"] if data_dir else []
+    return str(run / ("eval_" + short_name(parts) if parts else "eval"))
+
+
+class EvalOutputConflict(ValueError):
+    """evaluate.py's output directory holds a training record, or another evaluation's."""
+
+
+def check_eval_output(out_dir: Path, ckpt_path: Path, run_cfg: dict) -> None:
+    """Refuse (:class:`EvalOutputConflict`) an ``out_dir`` whose ``metrics.json`` is a training run's (or that holds
+    ``checkpoints/``), or another evaluation's: of another checkpoint, or with another config (``run_cfg``, the
+    one its ``config.yaml`` would hold). The same evaluation again writes over its own outputs, also once the data
+    changed (it warns, :func:`warn_if_data_changed`, and scores them as they are now)."""
+    metrics, config = out_dir / "metrics.json", out_dir / "config.yaml"
+    try:
+        record = json.loads(metrics.read_text()) if metrics.is_file() else None
+    except (OSError, ValueError):
+        record = []
+    evaluated = record.get("checkpoint") if isinstance(record, dict) else None
+    if (out_dir / "checkpoints").exists() or (record is not None and evaluated is None):
+        raise EvalOutputConflict(f"output_dir {out_dir} holds a training run's record ({metrics.name}, "
+                                 f"{config.name}, checkpoints/), which an evaluation never writes over; leave "
+                                 "output_dir unset (the evaluation goes into the run's eval_* folder) or choose another")
+    if evaluated is None:
+        return
+    drift = [] if Path(evaluated).resolve() == Path(ckpt_path).resolve() else ["checkpoint"]
+    if config.is_file():
+        old, new = flatten(OmegaConf.to_container(OmegaConf.load(config))), flatten(run_cfg)
+        drift += sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k) and not k.startswith("data_hash."))
+    if drift:
+        raise EvalOutputConflict(f"output_dir {out_dir} holds another evaluation (differs at {', '.join(drift[:6])}); "
+                                 "it was left as it is: choose another output_dir, or move it away")
 
 
 def hydra_variant() -> str:
@@ -142,6 +187,13 @@ def keep_derived(cfg, run: dict) -> None:
             OmegaConf.update(cfg, key, flat[key])
 
 
+def named_drift(drift: list[str], stored: dict, current: dict) -> str:
+    """The keys of ``drift`` as the user set them (``seed``, not the ``dataset.seed`` that interpolates it), joined."""
+    if "dataset.seed" in drift and stored.get("seed") != current.get("seed"):
+        drift = ["seed" if k == "dataset.seed" else k for k in drift]
+    return ", ".join(drift[:6]) + (f" and {len(drift) - 6} more" if len(drift) > 6 else "")
+
+
 def config_drift(saved: dict, current: dict) -> list[str]:
     """Result keys whose values differ between a run's saved config and the job's (both resolved).
 
@@ -161,34 +213,37 @@ def file_sha256(path: Path) -> str:
     return sha256(path)
 
 
-def data_hashes(files: Iterable[Path]) -> dict[str, str]:
-    """``{absolute path: sha256}`` of the data files, in their order (the run's ``data_hash`` record)."""
-    return {str(Path(f).absolute()): file_sha256(Path(f)) for f in files}
+def data_hashes(files: Iterable[Path], read: dict[str, str] | None = None) -> dict[str, str]:
+    """``{absolute path: sha256}`` of the data files, in their order (the run's ``data_hash`` record): the hash
+    of the bytes the datamodule parsed (``read``, its ``read_sha256``) where it has one, else of the file now."""
+    read = read or {}
+    return {str(Path(f).absolute()): read.get(str(Path(f).absolute())) or file_sha256(Path(f)) for f in files}
 
 
-def data_change(recorded: dict | None, files: list[Path]) -> str | None:
-    """How ``files`` (a datamodule's, in order) differ from the ``data_hash`` a run recorded: ``None`` when
-    they are the same, or when there is nothing to compare (no record; a file not there to hash)."""
+def data_change(recorded: dict | None, files: list[Path], read: dict[str, str] | None = None) -> str | None:
+    """How ``files`` (a datamodule's, in order; ``read``: the hashes of the bytes it parsed, if it has) differ from
+    the ``data_hash`` a run recorded: ``None`` when they are the same, or when there is nothing to compare (no
+    record; a file not there to hash)."""
     if not recorded:
         return None
     if len(recorded) != len(files):
         return f"it read {len(recorded)} data files ({', '.join(recorded)}), this job reads {len(files)}"
     for (then_path, then), path in zip(recorded.items(), map(Path, files)):
-        now = file_sha256(path) if path.is_file() else then
+        now = (read or {}).get(str(path.absolute())) or (file_sha256(path) if path.is_file() else then)
         if now != then:
             was = "" if str(path.absolute()) == then_path else f" (then {then_path})"
             return f"{path}{was} has changed since (sha256 {now[:12]}… now, {then[:12]}… when the run read it)"
     return None
 
 
-def warn_if_data_changed(run_cfg, files: list[Path], ckpt_path) -> None:
-    """evaluate.py: one warning line when the data differ from those the checkpoint was trained on; the
-    record then names the data evaluated."""
-    changed = data_change(run_cfg.get("data_hash"), files)
+def warn_if_data_changed(run_cfg, files: list[Path], ckpt_path, read: dict[str, str] | None = None) -> None:
+    """evaluate.py: one warning line when the data read (``read``: their hashes) differ from those the checkpoint
+    was trained on; the record then names the data evaluated."""
+    changed = data_change(run_cfg.get("data_hash"), files, read)
     if changed:
         log.warning("the data differ from those %s was trained on: %s; the scores are of the data as they "
                     "are now", ckpt_path, changed)
-        run_cfg.data_hash = data_hashes(files)
+        run_cfg.data_hash = data_hashes(files, read)
 
 
 class RunDirConflict(ValueError):
@@ -196,9 +251,17 @@ class RunDirConflict(ValueError):
 
 
 def stored_config(out_dir, inside_checkpoint: dict | None = None) -> dict | None:
-    """The config of the run in ``out_dir``: its ``config.yaml``, else the one kept inside its checkpoint."""
+    """The config of the run in ``out_dir``: its ``config.yaml``, else the one kept inside its checkpoint. A
+    config.yaml that cannot be read (damaged, or YAML-tagged: ``!!python/...`` is never constructed) is a
+    :class:`RunDirConflict`: it cannot be shown to be this job's."""
     path = Path(out_dir) / "config.yaml"
-    return (OmegaConf.to_container(OmegaConf.load(path)) or {}) if path.is_file() else inside_checkpoint
+    if not path.is_file():
+        return inside_checkpoint
+    try:
+        return OmegaConf.to_container(OmegaConf.load(path)) or {}
+    except Exception as e:  # noqa: BLE001 - yaml and OmegaConf raise assorted types for a damaged file
+        raise RunDirConflict(f"{path} cannot be read ({' '.join(str(e).split())[:160]}), so {out_dir} cannot be shown "
+                             "to hold a run of this job; it was left as it is. Move it away to re-run") from None
 
 
 def check_reuse(out_dir, current: dict, stored: dict, resuming: bool = False, data_files: list[Path] = ()) -> None:
@@ -213,11 +276,25 @@ def check_reuse(out_dir, current: dict, stored: dict, resuming: bool = False, da
     if resuming:
         drift = [k for k in drift if k != "trainer.max_epochs"]
     if drift:
-        shown = ", ".join(drift[:6]) + (f" and {len(drift) - 6} more" if len(drift) > 6 else "")
         raise RunDirConflict(
-            f"{out_dir} holds a run of another config (differs at {shown}); it was left as it is. "
+            f"{out_dir} holds a run of another config (differs at {named_drift(drift, stored, current)}); it was left "
+            "as it is. "
             "Move it away to re-run, or give this job another experiment_name=...")
     changed = data_change(stored.get("data_hash"), list(data_files))
     if changed:
         raise RunDirConflict(f"{out_dir} holds a run of other data: {changed}; it was left as it is. Move it "
                              "away to re-run, or give this job another experiment_name=...")
+
+
+def check_checkpoint_config(ckpt_path, current: dict, stored: dict | None) -> None:
+    """``ckpt_path=<file>``: refuse (:class:`RunDirConflict`) a checkpoint whose stored config (``stored``) is not
+    ``current`` in what the user set, a longer ``trainer.max_epochs`` aside: resuming a seed-0 checkpoint as seed 1
+    would record the seed-0 model as seed 1's."""
+    if not stored:
+        return
+    keys = declared_in_both(stored, current)
+    drift = [k for k in config_drift(as_declared(stored, keys), as_declared(current, keys)) if k != "trainer.max_epochs"]
+    if drift:
+        raise RunDirConflict(f"checkpoint {ckpt_path} is of a run of another config (differs at "
+                             f"{named_drift(drift, stored, current)}); resume only "
+                             "from a checkpoint of this job's config, or set ckpt_path=null to start afresh")

@@ -14,12 +14,15 @@ then the failed job's record and log, with its traceback, are written there.
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import os
 import shutil
 from pathlib import Path
 
 PENDING = ".hydra-pending-"
+
+log = logging.getLogger(__name__)
 
 
 def pending_subdir() -> str:
@@ -131,3 +134,17 @@ def staged(fn):
             for handler in _held_logs():
                 handler.drop()
     return run
+
+
+def finished_record(metrics_path: Path) -> dict | None:
+    """A finished run's metrics.json, or None: none there, or one that cannot be read (a crash of an older version
+    while writing it), with a warning; the run is then not finished, and its last.ckpt is tested again."""
+    try:
+        record = json.loads(metrics_path.read_text()) if metrics_path.is_file() else None
+    except (OSError, ValueError) as e:
+        record = f"cannot be read ({' '.join(str(e).split())[:120]})"
+    if record is None or isinstance(record, dict):
+        return record
+    log.warning("%s %s: the run is not finished; it resumes from its last checkpoint (if any) and is tested again",
+                metrics_path, record if isinstance(record, str) else f"holds a JSON {type(record).__name__}")
+    return None

@@ -142,6 +142,26 @@ def resumable(trainer, ckpt_dir: Path):
         raise Interrupted(where(CTRL_C)) from None
 
 
+EVALUATION = " during the evaluation; nothing was written: re-run the same command to evaluate again"
+
+
+@contextlib.contextmanager
+def evaluating():
+    """Around evaluate.py's work: SIGTERM ends in :class:`Terminated`, Ctrl-C in :class:`Interrupted`, each with a
+    line for an evaluation (there is no training to resume)."""
+    from pytorch_lightning.utilities.exceptions import SIGTERMException
+
+    try:
+        yield
+    except (SIGTERMException, Terminated, KeyboardInterrupt) as e:
+        ctrl_c = isinstance(e, (Interrupted, KeyboardInterrupt))
+        raise (Interrupted(CTRL_C + EVALUATION) if ctrl_c else Terminated(SIGTERM + EVALUATION)) from None
+    except SystemExit as e:  # Lightning ends a Ctrl-C in the test with sys.exit(1), silently
+        if isinstance(e.__context__, KeyboardInterrupt):
+            raise Interrupted(CTRL_C + EVALUATION) from None
+        raise
+
+
 def stop_if_worker() -> None:
     """In a worker process of a parallel sweep (not the process the user started), end it as SIGTERM does:
     its job is recorded as interrupted, and its launcher must not hand it another job."""

@@ -18,7 +18,10 @@ import inspect
 from pathlib import Path
 from typing import Any
 
-from mnp.core.checkpointing import CheckpointError
+from omegaconf import OmegaConf
+
+from mnp.core.checkpointing import CheckpointError, weights_diff
+from mnp.core.validate import check_eval, check_seed
 
 # Every class the project's configs (conf/model*, conf/dataset) instantiate; tests/test_stored_config.py
 # checks this list against the _target_ of every config file, so a new model or dataset must be added here.
@@ -62,6 +65,8 @@ def _check_stored(value: Any, where: str, path: Path, plain: bool = True) -> Non
     values, string keys and no Hydra special key (a nested ``_target_`` included)."""
     if isinstance(value, dict):
         for key, item in value.items():
+            if isinstance(key, str) and "${" in key:
+                _refuse(path, f"{where}.{key}", "holds an interpolation in a key")
             if plain and not isinstance(key, str):
                 _refuse(path, where, f"has a non-string key {key!r}")
             if plain and key.startswith("_") and key.endswith("_"):
@@ -92,8 +97,13 @@ def checked_run_config(stored: Any, path: Path) -> dict:
         if key in ("model", "dataset"):
             target = node.get("_target_")
             registry, kind = (MODELS, "models") if key == "model" else (DATAMODULES, "datamodules")
-            _registered_class(target, registry, kind, f"{key}._target_", path)
+            cls = _registered_class(target, registry, kind, f"{key}._target_", path)
             _check_stored({k: v for k, v in node.items() if k != "_target_"}, key, path)
+            # the dataset node is the datamodule's arguments (the model is rebuilt from its hyperparameters)
+            if key == "dataset" and (unknown := sorted(set(node) - {"_target_", "name"} - set(init_keys(cls)))):
+                raise CheckpointError(f"checkpoint {path}: {cls.__name__} takes no argument {unknown[0]!r} (stored at "
+                                      f"{key}.{unknown[0]}); it was written by another version of the code or not "
+                                      "by train.py")
         else:  # never instantiated; still no interpolation that resolving the config would evaluate
             _check_stored(node, key, path, plain=False)
     dataset = {**stored["dataset"], **READ_ONLY.get(stored["dataset"]["_target_"], {})}
@@ -114,5 +124,20 @@ def restore_model(ckpt: dict, target: str, path: Path):
                               "by another version of the code or not by train.py")
     model = cls(**hparams)
     model.on_load_checkpoint(ckpt)
+    if diff := weights_diff(ckpt["state_dict"], model):
+        more = f" and {len(diff) - 1} more differences" if len(diff) > 1 else ""
+        raise CheckpointError(f"checkpoint {path}: its weights do not fit its own hyperparameters ({diff[0]}{more}); "
+                              "it was written by another version of the code or not by train.py")
     model.load_state_dict(ckpt["state_dict"], strict=True)
     return model
+
+
+def check_stored(run_cfg, ckpt_path: Path) -> None:
+    """The stored ``seed`` and ``eval`` (the ``+eval.*`` overrides merged in: those are checked before loading) as
+    train.py checks them: an old or edited checkpoint's ``noise_levels: [-1, nan]`` reported ``noise/acc@nan``."""
+    try:
+        check_seed(run_cfg.get("seed", 0))
+        check_eval(OmegaConf.to_container(run_cfg.eval, resolve=True) if OmegaConf.is_config(run_cfg.get("eval"))
+                   else run_cfg.get("eval") or {})
+    except ValueError as e:
+        raise ValueError(f"checkpoint {ckpt_path}: its stored config cannot be evaluated: {e}") from None

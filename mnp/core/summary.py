@@ -47,11 +47,12 @@ def step_text(results: dict) -> str | None:
 
 
 def run_summary(results: dict, out_dir: Path) -> str:
-    """A short table of the run's metrics and times, then its directory and the files in it."""
+    """A short table of the run's metrics and times, then its directory and the files in it; an evaluation
+    (evaluate.py's results name their ``checkpoint``) is not called finished."""
     head = f"{results.get('model')} on {results.get('dataset')}, seed {results.get('seed')}"
     if results.get("epochs") is not None:
         head += f", {results['epochs']} epochs"
-    lines = [f"Finished: {head}"]
+    lines = [f"Evaluated: {head} ({results['checkpoint']})" if "checkpoint" in results else f"Finished: {head}"]
     rows = [(label, _fmt(results[key], kind)) for key, label, kind in ROWS if key in results]
     rows += [(f"validation {label}", _fmt(results[f"val/{key.removeprefix('test/')}"], kind)) for key, label, kind in ROWS
              if f"val/{key.removeprefix('test/')}" in results]  # eval.split=val: the selection protocol

@@ -185,6 +185,7 @@ def _is_int(v) -> bool:
 
 
 SEED_MAX = 2**32 - 1  # what numpy (and so seed_everything) accepts
+MAX_NOISE_SUBSETS = 1024  # eval.noise_max_subsets: 16 times the default 64; each subset costs a predict per level
 
 
 def _check_int(key: str, v, low: int, high: int | None = None) -> None:
@@ -227,6 +228,7 @@ def check_ranges(c: dict) -> None:
         raise ConfigError("eval.calibration=temperature fits T on the validation rows: set dataset.val_fraction > 0 "
                           "(e.g. 0.2, docs/method.md §5.6)")
     check_train_batches(trainer)
+    check_device(trainer)
     check_accel(c.get("accel") or {})
     ckpt = (c.get("callbacks") or {}).get("checkpoint") or {}
     if "every_n_epochs" in ckpt:
@@ -237,6 +239,10 @@ def eval_keys() -> list[str]:
     """The ``eval.*`` keys: the arguments of ``Routine.configure_evaluation`` but the run's seed."""
     from mnp.core.routine import Routine
     return [k for k in inspect.signature(Routine.configure_evaluation).parameters if k not in ("self", "sample_seed")]
+
+
+def check_seed(seed) -> None:
+    _check_int("seed", seed, 0, SEED_MAX)
 
 
 def check_eval(ev: Mapping) -> None:
@@ -257,8 +263,8 @@ def check_eval(ev: Mapping) -> None:
         _check_int("eval.n_bins", ev["n_bins"], 1)
     if ev.get("noise_subset_size") is not None:
         _check_int("eval.noise_subset_size", ev["noise_subset_size"], 1)
-    if "noise_max_subsets" in ev:
-        _check_int("eval.noise_max_subsets", ev["noise_max_subsets"], 1)
+    if "noise_max_subsets" in ev:  # bounded: drawing 10^8 subsets took 11 min and 5 GB before training
+        _check_int("eval.noise_max_subsets", ev["noise_max_subsets"], 1, MAX_NOISE_SUBSETS)
     if "noise_seed" in ev:
         _check_int("eval.noise_seed", ev["noise_seed"], 0, SEED_MAX)
     try:
@@ -274,8 +280,8 @@ def check_eval(ev: Mapping) -> None:
 def check_train_batches(trainer: Mapping, n_batches: int | None = None) -> None:
     """The run trains on at least one batch, else its metrics would be an untrained model's:
     ``trainer.limit_train_batches`` is an integer >= 1 or a fraction in (0, 1] that keeps at least one of the
-    ``n_batches`` training batches per epoch (checked again once the data is loaded), and ``trainer.max_steps``
-    is -1 (no limit) or >= 1."""
+    ``n_batches`` training batches per epoch (checked again once the data is loaded), ``trainer.max_steps``
+    is -1 (no limit) or >= 1, and ``trainer.limit_test_batches`` leaves a batch to test."""
     untrained = "the run would train on no batch and report an untrained model"
     limit = trainer.get("limit_train_batches")
     if limit is not None:
@@ -287,10 +293,27 @@ def check_train_batches(trainer: Mapping, n_batches: int | None = None) -> None:
             least = math.ceil(1000 / n_batches) / 1000
             raise ConfigError(f"trainer.limit_train_batches={limit} keeps 0 of the {n_batches} training batches "
                               f"per epoch: {untrained}; set it to at least {least} or leave it out")
+    tests = trainer.get("limit_test_batches")
+    if tests is not None and not (isinstance(tests, float) and math.isfinite(tests) and 0 < tests <= 1) \
+            and not (_is_int(tests) and tests >= 1):
+        raise ConfigError("trainer.limit_test_batches must be an integer >= 1 (batches) or a fraction in (0, 1], got "
+                          f"{tests!r}: the run would train, then test on no batch and record no metrics")
     steps = trainer.get("max_steps", -1)
     if steps is not None and steps != -1 and not (_is_int(steps) and steps >= 1):
         raise ConfigError(f"trainer.max_steps must be -1 (no limit) or an integer >= 1, got {steps!r}"
                           + (f": {untrained}" if steps == 0 else ""))
+
+
+def check_device(trainer: Mapping) -> None:
+    """``trainer.accelerator`` gpu or cuda (``trainer=gpu``) on a machine without one: one line before the data
+    loads (Lightning's MisconfigurationException came after the data and the model, in Hydra's two lines)."""
+    import torch
+
+    wanted = str(trainer.get("accelerator", "auto")).lower()
+    has = torch.cuda.is_available() or (wanted == "gpu" and torch.backends.mps.is_available())
+    if wanted in ("gpu", "cuda") and not has:
+        raise ConfigError(f"trainer.accelerator={trainer.get('accelerator')} needs a GPU, and torch finds none on this "
+                          "machine; use trainer.accelerator=auto (trainer=default) to run on the CPU")
 
 
 def check_manual_optimization(trainer: Mapping, model_name: str, automatic: bool) -> None:
@@ -330,7 +353,7 @@ def validate(cfg: DictConfig) -> None:
         raise ConfigError(f"{key} is required: add {key}=<value> to the command"
                           + (" (the data file, e.g. dataset.path=my_data.npz)" if key == "dataset.path" else ""))
     c = OmegaConf.to_container(cfg, resolve=True)
-    _check_int("seed", c.get("seed", 0), 0, SEED_MAX)  # first: dataset.seed interpolates it
+    check_seed(c.get("seed", 0))  # first: dataset.seed interpolates it
     for group in ("model", "dataset"):
         if isinstance(c.get(group), Mapping):
             check_types(group, c[group])

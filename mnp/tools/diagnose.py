@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -169,6 +170,9 @@ def main(argv: list[str] | None = None) -> dict:
     if ckpt.is_dir():
         ckpt = ckpt / "checkpoints" / "last.ckpt"
     _, model_name, dataset_name, dm, model, _ = load_run(ckpt, args.data_dir)
+    from mnp.model import MNP
+    if not isinstance(model, MNP):
+        raise ValueError(f"{ckpt} is a run of {model_name}; mnp.tools.diagnose explains MNP's attention and MBA")
     dm.setup("test")
     views = [v.to(model.device, torch.float32) for v in dm.test_views]
     result = diagnose(model, views, dm.test_y.to(model.device), args.sigmas, args.seed)
@@ -182,5 +186,17 @@ def main(argv: list[str] | None = None) -> dict:
     return result
 
 
+def cli(argv: list[str] | None = None) -> int:
+    """``python -m mnp.tools.diagnose``: a refused or unreadable checkpoint, or a run of another model, is one
+    ``error: ...`` line and status 1."""
+    from mnp.core.errors import USER_ERRORS
+    try:
+        main(argv)
+    except USER_ERRORS as e:
+        print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
+        return 1
+    return 0
+
+
 if __name__ == "__main__":
-    main()
+    raise SystemExit(cli())

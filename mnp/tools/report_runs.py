@@ -47,8 +47,9 @@ class Run:
 
 @dataclass
 class Job:
-    """A failed or skipped job, from its failed.json / skipped.json, or a job whose record cannot be read
-    (status ``unreadable``: a truncated metrics.json, one that holds a list, ...)."""
+    """A failed or skipped job, from its failed.json / skipped.json, a job whose record cannot be read (status
+    ``unreadable``: a truncated metrics.json, one that holds a list, a damaged config.yaml, ...), or one that
+    stopped before it finished (status ``interrupted``: a config.yaml and no metrics.json)."""
 
     path: Path
     status: str
@@ -69,15 +70,48 @@ def _read_config(run_dir: Path) -> dict:
     return OmegaConf.to_container(OmegaConf.load(path)) or {}
 
 
+def _who(run_dir: Path) -> dict:
+    """The job's model, dataset and seed from its config.yaml; ``{}`` where that cannot be read."""
+    try:
+        cfg = _read_config(run_dir)
+        return {"model": cfg["model"]["name"], "dataset": cfg["dataset"]["name"], "seed": cfg["seed"]}
+    except Exception:  # noqa: BLE001 - no or a damaged config.yaml: the job is named by its directory only
+        return {}
+
+
 def _unreadable(path: Path, problem: str) -> Job:
     """A job whose ``path`` cannot be used, named by its config.yaml where that can be read; warned about."""
     log.warning("%s %s; the job is left out of the tables", path, problem)
+    return Job(path, "unreadable", {**_who(path.parent),
+                                    "message": f"{path.name} {problem}; re-run the job to write it again"})
+
+
+def _config_or_unreadable(run_dir: Path, jobs: list[Job]) -> dict | None:
+    """The run's config.yaml (``{}`` if none), or None with an ``unreadable`` job: a damaged or YAML-tagged file
+    (``!!python/object``, which is never constructed) leaves its run out, not the whole report."""
     try:
-        cfg = _read_config(path.parent)
-        who = {"model": cfg["model"]["name"], "dataset": cfg["dataset"]["name"], "seed": cfg["seed"]}
-    except Exception:  # noqa: BLE001 - no or a damaged config.yaml: the job is named by its directory only
-        who = {}
-    return Job(path, "unreadable", {**who, "message": f"{path.name} {problem}; re-run the job to write it again"})
+        return _read_config(run_dir)
+    except Exception as e:  # noqa: BLE001 - yaml and OmegaConf raise assorted types for a damaged file
+        jobs.append(_unreadable(run_dir / "config.yaml", f"cannot be read ({' '.join(str(e).split())[:200]})"))
+        return None
+
+
+def _interrupted(d: Path) -> list[Job]:
+    """Jobs under ``d`` that stopped before they finished: a run directory with config.yaml and no metrics.json,
+    failed.json or skipped.json (a killed or interrupted job; its seed is missing from the means)."""
+    jobs = []
+    for cpath in sorted(d.rglob("config.yaml")):
+        run = cpath.parent
+        if any(part.startswith(".") for part in run.relative_to(d).parts) or any(
+                (run / f).exists() for f in ("metrics.json", "failed.json", "skipped.json")):
+            continue  # Hydra's own .hydra/ records, finished, failed or skipped jobs
+        who = _who(run)
+        if who and _read_config(run).get("test") is False:
+            continue  # trained with test=false: it writes no metrics.json
+        kept = "its checkpoints/last.ckpt is kept, " if (run / "checkpoints" / "last.ckpt").exists() else ""
+        jobs.append(Job(cpath, "interrupted", {**who, "message": f"no metrics.json: the job stopped before it "
+                                               f"finished; {kept}re-run it to finish"}))
+    return jobs
 
 
 def _read_record(path: Path, jobs: list[Job]) -> dict | None:
@@ -94,8 +128,9 @@ def _read_record(path: Path, jobs: list[Job]) -> dict | None:
 
 
 def load(dirs: Iterable[str | Path], relabel: bool = False) -> tuple[list[Run], list[Job]]:
-    """Every run (metrics.json) and every failed/skipped job under ``dirs``; a metrics.json, failed.json or
-    skipped.json that cannot be read or holds no job's record is an ``unreadable`` job, with a warning.
+    """Every run (metrics.json) and every failed, skipped or interrupted job under ``dirs``; a metrics.json,
+    config.yaml, failed.json or skipped.json that cannot be read or holds no job's record is an ``unreadable`` job,
+    with a warning.
 
     ``metrics.json`` written by ``evaluate.py`` (it has a ``checkpoint`` key) is not a sweep job
     and is left out. A ``dataset=custom`` run's dataset is its file's stem (:func:`mnp.core.naming.data_label`).
@@ -115,7 +150,9 @@ def load(dirs: Iterable[str | Path], relabel: bool = False) -> tuple[list[Run], 
             if "model" not in m or "dataset" not in m:
                 jobs.append(_unreadable(mpath, "names no model and dataset, so it is not a run's metrics"))
                 continue
-            cfg = _read_config(mpath.parent)
+            cfg = _config_or_unreadable(mpath.parent, jobs)
+            if cfg is None:
+                continue
             variant = cfg.get("variant")
             experiment = str(m.get("experiment") or cfg.get("experiment_name") or "default")
             if relabel and cfg:
@@ -135,6 +172,7 @@ def load(dirs: Iterable[str | Path], relabel: bool = False) -> tuple[list[Run], 
             for p in sorted(d.rglob(f"{status}.json")):
                 if not (p.parent / "metrics.json").exists() and (record := _read_record(p, jobs)) is not None:
                     jobs.append(Job(p, status, record))
+        jobs += _interrupted(d)
     return list(runs.values()), jobs
 
 
