@@ -39,8 +39,10 @@ def markdown(result: dict) -> str:
     for d, r in result["ratios"].items():
         c = mnp.get(d, {})
         ut = UTIL_TARGET.get(d)
-        util = lambda key: "–" if key not in c else f"{100 * c[key]:.0f}%" + (
-            "" if ut is None else (" ✓" if c[key] >= ut else " ✗"))
+
+        def util(key: str, c: dict = c, ut: float | None = ut) -> str:
+            return "–" if key not in c else f"{100 * c[key]:.0f}%" + (
+                "" if ut is None else (" ✓" if c[key] >= ut else " ✗"))
         out.append(f"| {d} | {fmt(r.get('mgp_over_mnp_train'), 3.0)} | {fmt(r.get('mgp_over_mnp_test'), 5.0)} | "
                    f"{fmt(r.get('mgp_over_mnp_test_context_reused'), 5.0)} | "
                    f"{fmt(r.get('mnp_over_mlp_train'))} | {fmt(r.get('mnp_over_mlp_test'))} | {util('train_util')} | "
