@@ -19,6 +19,8 @@ import yaml
 from mnp.core.wandb_utils import summary_items
 from wandb_records import OfflineRun, offline_runs
 
+from mnp.core.wandb_utils import run_id
+
 pytest.importorskip("wandb")
 ROOT = Path(__file__).resolve().parents[1]
 MLP_VARIANT = "dataset.num_views=2,trainer.max_epochs=2"
@@ -83,6 +85,9 @@ def test_runs_are_named_after_their_directory_and_grouped_by_experiment_model_da
         assert run.info.run_group == f"wb/mlp_synthetic_{MLP_VARIANT}"  # the seeds of one cell share it
         assert run.info.job_type == "train" and set(run.info.tags) == {"mlp", "synthetic", "wb"}
     assert runs[0].info.run_id != runs[1].info.run_id
+    # the id is the run directory's, so a resumed session logs to the same wandb run
+    assert [run.info.run_id for run in runs] == [run_id(job) for job in mlp_jobs] and run_id(mlp_jobs[0]) == run_id(
+        str(mlp_jobs[0]) + "/.")
     run = only_run(mnp_job)
     # a custom file's runs are grouped by the file's stem, as the report's cells are
     assert run.info.display_name == mnp_job.name and run.info.run_group == "wb/mnp_views_tiny"

@@ -11,6 +11,7 @@ reliability and noise images. The pipeline calls ``wandb.finish()`` after every 
 """
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 from pathlib import Path
@@ -49,9 +50,15 @@ class RunLogger(WandbLogger):
             super().log_hyperparams(params, *args, **kwargs)
 
 
+def run_id(out_dir: str | Path) -> str:
+    """The wandb run id of a run directory: the same for every session of the run (a resume continues the wandb
+    run that the interrupted session opened, instead of opening a second one), another for another directory."""
+    return hashlib.sha1(str(Path(out_dir).resolve()).encode()).hexdigest()[:16]
+
+
 def run_identity(cfg: DictConfig, node: DictConfig) -> dict:
-    """``name``, ``group`` and ``tags`` of a wandb logger config ``node`` that leaves them null, from the
-    run config (see the module doc); nothing for other loggers."""
+    """``name``, ``group``, ``tags`` and ``id`` (:func:`run_id`, resumed with ``resume="allow"``) of a wandb logger
+    config ``node`` that leaves them null, from the run config (see the module doc); nothing for other loggers."""
     if not issubclass(get_class(node._target_), WandbLogger):
         return {}
     experiment = str(cfg.get("experiment_name", "default"))
@@ -59,7 +66,8 @@ def run_identity(cfg: DictConfig, node: DictConfig) -> dict:
     label = data_label(dataset, cfg.dataset)  # a custom file's stem, as the report's cells name it
     identity = {"name": Path(cfg.paths.output_dir).name,
                 "group": group_name(experiment, model, label, cfg.get("variant")),
-                "tags": [model, dataset, experiment] + ([label] if label != dataset else [])}
+                "tags": [model, dataset, experiment] + ([label] if label != dataset else []),
+                "id": run_id(cfg.paths.output_dir), "resume": "allow"}
     return {k: v for k, v in identity.items() if node.get(k) is None}
 
 
