@@ -1,6 +1,7 @@
 """The house rules: no import cycles between modules, the data layer never imports the framework, the
 core imports neither the tools nor the model package, no module over 400 lines, no side effects on
 import."""
+import pytest
 import subprocess
 import sys
 from pathlib import Path
@@ -41,6 +42,7 @@ def test_modules_stay_short():
     assert not long, long
 
 
+@pytest.mark.slow
 def test_importing_the_packages_registers_nothing_and_prints_nothing():
     code = ("import omegaconf, mnp, datamodules, baselines, mnp.model, mnp.core.pipeline\n"
             "print(omegaconf.OmegaConf.has_resolver('mnp_run_suffix'))")

@@ -288,6 +288,7 @@ def test_evaluate_checks_its_eval_overrides_as_train_does_before_loading(tmp_pat
                                                                   override.items())]))
 
 
+@pytest.mark.slow
 def test_evaluate_cli_refuses_a_bad_eval_override_in_one_line(tmp_path):
     run = tmp_path / "run"
     train(compose_train(run, ["model=mlp", *FAST, "dataset=custom", f"dataset.path={npz(tmp_path / 'd.npz', *tiny())}"]))
@@ -352,6 +353,7 @@ def test_constant_views_duplicates_small_class_and_label_gap_train_with_warnings
 
 
 # ---------------------------------------------------------------------------- the real CLI
+@pytest.mark.slow
 def test_cli_truncated_file_one_line_exit_1_no_outputs_traceback_in_train_log(tmp_path):
     views, y = tiny()
     path = truncated(npz(tmp_path / "data.npz", views, y))

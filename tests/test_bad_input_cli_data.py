@@ -94,6 +94,7 @@ def test_bad_data_or_dataset_value_gives_one_line_before_training(tmp_path, caps
     assert_no_outputs(out)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["two samples per class", "overflow", "deflate bomb", "fifo"])
 def test_cli_one_line_exit_1_only_hydra_files(tmp_path, case):
     """Used to end in an AttributeError traceback after training, in an error blaming the training
@@ -108,6 +109,7 @@ def test_cli_one_line_exit_1_only_hydra_files(tmp_path, case):
     assert hydra_only(run_dir)
 
 
+@pytest.mark.slow
 def test_cli_huge_label_trains_with_a_short_renumbering_warning(tmp_path):
     """Labels {0, 5, 10⁹}: renumbered 0..2 without an array of 10⁹ entries; G trains and tests."""
     path = write(tmp_path / "big.npz", *good(n_per_class=34, labels=(0, 5, 10**9)))

@@ -34,6 +34,7 @@ CASES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(CASES))
 def test_learns_handwritten(handwritten, name):
     """The shipped conf/model/<name>.yaml, instantiated as the pipeline does, learns in a few epochs."""

@@ -167,6 +167,7 @@ def test_constant_training_column_gets_a_typical_lengthscale():
     torch.testing.assert_close(data_lengthscales(torch.full((10, 9), 0.5)), torch.full((9,), 3.0))  # nothing varies: √d
 
 
+@pytest.mark.slow
 def test_noise_on_a_constant_training_column_keeps_the_view(one_thread):
     """Digits as left/right halves: pixels 0, 16 (left) and 19 (right) are constant in the training split.
     Their lengthscales never train, so σ = 0.01 noise must not send the view to its prior."""

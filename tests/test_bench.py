@@ -17,6 +17,7 @@ RATIOS = ("mgp_over_mnp_train", "mgp_over_mnp_test", "mnp_over_mlp_train", "mnp_
 pytestmark = pytest.mark.usefixtures("one_thread")  # restores the thread count bench.run sets
 
 
+@pytest.mark.slow
 def test_quick_run_on_a_tiny_shape_writes_the_documented_json(tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(bench_cases.SHAPES, "hmdb", ((6, 4), 3, 500))  # hmdb's configs, tiny data
     out = tmp_path / "bench.json"
@@ -77,6 +78,7 @@ def test_linear_fit_reports_slope_intercept_and_r2():
     assert fit["r2"] == pytest.approx(1.0)
 
 
+@pytest.mark.slow
 def test_scaling_curves_are_measured_fitted_and_plotted(tmp_path, monkeypatch):
     monkeypatch.setitem(bench_cases.SHAPES, "hmdb", ((6, 4), 3, 500))
     result = bench.main(["--quick", "--dataset", "hmdb", "--models", "mnp", "--scaling", "--plot-dir", str(tmp_path),

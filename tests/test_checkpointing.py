@@ -173,6 +173,7 @@ class SystemPlant(Plant):
         return os.system, (f"touch {self.marker}",)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("where,plant,created", [("evaluate", Plant, "io.open"), ("resume", Plant, "io.open"),
                                                  ("evaluate", SystemPlant, f"{os.system.__module__}.system")])
 def test_planted_checkpoint_never_runs_code(tmp_path, where, plant, created):
@@ -225,6 +226,7 @@ def test_a_rerun_after_a_failed_output_write_leaves_one_test_row(tmp_path, monke
 
 
 # ---------------------------------------------------------------------------- 5: two processes, one run dir
+@pytest.mark.slow
 def test_second_process_on_a_run_dir_stops_naming_the_first(tmp_path):
     run = tmp_path / "run"
     cmd = ("train.py", *MLP_RUN, "trainer.max_epochs=20", f"hydra.run.dir={run}", THROTTLE)
@@ -314,6 +316,7 @@ def test_evaluate_reproduces_train_then_test_for_every_model(tmp_path, model):
     assert "noise/acc@1" in keys and {k: ev[k] for k in keys} == {k: res[k] for k in keys}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", ["mnp", "mcd", "mgp", "etp"])
 def test_sampling_models_test_from_their_own_generator(tmp_path, model):
     """Every model that samples in predict: the test results are the same whatever state the global RNG is
@@ -365,6 +368,7 @@ def test_checkpoint_every_n_epochs(tmp_path, every, saved_epoch):
         assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["epoch"] == saved_epoch
 
 
+@pytest.mark.slow
 def test_negative_checkpoint_period_is_one_line(tmp_path):
     r = cli("train.py", "model=mlp", "callbacks.checkpoint.every_n_epochs=-1", f"paths.output_dir={tmp_path / 'run'}")
     assert "callbacks.checkpoint.every_n_epochs must be an integer >= 0, got -1" in one_line(r.returncode, r.stderr)

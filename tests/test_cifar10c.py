@@ -177,6 +177,7 @@ def test_dataset_config_instantiates(tmp_path):
     assert {k: int(v[1].sum()) for k, v in dm.ood_sets.items()} == {"svhn": 50, "cifar100": 30}
 
 
+@pytest.mark.slow
 def test_the_feature_cache_command_finds_its_config():
     """`python -m mnp.tools.build_features` composes conf/features/cifar10c.yaml from the repository's conf/."""
     import subprocess

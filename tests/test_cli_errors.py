@@ -44,6 +44,7 @@ def test_every_failure_leaves_its_traceback_in_the_log_file(tmp_path, capsys):
     ("model=nosuch", "error: In 'train': Could not find 'model/nosuch' Available options in 'model': de_ef, de_lf, "),
     ("seed=[", "error: no viable alternative at input '['"),
 ])
+@pytest.mark.slow
 def test_cli_hydra_composition_errors_are_one_line(tmp_path, override, expected):
     """Unknown keys, unknown group options and malformed overrides fail in Hydra's composition, before
     any code runs; :func:`mnp.core.cli.main_guarded` turns Hydra's multi-line text into one line, exit 1."""

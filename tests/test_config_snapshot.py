@@ -24,6 +24,8 @@ from omegaconf import OmegaConf
 
 from mnp.core.rundir import register_resolver
 
+pytestmark = pytest.mark.slow  # module fixtures train whole runs
+
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
 SNAPSHOT = ROOT / "tests" / "data" / "resolved_configs.json"

@@ -1,6 +1,7 @@
 """trainer=ddp for real: two CPU processes (gloo, ddp_spawn) train MNP through the pipeline; the dynamic
 context memory must be identical on both ranks after training, each rank must see its own shard of the
 training set with the same number of batches, and the run must write its outputs once."""
+import pytest
 import json
 from pathlib import Path
 
@@ -32,6 +33,7 @@ class DumpRank(pl.Callback):
                    Path(self.out) / f"rank{trainer.global_rank}.pt")
 
 
+@pytest.mark.slow
 def test_ddp_two_cpu_ranks_keep_identical_context_memories(tmp_path):
     dumps = tmp_path / "dumps"
     dumps.mkdir()

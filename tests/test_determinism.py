@@ -64,6 +64,7 @@ def test_different_seeds_give_different_weights_and_context_memories(tmp_path):
         assert len(ids0 & ids1) < len(ids0) // 2  # mostly different samples, not a reordering
 
 
+@pytest.mark.slow
 def test_resumed_mnp_run_equals_the_uninterrupted_one(tmp_path):
     """Stop after the warm-up and one main epoch, resume from last.ckpt: the same metrics as one straight
     run. The learning rate drops exactly at the resume point (piecewise schedule, milestone 1), where a

@@ -1,4 +1,5 @@
 """The device tools run only on a GPU; what can be checked here: the job list and the log parser."""
+import pytest
 import subprocess
 import sys
 
@@ -33,6 +34,7 @@ def test_device_final_jobs_cover_every_cell_seed_by_seed_without_repeats():
     assert all(j.startswith("experiment=paper_main ") for j in jobs)
 
 
+@pytest.mark.slow
 def test_gpu_check_records_each_step_and_skips_what_the_deadline_leaves_no_time_for(tmp_path):
     import json
     import time
@@ -49,6 +51,7 @@ def test_gpu_check_records_each_step_and_skips_what_the_deadline_leaves_no_time_
     assert (tmp_path / "logs" / "ok.log").read_text().strip() == "hello"
 
 
+@pytest.mark.slow
 def test_gpu_check_runs_compose_as_valid_train_configs(tmp_path):
     """Every whole run's overrides compose and validate (on the CPU: the emulated graph)."""
     from cfg_utils import compose_train
@@ -64,6 +67,7 @@ def test_gpu_check_runs_compose_as_valid_train_configs(tmp_path):
             assert cfg.eval.noise_batch_rows == (0 if variant.endswith("unbatched") else "auto")
 
 
+@pytest.mark.slow
 def test_graph_check_compares_captured_and_eager_training_and_passes_emulated():
     import json
     r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "device" / "graph_check.py"), "--cpu"],

@@ -1,5 +1,6 @@
 """A run directory that cannot be created, and a disk that fills during a run: one error line each, as
 ``train.py`` prints it, with the earlier good checkpoint kept and no temp file left."""
+import pytest
 import os
 import resource
 import signal
@@ -12,6 +13,7 @@ from cli_utils import run_cli
 MLP = ["train.py", "model=mlp", "trainer.max_epochs=3", "eval.noise=false", "logger=none"]
 
 
+@pytest.mark.slow
 def test_a_run_directory_below_a_regular_file_is_one_line(tmp_path):
     blocker = tmp_path / "a_file"
     blocker.write_text("not a directory")
@@ -21,6 +23,7 @@ def test_a_run_directory_below_a_regular_file_is_one_line(tmp_path):
     assert err[0].startswith(f"error: cannot create the run directory {blocker}") and "paths.log_dir" in err[0]
 
 
+@pytest.mark.slow
 def test_a_disk_that_fills_during_training_is_one_line_and_keeps_the_good_checkpoint(tmp_path):
     run = tmp_path / "run"
     first = run_cli([*MLP, "trainer.max_epochs=1", f"hydra.run.dir={run}", "test=false"])

@@ -1,4 +1,5 @@
 """The docs: generated tables match the committed result files, links resolve, the README stays a guide."""
+import pytest
 import re
 from pathlib import Path
 
@@ -114,6 +115,7 @@ def test_code_and_configs_cite_nothing_outside_the_repository():
     assert cited == []
 
 
+@pytest.mark.slow
 def test_the_slow_marker_says_how_many_tests_it_marks():
     import subprocess
     import sys

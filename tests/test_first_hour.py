@@ -56,6 +56,7 @@ def test_help_imports_neither_torch_nor_hydras_config_composition():
 
 
 # ---------------------------------------------------------------------------- the end of a run
+@pytest.mark.slow
 def test_a_run_ends_with_a_summary_naming_its_directory_and_files(mnp_run):
     res, run_dir = mnp_run
     out = res.stdout + res.stderr

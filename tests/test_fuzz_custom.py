@@ -129,6 +129,7 @@ def run_in_process(path: Path, out: Path) -> tuple[int, str]:
     return code, err.getvalue()
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture])
 @given(case=cases())
@@ -150,6 +151,7 @@ def test_fuzz_custom_data_trains_or_fails_in_one_line(case, one_thread):  # one_
     Case(60, (0, 7, 10**9), "float", [View("uint8", 3), View("bool", 2), View("float32", 1, scale=1e6)], seed=1),
     Case(30, (1, 2), "int", [View("float64", 3), View("str", 2)], seed=2),
 ], ids=["trains", "fails"])
+@pytest.mark.slow
 def test_fuzz_examples_through_real_cli(tmp_path, case):
     path, run_dir = tmp_path / "data.npz", tmp_path / "run"
     np.savez(path, **case.arrays())

@@ -38,6 +38,7 @@ def wide_file(path, rows: int, compressed: bool):
      r"rows and views of \[100000, 3\] columns: reduce dataset\.batch_size=200, model\.d_e=4096, model\.memory_size=100, "
      r"model\.num_samples=\d+ or the columns of the widest view \(view 1, 100000 columns\), or give the process more memory"),
 ])
+@pytest.mark.slow
 def test_a_run_out_of_memory_is_one_line_naming_the_sizes(tmp_path, case, rows, overrides, expected):
     path = wide_file(tmp_path / "wide.npz", rows, compressed=case == "loading")
     run_dir = tmp_path / "run"

@@ -108,6 +108,7 @@ def _run(args, cwd, env_extra=None, timeout=240):
     return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
+@pytest.mark.slow
 def test_cli_train_then_evaluate(tmp_path):
     out = tmp_path / "run"
     r = _run(["train.py", "model=mlp", "trainer.max_epochs=1", f"hydra.run.dir={out}", "logger=csv"], ROOT)
@@ -121,6 +122,7 @@ def test_cli_train_then_evaluate(tmp_path):
         json.loads((out / "metrics.json").read_text())["test/acc"]
 
 
+@pytest.mark.slow
 def test_cli_missing_checkpoint_one_line(tmp_path):
     r = _run(["evaluate.py", f"ckpt_path={tmp_path}/none.ckpt", f"hydra.run.dir={tmp_path}"], ROOT)
     assert r.returncode == 1
@@ -133,6 +135,7 @@ def _names(group):
     return sorted(p.stem for p in (ROOT / "conf" / group).glob("*.yaml"))
 
 
+@pytest.mark.slow
 def test_every_model_dataset_config_composes(tmp_path):
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra

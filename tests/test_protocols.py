@@ -90,12 +90,14 @@ def train_forty_views(tmp_path, *overrides) -> dict:
     return json.loads((run_dir / "metrics.json").read_text())
 
 
+@pytest.mark.slow
 def test_forty_views_train_and_test_in_little_memory(tmp_path):
     """C(40, 20) ≈ 1.4e11 subsets used to be listed before training (the process grew until the kernel killed it)."""
     metrics = train_forty_views(tmp_path, "model=mlp")
     assert metrics["noise/n_subsets"] == 64 and 0 <= metrics["noise/acc_mean"] <= 1
 
 
+@pytest.mark.slow
 def test_forty_views_train_mnp_with_the_modality_mask_in_little_memory(tmp_path):
     """MNP's modality mask drew from the table of all 2^40 subsets of >= 2 views, built before training; it now
     draws a subset size, then the views, beyond 12 views (mnp.aggregation.random_modality_mask)."""
@@ -191,6 +193,7 @@ def test_a_deterministic_model_gives_the_same_noisy_metrics_batched(fusion, one_
         assert all(batched[k] == pytest.approx(base[k], abs=1e-6) for k in base), (rows, batched, base)
 
 
+@pytest.mark.slow
 def test_mnp_noisy_accuracy_batched_matches_one_call_per_subset(real_file, one_thread):
     """MNP samples its decoder from ``sample_generator``: batched, the draws are laid out differently, so
     the noisy accuracy agrees statistically (within 1.5 points), not bit for bit."""

@@ -24,6 +24,7 @@ def _cmd(out, epochs=8):
             f"hydra.run.dir={out}", "logger=none", "trainer.enable_progress_bar=false"]
 
 
+@pytest.mark.slow
 def test_kill9_then_resume_matches_uninterrupted(tmp_path):
     env = {**os.environ, "WANDB_MODE": "disabled"}
     ref = subprocess.run(_cmd(tmp_path / "ref"), cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)

@@ -236,6 +236,7 @@ def test_paper_comparison(sweep, tmp_path):
     assert re.search(r"\| paper_main \| MNP/MGP \| PIE \| speed-up train \| 0\.75 \| 2\.88 \| -2\.13 \|", md)
 
 
+@pytest.mark.slow
 def test_plots(sweep, tmp_path):
     # a context-size sweep: numeric variants
     for n, acc in [(20, 0.8), (50, 0.85), (100, 0.9)]:

@@ -183,6 +183,7 @@ def test_a_stored_dataset_key_that_is_an_interpolation_or_unknown_is_one_line(tm
     assert line.startswith(f"error: checkpoint {tmp_path / 'x.ckpt'}") and says in line, line
 
 
+@pytest.mark.slow
 def test_evaluate_on_a_directory_says_it_is_one_and_writes_nothing_beside_the_run(tmp_path):
     """N99: `checkpoint <run>/checkpoints does not exist`, and for ckpt_path=<run> eval/evaluate.log was written
     into the run's parent directory."""

@@ -70,6 +70,7 @@ def test_a_full_disk_while_writing_an_output_names_the_file(tmp_path, monkeypatc
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_a_sweep_over_data_files_is_one_job_per_file(tmp_path):
     """N85: `-m dataset.path=a.npz,b.npz` became one job whose path was `a.npz,b.npz` (not found)."""
     from cli_utils import run_cli

@@ -30,6 +30,14 @@ def _signal_at_test_start(monkeypatch, sig):
     return calls
 
 
+@pytest.fixture
+def default_sigint():
+    """Ctrl-C as a terminal delivers it, whatever an earlier test's library left installed for SIGINT."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
 def _guarded(fn, cfg, capsys):
     with pytest.raises(SystemExit) as e:
         run_guarded(fn, cfg)
@@ -53,7 +61,8 @@ def test_sigterm_during_the_test_pass_ends_it_at_once_with_143_and_the_rerun_tes
 
 @pytest.mark.parametrize("sig, code, cause", [(signal.SIGTERM, 143, "terminated by SIGTERM"),
                                               (signal.SIGINT, 130, "interrupted by Ctrl-C")])
-def test_a_signal_during_evaluate_ends_it_at_once_in_one_line(tmp_path, monkeypatch, capsys, sig, code, cause):
+def test_a_signal_during_evaluate_ends_it_at_once_in_one_line(tmp_path, monkeypatch, capsys, default_sigint, sig, code,
+                                                              cause):
     """N58, N59, N60: SIGTERM was ignored until the test ended (exit 0), Ctrl-C exited 1 with no line, and the
     line spoke of training resuming."""
     train(compose_train(tmp_path / "run", [*NOISY, "trainer.max_epochs=1", "test=false"]))

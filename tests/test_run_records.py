@@ -45,6 +45,7 @@ def snapshot(run_dir) -> dict:
 
 
 # ---------------------------------------------------------------------------- 7: a changed data file
+@pytest.mark.slow
 def test_a_changed_data_file_is_noticed_by_the_rerun_and_by_evaluate(tmp_path):
     data, run = write_data(tmp_path / "data.npz"), tmp_path / "run"
     assert g(data, run).returncode == 0
@@ -70,6 +71,7 @@ def test_a_changed_data_file_is_noticed_by_the_rerun_and_by_evaluate(tmp_path):
 
 
 # ---------------------------------------------------------------------------- 8: a refused re-run changes nothing
+@pytest.mark.slow
 def test_a_refused_or_skipped_rerun_leaves_every_byte_of_the_finished_run(tmp_path):
     """Hydra writes its record (.hydra/) and opens train.log before the job runs; a job refused for
     another config, or skipped as done, must still leave the finished run exactly as it was."""
@@ -88,6 +90,7 @@ def test_a_refused_or_skipped_rerun_leaves_every_byte_of_the_finished_run(tmp_pa
     assert snapshot(run) == before
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("trained", [4, 3])
 def test_a_resume_with_fewer_epochs_than_trained_is_one_line_and_changes_nothing(tmp_path, trained):
     """Lightning stops a resume of 4 trained epochs at max_epochs=2 with a traceback, and one of 3 trained
@@ -103,6 +106,7 @@ def test_a_resume_with_fewer_epochs_than_trained_is_one_line_and_changes_nothing
 
 
 # ---------------------------------------------------------------------------- 10: a resume raising max_epochs
+@pytest.mark.slow
 def test_a_resume_may_raise_max_epochs_of_an_mnp_run_with_its_derived_warmup(tmp_path):
     """MNP on custom data derives its warm-up from trainer.max_epochs (a quarter, rounded: 0 of 2, 1 of 3 or
     4). A resume is compared by what the user set: raising max_epochs resumes (twice in a row), keeping the
@@ -126,6 +130,7 @@ def test_a_resume_may_raise_max_epochs_of_an_mnp_run_with_its_derived_warmup(tmp
 
 
 # ---------------------------------------------------------------------------- the checkpoint folder
+@pytest.mark.slow
 def test_a_file_named_checkpoints_is_one_line_before_training(tmp_path):
     """Not "is the disk full?" after the first epoch: the file is named, before anything is trained."""
     data, run = write_data(tmp_path / "data.npz"), tmp_path / "run"

@@ -58,6 +58,7 @@ def test_a_checkpoint_without_config_yaml_is_checked_against_the_config_inside_i
     assert train(compose_train(tmp_path, base + ["trainer.max_epochs=2"]))["epochs"] == 2  # its own config resumes
 
 
+@pytest.mark.slow
 def test_sweep_over_a_hyperparameter_gets_one_directory_and_report_row_per_value(tmp_path):
     cmd = [sys.executable, "train.py", "-m", "model=mlp", "dataset=synthetic", "logger=none", "eval.noise=false",
            "trainer.enable_progress_bar=false", f"paths.log_dir={tmp_path}", "trainer.max_epochs=1,2"]

@@ -129,6 +129,7 @@ def test_decide_uses_the_seeds_all_candidates_share(tmp_path):
         select.decide({"default": {0: {"val/nll": 1.0}}, "x=1": {1: {"val/nll": 2.0}}}, "val/nll", False)
 
 
+@pytest.mark.slow
 def test_device_selection_jobs_compose_and_validate(tmp_path):
     """Every job of benchmarks/device/jobs.py select is a valid selection run, one per (dataset, candidate)."""
     import sys

@@ -3,6 +3,7 @@
 ends the same way with status 130."""
 from __future__ import annotations
 
+import pytest
 import os
 import re
 import signal
@@ -40,9 +41,13 @@ def wait_for(pattern: str, root: Path, proc: subprocess.Popen, timeout: float = 
 
 
 def error_lines(stderr: str) -> list[str]:
-    return [ln for ln in stderr.splitlines() if "error" in ln.lower() or "Traceback" in ln or "SIGTERM" in ln]
+    """The lines that report an error; loky's resource tracker may warn at shutdown that a semaphore of a killed
+    worker is already gone (`resource_tracker: ... FileNotFoundError`), joblib's own cleanup race, not ours."""
+    return [ln for ln in stderr.splitlines() if ("error" in ln.lower() or "Traceback" in ln or "SIGTERM" in ln)
+            and "resource_tracker" not in ln]
 
 
+@pytest.mark.slow
 def test_sigterm_in_the_warmup_exits_143_in_one_line_and_the_same_command_resumes(tmp_path):
     proc = start(tmp_path)
     last = wait_for("logs/default/runs/*/checkpoints/last.ckpt", tmp_path, proc)  # epoch 1 (warm-up) is done
@@ -66,6 +71,7 @@ def test_sigterm_in_the_warmup_exits_143_in_one_line_and_the_same_command_resume
     assert int(load_checkpoint(last)["epoch"]) == 3
 
 
+@pytest.mark.slow
 def test_ctrl_c_in_training_exits_130_in_one_line_saying_how_to_resume(tmp_path):
     proc = start(tmp_path)
     last = wait_for("logs/default/runs/*/checkpoints/last.ckpt", tmp_path, proc)
@@ -83,6 +89,7 @@ def test_ctrl_c_in_training_exits_130_in_one_line_saying_how_to_resume(tmp_path)
     assert lines[0][len("error: "):] in (last.parent.parent / "train.log").read_text()  # the log says why it ended
 
 
+@pytest.mark.slow
 def test_sigterm_stops_a_sweep_whose_summary_names_the_interrupted_job(tmp_path):
     proc = start(tmp_path, "-m", "seed=0,1")
     last = wait_for("logs/default/multiruns/*/checkpoints/last.ckpt", tmp_path, proc)
@@ -121,6 +128,7 @@ def descendants(pid: int) -> set[int]:
     return found
 
 
+@pytest.mark.slow
 def test_sigterm_to_a_joblib_sweep_ends_its_workers_and_names_their_jobs(tmp_path):
     proc = start(tmp_path, "-m", "launcher=joblib", "seed=0,1")
     end = time.monotonic() + 120

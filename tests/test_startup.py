@@ -2,6 +2,7 @@
 took to reach its first training step and to write its outputs (mnp.core.startup, benchmarks/startup.py)."""
 from __future__ import annotations
 
+import pytest
 import json
 import os
 import subprocess
@@ -29,6 +30,7 @@ def modules_after(code: str) -> list[str]:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_an_mnp_run_without_a_logger_imports_no_gpytorch_wandb_or_plotting(tmp_path):
     """gpytorch is MGP's, wandb the wandb logger's, matplotlib the figures' (mnp.core.figures, report plots):
     a model=mnp logger=none run loads none of them. torchmetrics, which Lightning imports for its version
@@ -45,6 +47,7 @@ def test_an_mnp_run_without_a_logger_imports_no_gpytorch_wandb_or_plotting(tmp_p
     assert res["accel/step"] == "eager" and "not on a CUDA device" in res["accel/eager_reason"]
 
 
+@pytest.mark.slow
 def test_process_start_is_when_the_process_started_not_when_the_module_was_imported():
     code = ("import time; time.sleep(1.0); from mnp.core.startup import process_start; "
             "print(time.time() - process_start())")

@@ -81,6 +81,7 @@ def assert_same_training(a, b, ta, tb):
         torch.testing.assert_close(ta.callback_metrics[k], v, rtol=0, atol=0, msg=k)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kw", [{}, {"memory_write": "before_step", "memory_update": "fifo"},
                                 {"memory_jstar": "same_class", "memory_update": "ce", "norm": "batch"}],
                          ids=["paper", "before_step_fifo", "same_class_ce_batchnorm"])

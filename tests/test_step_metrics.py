@@ -56,6 +56,7 @@ def test_handwritten_step_has_no_host_sync_and_a_third_of_the_ops_of_before():
     assert out["ops_per_train_step"] <= was // 3, (out["ops_per_train_step"], was)
 
 
+@pytest.mark.slow
 def test_handwritten_forward_losses_and_memory_update_trace_as_one_graph():
     model, opt, views, y = handwritten_mnp(d_e=32)  # the same graph as d_e=512, traced faster
     step_metrics.step_function(model, opt, views, y)()  # eager warm-up: stacks, memory flag
@@ -258,6 +259,7 @@ def test_param_stack_checks_its_parameters():
 
 
 # ---------------------------------------------------------------------------- the benchmark's JSON
+@pytest.mark.slow
 def test_bench_quick_json_has_the_step_metrics(tmp_path, monkeypatch):
     monkeypatch.setitem(bench_cases.SHAPES, "hmdb", ((6, 4), 3, 500))  # hmdb's configs, tiny data
     out = tmp_path / "bench.json"

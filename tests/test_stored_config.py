@@ -67,6 +67,7 @@ def test_crafted_stored_config_is_refused_and_writes_nothing(genuine, tmp_path, 
     assert victim.read_text() == PRECIOUS and sorted(p.name for p in tmp_path.iterdir()) == before
 
 
+@pytest.mark.slow
 def test_evaluate_cli_refuses_a_crafted_checkpoint_in_one_line(genuine, tmp_path):
     path, victim = crafted(genuine, tmp_path, CALLABLES["builtins.open"])
     r = cli("evaluate.py", f"ckpt_path={path}", f"output_dir={tmp_path / 'eval'}", f"hydra.run.dir={tmp_path / 'h'}")
@@ -77,6 +78,7 @@ def test_evaluate_cli_refuses_a_crafted_checkpoint_in_one_line(genuine, tmp_path
     assert victim.read_text() == PRECIOUS and not (tmp_path / "eval").exists()
 
 
+@pytest.mark.slow
 def test_diagnose_refuses_a_crafted_checkpoint(genuine, tmp_path):
     path, victim = crafted(genuine, tmp_path, CALLABLES["numpy.savetxt"])
     r = cli("-m", "mnp.tools.diagnose", str(path), "--json", str(tmp_path / "d.json"))

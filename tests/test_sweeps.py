@@ -281,6 +281,7 @@ def train_multirun(tmp_path, *args, timeout=600):
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
 
 
+@pytest.mark.slow
 def test_multirun_isolates_failures_skips_absent_data_and_resumes(tmp_path):
     conf = tmp_path / "conf"
     (conf / "dataset").mkdir(parents=True)
@@ -324,6 +325,7 @@ def test_multirun_isolates_failures_skips_absent_data_and_resumes(tmp_path):
     assert (jobs / ("mlp_nodata_s0" + SUFFIX) / SKIPPED).is_file()
 
 
+@pytest.mark.slow
 def test_submitit_local_sweep(tmp_path):
     pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
     res = train_multirun(tmp_path, "launcher=submitit_local", "model=mlp", "dataset=synthetic", "seed=0,1")
@@ -335,6 +337,7 @@ def test_submitit_local_sweep(tmp_path):
     assert (jobs / ".submitit").is_dir()  # the jobs really went through submitit
 
 
+@pytest.mark.slow
 def test_optuna_search_resumes_from_sqlite(tmp_path):
     optuna = pytest.importorskip("optuna")
     pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")

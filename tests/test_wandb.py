@@ -21,6 +21,8 @@ from wandb_records import OfflineRun, offline_runs
 
 from mnp.core.wandb_utils import run_id
 
+pytestmark = pytest.mark.slow  # module fixtures train whole runs
+
 pytest.importorskip("wandb")
 ROOT = Path(__file__).resolve().parents[1]
 MLP_VARIANT = "dataset.num_views=2,trainer.max_epochs=2"

@@ -232,12 +232,17 @@ def dataset_label(d: str) -> str:
 def read_cells(path: Path) -> dict[tuple, Cell]:
     """(experiment, model, variant, dataset, metric) -> Cell of a results.csv written by mnp.tools.report; a file
     from before runs.csv (no ``source`` column) holds legacy aggregates only."""
-    with open(path, newline="") as f:
-        rows = list(csv.DictReader(f))
-    return {(r["experiment"], r["model"], r["variant"] or None, r["dataset"], r["metric"]): Cell(
-        float(r["mean"]), float(r["std"]), int(r["n"]),
-        (float(r["ci95_low"]), float(r["ci95_high"])) if r.get("ci95_low") else None,
-        r.get("source") or LEGACY) for r in rows}
+    try:
+        with open(path, newline="") as f:
+            rows = list(csv.DictReader(f))
+        return {(r["experiment"], r["model"], r["variant"] or None, r["dataset"], r["metric"]): Cell(
+            float(r["mean"]), float(r["std"]), int(r["n"]),
+            (float(r["ci95_low"]), float(r["ci95_high"])) if r.get("ci95_low") else None,
+            r.get("source") or LEGACY) for r in rows}
+    except (KeyError, ValueError, TypeError, csv.Error) as e:  # UnicodeDecodeError is a ValueError
+        problem = f"it has no column {e}" if isinstance(e, KeyError) else " ".join(str(e).split())[:120]
+        raise ValueError(f"{path} is not a results.csv written by mnp.tools.report ({problem}); move it away or "
+                         "leave out --update") from None
 
 
 def read_results(path: Path) -> dict[tuple[str, str, str, str], dict]:
