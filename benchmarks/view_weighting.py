@@ -25,17 +25,14 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from mnp.core.pipeline import load_run  # noqa: E402
+from mnp.tools.select import view_weighting_variants  # noqa: E402
 
-QUANTILES, POWERS = (0.9, 0.99, 1.0), (0.5, 1.0, 2.0)
 KEPT = ("test/acc", "test/ece", "noise/acc_mean", "missing/acc_subsets_mean")
 
 
 def variants() -> dict[str, dict]:
-    out = {"none": {"view_weighting": "none"}}
-    for q in QUANTILES:
-        for p in POWERS:
-            out[f"distance q={q:g} p={p:g}"] = {"view_weighting": "distance", "distance_quantile": q, "distance_power": p}
-    return out
+    """The grid of mnp.tools.select (eq. 8 and eq. 8′ over q × p), named as the committed JSONs name them."""
+    return {name.removeprefix("view_weighting="): settings for name, settings in view_weighting_variants().items()}
 
 
 def evaluate_variants(run_dir: Path) -> dict:
