@@ -60,7 +60,7 @@ def test_reliability_figure_shows_ece_counts_confidence_and_faded_small_bins():
     fig = reliability_figure(probs, labels, "mnp / pie / seed 0")
     fig.canvas.draw()
     ax, ax_count = fig.axes
-    # ECE = (50 · |0.6 − 0.75| + 2 · |1 − 0.45| + 1 · |0 − 0.25|) / 253, and torchmetrics agrees
+    # ECE = (50 · |0.6 − 0.75| + 2 · |1 − 0.45| + 1 · |0 − 0.25|) / 253, the title's and test/ece's
     expected = (50 * 0.15 + 2 * 0.55 + 0.25) / 253
     assert ece(torch.as_tensor(probs), torch.as_tensor(labels)) == pytest.approx(expected, abs=1e-5)
     assert ax.get_title() == f"mnp / pie / seed 0\nECE = {expected:.3f}" == "mnp / pie / seed 0\nECE = 0.035"

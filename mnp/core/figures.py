@@ -30,11 +30,12 @@ def noise_series(metrics: dict) -> tuple[np.ndarray, np.ndarray]:
     return np.array([p[0] for p in pairs]), np.array([p[1] for p in pairs])
 
 
-def bin_ece(rel: dict) -> float:
-    """Expected calibration error of reliability bins: Σ_b (n_b / n) |accuracy_b − confidence_b|."""
-    count = rel["count"].numpy()
-    gap = np.abs(rel["accuracy"].numpy() - rel["confidence"].numpy())
-    return float((count * gap).sum() / count.sum())
+def ece_title(title: str, rel: dict) -> str:
+    """``title`` and the bins' ECE, the very number reported as ``test/ece`` (:func:`mnp.core.metrics.reliability`
+    computes both), with the rows left out of the bins as not finite."""
+    k = rel["nonfinite"]
+    bad = f" ({k} row{'s' * (k > 1)} not finite)" if k else ""
+    return f"{title}\nECE = {rel['ece']:.3f}{bad}"
 
 
 def draw_reliability(ax, ax_count, rel: dict, title: str) -> None:
@@ -53,12 +54,12 @@ def draw_reliability(ax, ax_count, rel: dict, title: str) -> None:
            edgecolor=[to_rgba("C3", a) for a in alpha], hatch="//", lw=0)
     ax.hlines(conf, left, left + width, colors="k", lw=1.5)
     ax.plot([0, 1], [0, 1], "k--", lw=0.8)
-    ax.set(xlim=(0, 1), ylim=(0, 1), ylabel="accuracy", title=f"{title}\nECE = {bin_ece(rel):.3f}")
+    ax.set(xlim=(0, 1), ylim=(0, 1), ylabel="accuracy", title=ece_title(title, rel))
     ax.tick_params(labelbottom=False)
     ax_count.bar(left, count, width, align="edge", color=[to_rgba("0.5", a) for a in alpha], edgecolor="k", lw=0.5)
     for x, c in zip(left + width / 2, count):
         ax_count.text(x, c, f" {int(c)}", ha="center", va="bottom", rotation=90, fontsize=6)
-    ax_count.set(xlim=(0, 1), ylim=(0, 2.2 * count.max()), xlabel="confidence", ylabel="samples")
+    ax_count.set(xlim=(0, 1), ylim=(0, 2.2 * count.max(initial=1)), xlabel="confidence", ylabel="samples")
 
 
 def reliability_axes(n: int, size: float = 3.2):

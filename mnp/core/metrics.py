@@ -2,9 +2,15 @@
 
 All functions but :func:`energy` take *probabilities* (never logits) and return Python floats or tensors
 on the input's device. Selective classification (AURC, accuracy at a coverage) and OOD detection (AUROC, AUPR,
-FPR at 95 % TPR) handle tied scores as scikit-learn does, or by their expectation over the tied rows' orders. Accuracy and ECE use torchmetrics; AUROC is computed here on the full set of
-scores at once because torchmetrics' binary AUROC sigmoid-squashes scores outside [0, 1] batch by
-batch, which saturates large uncertainty scores (entropies, variances) into ties.
+FPR at 95 % TPR) handle tied scores as scikit-learn does, or by their expectation over the tied rows' orders.
+Accuracy, ECE and the reliability bins are computed here, not by torchmetrics (issue 33), whose
+``multiclass_calibration_error`` (1.9) softmaxes the whole matrix when one entry lies outside [0, 1], even by
+one float32 ulp (1 + 1.2e-7 turned an ECE of 0.40 into 0.29, tests/test_ece_owned.py), puts a confidence of
+exactly 1 into a 16th bin (its issue 3510; a wrong row there: 0.045 became 0.136), bins a NaN confidence and
+returns a number (0.745 for a run with 5 NaN rows, docs/results.md), and was not the binning of the
+reliability figure, whose title then disagreed with ``test/ece``. AUROC is
+computed here on the full set of scores at once because torchmetrics' binary AUROC sigmoid-squashes scores
+outside [0, 1] batch by batch, which saturates large uncertainty scores (entropies, variances) into ties.
 """
 from __future__ import annotations
 
@@ -12,10 +18,10 @@ import logging
 
 import torch
 from torch import Tensor
-from torchmetrics.functional.classification import multiclass_accuracy, multiclass_calibration_error
 
 log = logging.getLogger(__name__)
-EPS = 1e-12
+EPS = 1e-12  # the NLL's floor on the true class's probability: a row's NLL is at most -log(1e-12) = 27.63
+PROB_TOL = 1e-6  # probabilities this far outside [0, 1] (float rounding) are clipped into it; further: an error
 
 
 def nonfinite_rows(probs: Tensor) -> int:
@@ -32,34 +38,68 @@ def count_nonfinite(results: dict, key: str, probs: Tensor, rows: str, model: st
                     "ECE, NLL and Brier are not meaningful", bad, len(probs), rows, model)
 
 
+def correct(probs: Tensor, labels: Tensor) -> Tensor:
+    """(N,) bool: the arg-max of the row is its label and the row is finite. A row holding a NaN or inf is a
+    numerical failure and counts as an error (its arg-max would be class 0 or the NaN's position)."""
+    return (probs.argmax(-1) == labels) & torch.isfinite(probs).all(-1)
+
+
 def accuracy(probs: Tensor, labels: Tensor) -> float:
-    """Micro accuracy of the arg-max prediction; ``probs`` is (N, K). A row that is not finite counts as an error
-    (the arg-max of NaN is class 0, which would count as right for every row of that class)."""
-    finite = torch.isfinite(probs).all(-1, keepdim=True)
-    if not finite.all():
-        wrong = torch.nn.functional.one_hot((labels + 1) % probs.shape[-1], probs.shape[-1]).to(probs.dtype)
-        probs = torch.where(finite, probs, wrong)
-    return multiclass_accuracy(probs, labels, num_classes=probs.shape[-1], average="micro").item()
+    """Micro accuracy of the arg-max prediction, ``probs`` (N, K); a row that is not finite is an error. The
+    float32 mean equals torchmetrics' ``multiclass_accuracy`` bit for bit, so committed accuracies keep their
+    digits (tests/test_ece_owned.py)."""
+    return correct(probs, labels).float().mean().item()
+
+
+def checked_probabilities(probs: Tensor) -> Tensor:
+    """``probs`` clipped into [0, 1] when no finite entry lies more than PROB_TOL outside it (float rounding);
+    further out, a ValueError naming the range found (logits or a bug, not probabilities). NaN and inf pass."""
+    values = probs[torch.isfinite(probs)]
+    if values.numel() and (values.min() < -PROB_TOL or values.max() > 1 + PROB_TOL):
+        raise ValueError(f"probabilities must lie in [0, 1] (to within {PROB_TOL:g}); got min {values.min().item():.9g}, "
+                         f"max {values.max().item():.9g}")
+    return torch.where(torch.isfinite(probs), probs.clamp(0.0, 1.0), probs)
+
+
+def reliability(probs: Tensor, labels: Tensor, n_bins: int = 15) -> dict:
+    """The one binning of the ECE, the reliability figure and the wandb table (docs/method.md §5).
+
+    The top-label confidence c (float64) falls into one of ``n_bins`` equal-width bins with edges e_b = b / n_bins:
+    bin b is [e_b, e_{b+1}) and the last, [e_{n-1}, 1], is closed on the right (a confidence of 1 is in it).
+    Returns per bin the mean ``confidence``, ``accuracy`` (0 where the bin is empty) and ``count``; ``nonfinite``,
+    the rows holding a NaN or inf, left out of the bins; and ``ece`` = Σ_b |Σ_{i∈b} (c_i − correct_i)| / N, the
+    top-label L1 ECE, NaN when a row is not finite (as NLL and Brier are) or there is no row.
+    """
+    probs = checked_probabilities(probs).double()
+    finite = torch.isfinite(probs).all(-1)
+    conf = probs[finite].max(-1).values
+    hit = correct(probs, labels)[finite].double()
+    edges = torch.arange(1, n_bins, dtype=torch.float64, device=probs.device) / n_bins  # the inner edges
+    idx = torch.bucketize(conf, edges, right=True)
+    count = torch.bincount(idx, minlength=n_bins).double()
+    conf_sum, hit_sum = torch.bincount(idx, conf, minlength=n_bins), torch.bincount(idx, hit, minlength=n_bins)
+    nonfinite = int((~finite).sum())
+    ece = (conf_sum - hit_sum).abs().sum().item() / len(probs) if len(probs) and not nonfinite else float("nan")
+    return {"confidence": conf_sum / count.clamp_min(1), "accuracy": hit_sum / count.clamp_min(1), "count": count,
+            "nonfinite": nonfinite, "ece": ece}
 
 
 def ece(probs: Tensor, labels: Tensor, n_bins: int = 15) -> float:
-    """Top-label L1 expected calibration error with equal-width bins; NaN when a row is not finite, as
-    NLL and Brier are (torchmetrics would bin a NaN confidence and return a number)."""
-    if not torch.isfinite(probs).all():
-        return float("nan")
-    return multiclass_calibration_error(
-        probs.float(), labels, num_classes=probs.shape[-1], n_bins=n_bins, norm="l1"
-    ).item()
+    """Top-label L1 expected calibration error over :func:`reliability`'s equal-width bins (its docstring has
+    the bin edges); NaN when a row is not finite; a ValueError for entries outside [0, 1] beyond PROB_TOL."""
+    return reliability(probs, labels, n_bins)["ece"]
 
 
 def nll(probs: Tensor, labels: Tensor) -> float:
-    """Mean negative log-likelihood of the true class."""
+    """Mean negative log-likelihood of the true class, the probability floored at EPS: each row's NLL is at
+    most -log(1e-12) = 27.63 (a confidently wrong row would otherwise be infinite)."""
     p = probs.gather(-1, labels[:, None]).squeeze(-1)
     return (-p.clamp_min(EPS).log()).mean().item()
 
 
 def brier(probs: Tensor, labels: Tensor) -> float:
-    """Multiclass Brier score: squared distance to the one-hot label, summed over classes."""
+    """Multiclass Brier score: squared distance to the one-hot label, summed over the K classes (range [0, 2]);
+    for two classes, twice scikit-learn's ``brier_score_loss`` of the positive class's probability."""
     onehot = torch.nn.functional.one_hot(labels, probs.shape[-1]).to(probs.dtype)
     return (probs - onehot).pow(2).sum(-1).mean().item()
 
@@ -109,20 +149,6 @@ def classification_metrics(probs: Tensor, labels: Tensor, n_bins: int = 15) -> d
     }
 
 
-def reliability(probs: Tensor, labels: Tensor, n_bins: int = 15) -> dict[str, Tensor]:
-    """Per-bin confidence, accuracy and count for a reliability diagram."""
-    conf, pred = probs.max(-1)
-    correct = (pred == labels).double()
-    idx = (conf * n_bins).long().clamp(max=n_bins - 1)
-    count = torch.bincount(idx, minlength=n_bins).double()
-    safe = count.clamp_min(1)
-    return {
-        "confidence": torch.bincount(idx, conf.double(), minlength=n_bins) / safe,
-        "accuracy": torch.bincount(idx, correct, minlength=n_bins) / safe,
-        "count": count,
-    }
-
-
 # ---------------------------------------------------------------------------- selective classification, OOD
 def _tie_groups(sorted_scores: Tensor) -> tuple[Tensor, Tensor]:
     """For scores sorted in either direction: each position's tie group and the size of every group."""
@@ -162,7 +188,9 @@ def accuracy_at_coverage(probs: Tensor, labels: Tensor, coverage: float) -> floa
 
 def adaptive_ece(probs: Tensor, labels: Tensor, n_bins: int = 15) -> float:
     """Top-label L1 ECE with equal-mass bins: the rows sorted by confidence, cut into ``n_bins`` bins whose sizes
-    differ by at most one (numpy's ``array_split``); NaN when a row is not finite."""
+    differ by at most one (numpy's ``array_split``); NaN when a row is not finite; entries outside [0, 1] as
+    :func:`checked_probabilities`."""
+    probs = checked_probabilities(probs)
     if not torch.isfinite(probs).all():
         return float("nan")
     conf, pred = probs.double().max(-1)

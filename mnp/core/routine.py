@@ -214,7 +214,7 @@ class Routine(pl.LightningModule):
         views, y = batch
         probs, _ = self.predict(views)
         p = probs.mean(0)
-        self.log("val/acc", (p.argmax(-1) == y).float().mean(), prog_bar=True, batch_size=y.shape[0])
+        self.log("val/acc", metrics.correct(p, y).float().mean(), prog_bar=True, batch_size=y.shape[0])
         self.log("val/nll", -p.gather(-1, y[:, None]).clamp_min(1e-12).log().mean(), batch_size=y.shape[0])
 
     # ------------------------------------------------------------------ test

@@ -4,7 +4,8 @@
 
 - ``noise``: ``sigma``, ``acc``, ``ece`` per noise level (the ``noise/acc@<σ>`` keys), σ ascending.
 - ``reliability``: the reliability diagram's bins: ``bin`` (its range), ``lo``, ``hi``, ``confidence``,
-  ``accuracy``, ``count`` (an empty bin's confidence and accuracy are empty cells).
+  ``accuracy``, ``count`` (an empty bin's confidence and accuracy are empty cells); the bins of
+  :func:`mnp.core.metrics.reliability`, from which ``test/ece`` is computed.
 - ``missing``: ``removed`` (``none``: the clean test, ``v<k>``: view k removed), ``acc``, ``ece``.
 - ``ood``: ``ood_set``, ``auroc``, ``aupr``, ``fpr95``.
 """

@@ -1,0 +1,47 @@
+"""The owned ECE (mnp.core.metrics.ece) against torchmetrics' on the stored predictions of real runs (issue 33).
+
+``python benchmarks/ece_owned.py [ROOT ...]`` reads every ``predictions.npz`` under the roots (default
+/work/runs) and prints, per run directory with test (else validation) probabilities: the stored ``test/ece``
+(``val/ece``) of its metrics.json,
+torchmetrics' ECE (15 bins, as runs computed it before), the owned ECE, their difference, the rows of confidence
+exactly 1 (torchmetrics' 16th bin) and the probabilities' range; then the largest absolute difference, and whether
+the owned accuracy equals torchmetrics' bit for bit everywhere. Nothing is written.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+from torchmetrics.functional.classification import multiclass_accuracy, multiclass_calibration_error
+
+from mnp.core import metrics
+
+
+def main(roots: list[str]) -> None:
+    worst, same_acc, n = (0.0, ""), True, 0
+    for path in sorted(p for r in roots for p in Path(r).rglob("predictions.npz")):
+        with np.load(path) as z:
+            split = next((s for s in ("test", "val") if f"{s}/probs" in z), None)
+            if split is None:
+                continue
+            probs, labels = torch.as_tensor(z[f"{split}/probs"]), torch.as_tensor(z[f"{split}/labels"]).long()
+        js = path.parent / "metrics.json"
+        stored = json.loads(js.read_text()).get(f"{split}/ece", float("nan")) if js.is_file() else float("nan")
+        k = probs.shape[-1]
+        old = multiclass_calibration_error(probs.float(), labels, num_classes=k, n_bins=15, norm="l1").item()
+        new = metrics.ece(probs, labels)
+        same_acc &= metrics.accuracy(probs, labels) == multiclass_accuracy(probs, labels, num_classes=k,
+                                                                            average="micro").item()
+        ones = int((probs.max(-1).values == 1).sum())
+        print(f"{path.parent} {split}  stored {stored:.6f}  torchmetrics {old:.6f}  owned {new:.6f}  diff {new - old:+.2e}  "
+              f"conf=1: {ones}/{len(labels)}  range [{probs.min().item():.3g}, {probs.max().item():.9g}]")
+        worst, n = max(worst, (abs(new - old), str(path.parent))), n + 1
+    print(f"{n} runs; largest |owned - torchmetrics| = {worst[0]:.3e} ({worst[1]}); "
+          f"accuracy bit-identical to torchmetrics: {same_acc}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:] or ["/work/runs"])
