@@ -1,11 +1,11 @@
 """The owned ECE (mnp.core.metrics.ece) against torchmetrics' on the stored predictions of real runs (issue 33).
 
-``python benchmarks/ece_owned.py [ROOT ...]`` reads every ``predictions.npz`` under the roots (default
+``python benchmarks/ece_owned.py [--out benchmarks/ece_owned.json] [ROOT ...]`` reads every ``predictions.npz`` under the roots (default
 /work/runs) and prints, per run directory with test (else validation) probabilities: the stored ``test/ece``
 (``val/ece``) of its metrics.json,
 torchmetrics' ECE (15 bins, as runs computed it before), the owned ECE, their difference, the rows of confidence
 exactly 1 (torchmetrics' 16th bin) and the probabilities' range; then the largest absolute difference, and whether
-the owned accuracy equals torchmetrics' bit for bit everywhere. Nothing is written.
+the owned accuracy equals torchmetrics' bit for bit everywhere. ``--out`` writes that summary as JSON.
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from torchmetrics.functional.classification import multiclass_accuracy, multicla
 from mnp.core import metrics
 
 
-def main(roots: list[str]) -> None:
+def main(roots: list[str], out: str | None = None) -> None:
     worst, same_acc, n = (0.0, ""), True, 0
     for path in sorted(p for r in roots for p in Path(r).rglob("predictions.npz")):
         with np.load(path) as z:
@@ -41,7 +41,13 @@ def main(roots: list[str]) -> None:
         worst, n = max(worst, (abs(new - old), str(path.parent))), n + 1
     print(f"{n} runs; largest |owned - torchmetrics| = {worst[0]:.3e} ({worst[1]}); "
           f"accuracy bit-identical to torchmetrics: {same_acc}")
+    if out:
+        Path(out).write_text(json.dumps({"runs": n, "max_abs_diff": worst[0], "worst_run": Path(worst[1]).name,
+                                         "accuracy_bit_identical": same_acc, "roots": roots}, indent=1) + "\n")
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:] or ["/work/runs"])
+    args = sys.argv[1:]
+    dest = args[args.index("--out") + 1] if "--out" in args else None
+    rest = [a for i, a in enumerate(args) if a != "--out" and (i == 0 or args[i - 1] != "--out")]
+    main(rest or ["/work/runs"], dest)
