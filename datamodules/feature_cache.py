@@ -30,7 +30,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from datamodules.errors import DataError, MissingData
+from datamodules.errors import DataError, MissingData, torchvision
 from datamodules.files import atomic_write
 
 log = logging.getLogger(__name__)
@@ -118,9 +118,7 @@ class FeatureExtractor:
 
 
 def weights_error(weights, err: Exception) -> MissingData:
-    from torchvision.models import Inception_V3_Weights
-
-    url = Inception_V3_Weights[weights].url
+    url = torchvision("models", "the Inception-v3 features").Inception_V3_Weights[weights].url
     target = Path(torch.hub.get_dir()) / "checkpoints" / Path(url).name
     return MissingData(
         f"Inception-v3 {weights} weights are not in the torch cache ({target}) and cannot be downloaded "
@@ -135,8 +133,8 @@ def inception_v3(weights: str | None = "IMAGENET1K_V1", seed: int = 0) -> nn.Mod
     ``weights``: a torchvision weights name (IMAGENET1K_V1), a path to its .pth file, or None for a
     random init drawn from ``seed`` (tests and the offline demo only).
     """
-    from torchvision.models import Inception_V3_Weights
-    from torchvision.models import inception_v3 as tv_inception_v3
+    models = torchvision("models", "the Inception-v3 features")
+    Inception_V3_Weights, tv_inception_v3 = models.Inception_V3_Weights, models.inception_v3
 
     if weights is None:
         with torch.random.fork_rng(devices=[]):

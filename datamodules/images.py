@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from datamodules.errors import DataError, MissingData
+from datamodules.errors import DataError, MissingData, torchvision
 
 CIFAR10_DIR, CIFAR100_DIR, CIFAR10C_DIR = "cifar-10-batches-py", "cifar-100-python", "CIFAR-10-C"
 CIFAR10_FILES = {"train": [f"data_batch_{i}" for i in range(1, 6)], "test": ["test_batch"]}
@@ -128,7 +128,7 @@ def load_images(name: str, root: str | Path, split: str, download: bool = False)
         if not download:
             raise DataError(f"{missing}; download {URLS[name].format(split=split)} into {root} "
                             "(torchvision's layout) or allow the download") from None
-    import torchvision.datasets as tvd
+    tvd = torchvision("datasets", f"downloading {name}")
 
     kwargs = {"split": split} if name == "svhn" else {"train": split == "train"}
     try:

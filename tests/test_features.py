@@ -81,6 +81,28 @@ def test_inception_random_init_is_seeded():
     assert not np.allclose(a, c)
 
 
+def test_without_torchvision_the_image_datasets_stop_in_one_line_naming_the_extra(monkeypatch, tmp_path):
+    """torchvision is the `images` extra (its torch pin pulled CUDA torch into CPU-only installs): the default
+    install lacks it, and the two places that need it say how to get it."""
+    import sys
+    import tomllib
+
+    from datamodules.images import load_images
+    for name in ("torchvision", "torchvision.models", "torchvision.datasets"):
+        monkeypatch.setitem(sys.modules, name, None)  # `import` raises ImportError, as when not installed
+    says = "needs torchvision (import of torchvision.{} halted; None in sys.modules): pip install -e '.[images]' " \
+           "(on a CPU-only machine with --extra-index-url https://download.pytorch.org/whl/cpu)"
+    with pytest.raises(DataError) as e:
+        F.inception_v3(None)
+    assert str(e.value) == "the Inception-v3 features " + says.format("models")
+    with pytest.raises(DataError) as e:
+        load_images("svhn", tmp_path, "test", download=True)
+    assert str(e.value) == "downloading svhn " + says.format("datasets")
+    project = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]
+    assert not [d for d in project["dependencies"] if d.startswith("torchvision")]
+    assert project["optional-dependencies"]["images"] == ["torchvision>=0.26,<=0.29.1"]
+
+
 def test_missing_weights_offline_say_where_to_put_them(monkeypatch):
     import torchvision.models
 

@@ -225,7 +225,16 @@ def test_the_quick_preset_runs_every_model_on_every_dataset_in_a_few_short_epoch
             resolve_auto(cfg)
             validate(cfg)
             assert (cfg.trainer.max_epochs, cfg.trainer.limit_train_batches, cfg.experiment_name) == (10, 5, "quick")
+            assert cfg.callbacks.checkpoint.every_n_epochs == 0  # a toy run keeps no 20-160 MB checkpoints
             assert cfg.model.get("warmup_epochs", 0) < 10
+
+
+def test_a_quick_run_writes_its_record_and_no_checkpoint(tmp_path):
+    from mnp.core.pipeline import train
+    res = train(compose_train(tmp_path / "run", ["experiment=quick", "model=mlp", "dataset.n_train=100",
+                                                  "dataset.n_test=40"]))
+    assert res["epochs"] == 10 and (tmp_path / "run" / "metrics.json").is_file()
+    assert (tmp_path / "run" / "predictions.npz").is_file() and not (tmp_path / "run" / "checkpoints").exists()
 
 
 # ---------------------------------------------------------------------------- sweeps

@@ -89,3 +89,29 @@ def test_log_ticks_are_plain_numbers():
     assert log_ticks(0.3, 30) == [0.5, 1, 2, 5, 10, 20]
     assert log_ticks(2.1, 4.7) == [3, 4]
     assert [plain_number(t) for t in log_ticks(0.001, 2000)] == ["0.001", "0.01", "0.1", "1", "10", "100", "1000"]
+
+
+def test_figures_are_written_in_each_format_asked_vector_ones_valid_and_undated(tmp_path, capsys):
+    """A paper needs vector figures: `report --figure-format pdf,svg,png` writes each plot in each format."""
+    import xml.etree.ElementTree as ET
+
+    from mnp.tools.plots import figure_formats, speed_plots
+    from mnp.tools.report import main
+    from mnp.tools.report_runs import Run
+    runs = [Run(tmp_path, "paper_speed", m, "cub", s, None, {"time/train_epoch_s": 1.0 + s, "time/test_s": 0.5})
+            for m in ("mnp", "mlp") for s in range(2)]
+    assert figure_formats(" PDF, .svg,png,pdf") == ("pdf", "svg", "png")
+    written = speed_plots(runs, tmp_path / "a", figure_formats("pdf,svg,png"))
+    assert [p.name for p in written] == ["paper_speed_speed.pdf", "paper_speed_speed.svg", "paper_speed_speed.png"]
+    pdf, svg, png = (p.read_bytes() for p in written)
+    assert pdf.startswith(b"%PDF-") and pdf.rstrip().endswith(b"%%EOF") and b"/CreationDate" not in pdf
+    root = ET.fromstring(svg)
+    assert root.tag == "{http://www.w3.org/2000/svg}svg" and root.findall(".//{http://www.w3.org/2000/svg}path")
+    assert png.startswith(b"\x89PNG\r\n\x1a\n")
+    again = speed_plots(runs, tmp_path / "b", ("pdf", "svg"))
+    assert [p.read_bytes() for p in again] == [pdf, svg]  # the same runs, the same bytes
+    assert [p.suffix for p in speed_plots(runs, tmp_path / "c")] == [".png"]  # the default
+    with pytest.raises(ValueError, match=r"^unknown figure format jpg; choose one or more of png, pdf, svg"):
+        figure_formats("png,jpg")
+    assert main([str(tmp_path), "--figure-format", "eps"]) == 1
+    assert capsys.readouterr().out.startswith("error: unknown figure format eps;")

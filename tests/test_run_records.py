@@ -9,6 +9,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from cli_utils import run_cli
+from mnp.core.rundir import rename_key
 
 
 def write_data(path, seed=0, noise=False):
@@ -70,6 +71,20 @@ def test_a_changed_data_file_is_noticed_by_the_rerun_and_by_evaluate(tmp_path):
     assert json.loads((run / "eval" / "metrics.json").read_text())["test/acc"] < 0.8  # scored on the noise
 
 
+@pytest.mark.parametrize("overrides,multirun,key", [
+    (["seed=1"], False, "experiment_name"),  # the default directory is named by experiment_name
+    (["hydra.run.dir=/x", "seed=1"], False, "hydra.run.dir"),
+    (["hydra.run.dir=/x", "paths.output_dir=/y"], False, "paths.output_dir"),
+    (["hydra.run.dir=/x"], True, "experiment_name"),  # a sweep's directories are not hydra.run.dir
+    (["hydra.sweep.dir=/x"], True, "hydra.sweep.dir"),
+    (["hydra.sweep.dir=/x", "hydra.sweep.subdir=s"], True, "hydra.sweep.subdir"),
+])
+def test_the_advice_of_a_refusal_names_the_key_that_named_the_run_directory(overrides, multirun, key):
+    """N108: the refusal advised `another experiment_name=...`, which cannot help when hydra.run.dir is given."""
+    assert rename_key(overrides, multirun) == key
+    assert rename_key() == "paths.output_dir"  # outside a Hydra job (the Python API)
+
+
 # ---------------------------------------------------------------------------- 8: a refused re-run changes nothing
 @pytest.mark.slow
 def test_a_refused_or_skipped_rerun_leaves_every_byte_of_the_finished_run(tmp_path):
@@ -82,6 +97,7 @@ def test_a_refused_or_skipped_rerun_leaves_every_byte_of_the_finished_run(tmp_pa
     line = error_line(g(data, run, "seed=1"))
     assert line.startswith(f"error: {run} holds a run of another config (differs at seed)")  # N108: what the user set
     assert "it was left as it is" in line
+    assert line.endswith("give this job another hydra.run.dir=...")  # N108: advice that works with hydra.run.dir
     assert snapshot(run) == before
     assert error_line(g(data, run, "seed=1", "hydra/job_logging=stdout")).startswith(line[:40])  # any logging
     assert snapshot(run) == before

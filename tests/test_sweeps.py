@@ -154,6 +154,37 @@ def test_the_one_gpu_preset_composes_with_the_paper_sweep(monkeypatch):
     assert resources.gpu_jobs(cpus=4, gib=None, probe=False) == 3
 
 
+@pytest.mark.parametrize("cores,load,threads", [
+    (2, 0.1, 2), (2, 0.4, 2), (2, 0.6, 1), (2, 1.9, 1), (2, 7.0, 1),  # the shared 2-core machine, idle to swamped
+    (16, 0.0, 16), (16, 4.2, 12), (16, 15.6, 1), (1, 0.0, 1)])
+def test_a_run_given_no_thread_count_takes_the_free_cores(monkeypatch, caplog, cores, load, threads):
+    """torch's default of one thread per core made runs on a busy 2-core machine 5-15× slower than one thread:
+    the default is the cores free of load (rounded, at least 1); MNP_TORCH_THREADS (torch_threads) overrides."""
+    import logging
+
+    import torch
+
+    from mnp.core import resources
+    monkeypatch.setattr(resources, "cpu_count", lambda: cores)
+    monkeypatch.setattr(resources.os, "getloadavg", lambda: (load, 0.0, 0.0))
+    before = torch.get_num_threads()
+    try:
+        with caplog.at_level(logging.INFO, logger="mnp.core.resources"):
+            assert resources.set_threads(None) == threads == torch.get_num_threads()
+        assert caplog.messages == [f"torch threads: {threads} ({cores} cores, load {load:.1f}); MNP_TORCH_THREADS=<n> "
+                                   "sets it"]
+        assert resources.set_threads(3) == 3 == torch.get_num_threads()  # the override: no load read, no line
+        assert len(caplog.messages) == 1
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_the_load_average_is_zero_where_the_platform_has_none(monkeypatch):
+    from mnp.core import resources
+    monkeypatch.delattr(resources.os, "getloadavg")
+    assert resources.load_average() == 0.0
+
+
 def test_optuna_preset_composes():
     pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
     cfg = compose_hydra(["experiment=optuna_mnp", "model=mlp", "dataset=synthetic", "paths.log_dir=/tmp/x"])

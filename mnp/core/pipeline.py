@@ -17,7 +17,6 @@ from typing import Any
 import pytorch_lightning as pl
 from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.loggers import WandbLogger
-import torch
 from hydra.errors import InstantiationException
 from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
@@ -31,6 +30,7 @@ from mnp.core.errors import USER_ERRORS, StoppedEarly
 from mnp.core.oom import allocation_failure, explains_memory, record_data
 from mnp.core.outputs import split_record, write_json, write_npz
 from mnp.core.progress import progress_callbacks
+from mnp.core.resources import set_threads
 from mnp.core.runrecord import accept, finished_record, staged
 from mnp.core.rundir import (check_checkpoint_config, check_eval_output, check_reuse, data_hashes, eval_dir,
                              hydra_variant, keep_derived, stored_config, warn_if_data_changed)
@@ -151,13 +151,6 @@ def absolute_data_paths(cfg: DictConfig) -> None:
             for key in DATA_PATH_KEYS:
                 if node is not None and isinstance(node.get(key), str) and node.get(key):
                     node[key] = os.path.abspath(os.path.expanduser(node[key]))
-
-
-def set_threads(n: int | None) -> None:
-    """Intra-op CPU threads. Two parallel jobs on a 2-core machine each want 1: oversubscribed
-    threads made MNP epochs up to 10× slower here."""
-    if n:
-        torch.set_num_threads(int(n))
 
 
 def spawned(trainer) -> bool:

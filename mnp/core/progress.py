@@ -24,6 +24,13 @@ from mnp.core.summary import duration
 log = logging.getLogger("mnp.core.progress")
 
 
+# A main epoch of MNP costs about this many warm-up epochs (the classifier's loss and the context memory update
+# on top of L_RBF): 7.5-14.8× on cub, handwritten, pie and scene15 (benchmarks/bench_cpu.md, paper_main sweep
+# estimate), geometric mean 10.8. The ETA uses it until a main epoch has been timed; the warm-up's own mean put
+# the whole-run ETA 7-15× too short.
+MAIN_OVER_WARMUP = 11.0
+
+
 class RunClock:
     """Epoch times per stage, and the whole run's ETA from them."""
 
@@ -52,7 +59,7 @@ class RunClock:
 
     def eta(self, trainer, module, done: int) -> float | None:
         """Seconds left in the whole run after ``done`` epochs: remaining epochs of each stage × that
-        stage's mean epoch time (the other stage's mean while a stage has none yet)."""
+        stage's mean epoch time; while a stage has none yet, the other's scaled by :data:`MAIN_OVER_WARMUP`."""
         total = trainer.max_epochs
         if not total or total < 0:
             return None
@@ -62,8 +69,9 @@ class RunClock:
         means = {k: sum(v) / len(v) for k, v in self.times.items() if v}
         if not means:
             return None
-        fallback = next(iter(means.values()))
-        return left_warm * means.get("warm-up", fallback) + left_main * means.get("main", fallback)
+        warm_s = means.get("warm-up", means.get("main", 0.0) / MAIN_OVER_WARMUP)
+        main_s = means.get("main", means.get("warm-up", 0.0) * MAIN_OVER_WARMUP)
+        return left_warm * warm_s + left_main * main_s
 
 
 # (logged key, label, format) in display order: train/ty is MNP's classification loss L_TY (eq. 14)

@@ -246,6 +246,24 @@ def warn_if_data_changed(run_cfg, files: list[Path], ckpt_path, read: dict[str, 
         run_cfg.data_hash = data_hashes(files, read)
 
 
+def rename_key(set_keys: Iterable[str] | None = None, multirun: bool | None = None) -> str:
+    """The key that gives this job another run directory (N108): the one the user set to name this one
+    (``paths.output_dir``, ``hydra.run.dir``, ``hydra.sweep.subdir`` or ``hydra.sweep.dir``), else
+    ``experiment_name``. Read from the running Hydra job unless ``set_keys`` (the override keys) is given;
+    outside a Hydra job the directory is ``paths.output_dir``."""
+    if set_keys is None:
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
+
+        if not HydraConfig.initialized():
+            return "paths.output_dir"
+        hc = HydraConfig.get()
+        set_keys, multirun = [*hc.overrides.hydra, *hc.overrides.task], hc.mode == RunMode.MULTIRUN
+    keys = {k.split("=", 1)[0].lstrip("+~") for k in set_keys}
+    named = ("hydra.sweep.subdir", "hydra.sweep.dir") if multirun else ("hydra.run.dir",)
+    return next((k for k in ("paths.output_dir", *named) if k in keys), "experiment_name")
+
+
 class RunDirConflict(ValueError):
     """The run directory holds a run of another config."""
 
@@ -278,12 +296,11 @@ def check_reuse(out_dir, current: dict, stored: dict, resuming: bool = False, da
     if drift:
         raise RunDirConflict(
             f"{out_dir} holds a run of another config (differs at {named_drift(drift, stored, current)}); it was left "
-            "as it is. "
-            "Move it away to re-run, or give this job another experiment_name=...")
+            f"as it is. Move it away to re-run, or give this job another {rename_key()}=...")
     changed = data_change(stored.get("data_hash"), list(data_files))
     if changed:
         raise RunDirConflict(f"{out_dir} holds a run of other data: {changed}; it was left as it is. Move it "
-                             "away to re-run, or give this job another experiment_name=...")
+                             f"away to re-run, or give this job another {rename_key()}=...")
 
 
 def check_checkpoint_config(ckpt_path, current: dict, stored: dict | None) -> None:

@@ -1,4 +1,5 @@
-"""PNG plots of finished runs (matplotlib, Agg backend), used by ``python -m mnp.tools.report``.
+"""Plots of finished runs (matplotlib, Agg backend), used by ``python -m mnp.tools.report``: PNG, or PDF and SVG
+(vector, for a paper) with ``--figure-format pdf,png``.
 
 One figure per experiment (and dataset) and kind:
 
@@ -37,13 +38,32 @@ def _safe(s: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", s).strip("-")
 
 
-def _save(fig, path: Path) -> Path:
+FORMATS = ("png", "pdf", "svg")
+# no creation date in a vector file (and fixed SVG ids): the same runs give the same bytes
+UNDATED = {"pdf": {"CreationDate": None}, "svg": {"Date": None}, "png": None}
+
+
+def figure_formats(text: str) -> tuple[str, ...]:
+    """``"pdf,png"`` -> ``("pdf", "png")``: the formats each figure is written in (PDF and SVG are vector)."""
+    fmts = tuple(dict.fromkeys(f.strip().lower().lstrip(".") for f in str(text).split(",") if f.strip()))
+    bad = [f for f in fmts if f not in FORMATS]
+    if bad or not fmts:
+        raise ValueError(f"unknown figure format {', '.join(bad) or repr(text)}; choose one or more of "
+                         f"{', '.join(FORMATS)}, comma-separated (e.g. pdf,png)")
+    return fmts
+
+
+def _save(fig, path: Path, formats: tuple[str, ...] = ("png",)) -> list[Path]:
+    """``fig`` as ``path`` in each of ``formats`` (its suffix replaced); PNG at 110 dpi."""
     path.parent.mkdir(parents=True, exist_ok=True)
     if fig.get_layout_engine() is None:
         fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    written = [path.with_suffix(f".{fmt}") for fmt in formats]
+    with plt.rc_context({"svg.hashsalt": "mnp"}):  # SVG ids from a fixed salt, not a random one
+        for p, fmt in zip(written, formats):
+            fig.savefig(p, dpi=110, format=fmt, metadata=UNDATED[fmt])
     plt.close(fig)
-    return path
+    return written
 
 
 def _groups(runs: list[Run]) -> dict[tuple[str, str], list[Run]]:
@@ -80,7 +100,7 @@ def _predictions(run: Run) -> dict[str, np.ndarray] | None:
 
 
 # ---------------------------------------------------------------------------- noise curves
-def noise_curves(runs: list[Run], out: Path) -> list[Path]:
+def noise_curves(runs: list[Run], out: Path, formats: tuple[str, ...] = ("png",)) -> list[Path]:
     written = []
     for (exp, ds), group in _groups(runs).items():
         fig, ax = plt.subplots(figsize=(6, 4))
@@ -105,12 +125,13 @@ def noise_curves(runs: list[Run], out: Path) -> list[Path]:
                title=f"{dataset_label(ds)}: accuracy under noise")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-        written.append(_save(fig, out / f"{_safe(exp)}_noise_{_safe(ds)}.png"))
+        written += _save(fig, out / f"{_safe(exp)}_noise_{_safe(ds)}.png", formats)
     return written
 
 
 # ---------------------------------------------------------------------------- reliability
-def reliability_diagrams(runs: list[Run], out: Path, n_bins: int = 15) -> list[Path]:
+def reliability_diagrams(runs: list[Run], out: Path, n_bins: int = 15,
+                         formats: tuple[str, ...] = ("png",)) -> list[Path]:
     written = []
     for (exp, ds), group in _groups(runs).items():
         panels = []
@@ -127,12 +148,12 @@ def reliability_diagrams(runs: list[Run], out: Path, n_bins: int = 15) -> list[P
             draw_reliability(ax, ax_count, rel, f"{row_label(row)}, {n} seed{'s' * (n > 1)} pooled")
         reliability_legend(fig)
         fig.suptitle(f"{dataset_label(ds)}: reliability")
-        written.append(_save(fig, out / f"{_safe(exp)}_reliability_{_safe(ds)}.png"))
+        written += _save(fig, out / f"{_safe(exp)}_reliability_{_safe(ds)}.png", formats)
     return written
 
 
 # ---------------------------------------------------------------------------- OOD histograms
-def ood_histograms(runs: list[Run], out: Path) -> list[Path]:
+def ood_histograms(runs: list[Run], out: Path, formats: tuple[str, ...] = ("png",)) -> list[Path]:
     written = []
     for (exp, ds), group in _groups(runs).items():
         per_name: dict[str, list] = defaultdict(list)
@@ -154,7 +175,7 @@ def ood_histograms(runs: list[Run], out: Path) -> list[Path]:
                 ax.set(xlabel="uncertainty score", ylabel="density", title=row_label(row))
             axes[0].legend(fontsize=7)
             fig.suptitle(f"{dataset_label(ds)}: uncertainty of ID vs OOD ({name})")
-            written.append(_save(fig, out / f"{_safe(exp)}_ood_{_safe(ds)}_{_safe(name)}.png"))
+            written += _save(fig, out / f"{_safe(exp)}_ood_{_safe(ds)}_{_safe(name)}.png", formats)
     return written
 
 
@@ -166,7 +187,7 @@ def _numeric(v) -> float | None:
         return None
 
 
-def context_curves(runs: list[Run], out: Path) -> list[Path]:
+def context_curves(runs: list[Run], out: Path, formats: tuple[str, ...] = ("png",)) -> list[Path]:
     """Metrics against a numeric variant (N^m), per dataset: mean and 95% CI over seeds."""
     written = []
     for (exp, ds), group in _groups(runs).items():
@@ -194,7 +215,7 @@ def context_curves(runs: list[Run], out: Path) -> list[Path]:
             ax.grid(alpha=0.3)
         axes[0].legend(fontsize=7)
         fig.suptitle(f"{dataset_label(ds)}: metrics against the context size (mean, 95% CI)")
-        written.append(_save(fig, out / f"{_safe(exp)}_context_{_safe(ds)}.png"))
+        written += _save(fig, out / f"{_safe(exp)}_context_{_safe(ds)}.png", formats)
     return written
 
 
@@ -264,16 +285,16 @@ def speed_figure(rs: list[Run]):
     return fig
 
 
-def speed_plots(runs: list[Run], out: Path) -> list[Path]:
+def speed_plots(runs: list[Run], out: Path, formats: tuple[str, ...] = ("png",)) -> list[Path]:
     written = []
     for exp in sorted({r.experiment for r in runs}):
         fig = speed_figure([r for r in runs if r.experiment == exp])
         if fig is not None:
-            written.append(_save(fig, out / f"{_safe(exp)}_speed.png"))
+            written += _save(fig, out / f"{_safe(exp)}_speed.png", formats)
     return written
 
 
-def all_plots(runs: list[Run], out: Path) -> list[Path]:
-    """Every plot above that the runs have data for; returns the files written."""
-    return (noise_curves(runs, out) + reliability_diagrams(runs, out) + ood_histograms(runs, out)
-            + context_curves(runs, out) + speed_plots(runs, out))
+def all_plots(runs: list[Run], out: Path, formats: tuple[str, ...] = ("png",)) -> list[Path]:
+    """Every plot above that the runs have data for, in each of ``formats``; returns the files written."""
+    return (noise_curves(runs, out, formats) + reliability_diagrams(runs, out, formats=formats)
+            + ood_histograms(runs, out, formats) + context_curves(runs, out, formats) + speed_plots(runs, out, formats))

@@ -31,7 +31,7 @@ import csv
 import logging
 from pathlib import Path
 
-from mnp.tools.plots import all_plots
+from mnp.tools.plots import all_plots, figure_formats
 from mnp.tools.report_paper import paper_comparison, paper_md
 from mnp.tools.report_records import claims, derive, read_runs, records_of, write_claims, write_results, write_runs
 from mnp.tools.report_runs import LEGACY, Cell, Job, load, read_cells
@@ -63,14 +63,15 @@ def previous_cells(out: Path) -> dict[tuple, Cell]:
 
 def report(dirs: list[str | Path], out: str | Path, paper: bool = False, plots: bool = True,
            models: list[str] | None = None, seeds: list[int] | None = None, relabel: bool = False,
-           update: bool = False, from_runs: str | Path | None = None) -> dict:
+           update: bool = False, from_runs: str | Path | None = None,
+           figure_formats: tuple[str, ...] = ("png",)) -> dict:
     """Write runs.csv, results.csv (derived from it), claims.csv, results.md/.tex (and plots) for the runs under
     ``dirs``; returns what was found. ``models`` / ``seeds`` keep only those runs (a switch against the defaults
     on the same seeds); ``relabel``: label runs by today's defaults (:mod:`mnp.tools.relabel`); ``update``: the
     runs replace the rows of the same experiment, model, dataset, variant and seed in ``out``'s runs.csv and the
     other rows stay (re-running some jobs without the run directories of the rest); ``from_runs``: a runs.csv to
     derive everything from (no run directories). Both keep ``out``'s legacy cells (see
-    :mod:`mnp.tools.report_records`)."""
+    :mod:`mnp.tools.report_records`). ``figure_formats``: each plot in these (png, pdf, svg)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     runs, jobs = load(dirs, relabel=relabel) if dirs else ([], [])
@@ -123,7 +124,7 @@ def report(dirs: list[str | Path], out: str | Path, paper: bool = False, plots: 
             w = csv.DictWriter(f, fieldnames=fields)
             w.writeheader()
             w.writerows(comparison)
-    written = all_plots(runs, out / "plots") if plots else []
+    written = all_plots(runs, out / "plots", figure_formats) if plots else []
     if written:
         md += ["## Plots", ""] + [f"- [{p.name}](plots/{p.name})" for p in written] + [""]
     (out / "results.md").write_text("\n".join(md).rstrip() + "\n")
@@ -142,6 +143,9 @@ def main(argv: list[str] | None = None) -> int:
                          "given), keeping the legacy cells of --out's results.csv")
     ap.add_argument("--paper", action="store_true", help="add a comparison with the paper's numbers (docs/method.md §7)")
     ap.add_argument("--no-plots", action="store_true", help="tables only")
+    ap.add_argument("--figure-format", default="png", metavar="FMT[,FMT]",
+                    help="write each plot in these formats: png (110 dpi), pdf, svg (vector, for a paper); "
+                         "e.g. pdf,png (default png)")
     ap.add_argument("--models", nargs="+", help="only these models' runs of the sweep directories")
     ap.add_argument("--seeds", nargs="+", type=int, help="only these seeds' runs of the sweep directories")
     ap.add_argument("--update", action="store_true",
@@ -162,7 +166,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
         res = report(args.dirs, args.out, paper=args.paper, plots=not args.no_plots, models=args.models, seeds=args.seeds,
-                     relabel=args.relabel, update=args.update, from_runs=args.from_runs)
+                     relabel=args.relabel, update=args.update, from_runs=args.from_runs,
+                     figure_formats=figure_formats(args.figure_format))
         if args.wandb_project:
             from mnp.tools.report_wandb import push
             print(f"wandb run: {push(res['aggregate'], args.out, args.wandb_project, args.dirs)}")
