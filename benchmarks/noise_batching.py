@@ -13,6 +13,7 @@ import argparse
 import json
 import platform
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytorch_lightning as pl
@@ -53,7 +54,7 @@ def main(argv=None) -> int:
     pl.Trainer(max_epochs=args.epochs, num_sanity_val_steps=0, **trainer_kw).fit(model, datamodule=dm)
     runs = []
     for rows in args.rows:
-        model.noise_batch_rows = rows
+        model.configure_evaluation(replace(model.protocol, noise_batch_rows=rows))
         t = time.perf_counter()
         pl.Trainer(**trainer_kw).test(model, datamodule=dm, verbose=False)
         seconds = time.perf_counter() - t

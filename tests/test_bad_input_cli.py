@@ -272,8 +272,8 @@ def test_checkpoint_and_data_with_other_views_fail_in_evaluate(tmp_path, capsys)
     ({"noise_levels": []}, "eval.noise_levels must be null or a non-empty list of finite numbers >= 0, got []"),
     ({"n_bins": 0}, "eval.n_bins must be an integer >= 1, got 0"),
     ({"noise": "maybe"}, "eval.noise must be true or false, got 'maybe'"),
-    ({"bogus": 1}, "eval.bogus is not an evaluation key; valid keys: noise_levels, noise_subset_size, noise_seed, "
-                   "noise, n_bins, noise_batch_rows, noise_max_subsets, missing, split, per_view, calibration"),
+    ({"bogus": 1}, "eval.bogus is not an evaluation key; valid keys: noise, noise_levels, noise_subset_size, "
+                   "noise_max_subsets, noise_seed, n_bins, noise_batch_rows, missing, split, per_view, calibration"),
 ])
 def test_evaluate_checks_its_eval_overrides_as_train_does_before_loading(tmp_path, capsys, override, expected):
     """evaluate.py's +eval.* overrides are checked by train.py's one validation, before the checkpoint is read

@@ -12,6 +12,7 @@ from cfg_utils import compose_train
 from datamodules import TensorDataModule
 from mnp.core import metrics
 from mnp.core.calibration import fit_temperature, temper, tempered_nll
+from mnp.core.eval_protocol import EvalProtocol
 from mnp.core.pipeline import train
 from mnp.core.routine import Routine
 from mnp.core.validate import ConfigError, check_eval, validate
@@ -96,7 +97,7 @@ def logit_module(scramble_test: bool = False, val_fraction: float = 0.25) -> Ten
 
 
 def run_test(model: Routine, dm: TensorDataModule, **evaluation) -> dict:
-    model.configure_evaluation(noise_levels=[0.1, 1.0], **evaluation)
+    model.configure_evaluation(EvalProtocol(noise_levels=(0.1, 1.0), **evaluation))
     quiet_trainer().test(model, dm, verbose=False)
     return {k: v for k, v in model.test_results.items() if not k.startswith("time/")}
 

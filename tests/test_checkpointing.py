@@ -21,7 +21,7 @@ from baselines.mlp import MLP
 from cfg_utils import ROOT, compose_train
 from mnp.core.checkpointing import AtomicCheckpointIO
 from mnp.core.cli import run_guarded
-from mnp.core.pipeline import build_datamodule, build_model, configure_evaluation, evaluate, train
+from mnp.core.pipeline import build_datamodule, build_model, eval_protocol, evaluate, train
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -330,7 +330,7 @@ def test_sampling_models_test_from_their_own_generator(tmp_path, model):
 
     def tested(global_seed, run_seed=0):
         cfg.seed = run_seed
-        configure_evaluation(m, cfg)
+        m.configure_evaluation(eval_protocol(cfg))
         torch.manual_seed(global_seed)
         trainer = pl.Trainer(logger=False, enable_progress_bar=False, enable_model_summary=False)
         trainer.test(m, datamodule=dm, verbose=False)

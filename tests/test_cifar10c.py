@@ -11,6 +11,7 @@ import torch
 from datamodules.cifar10c import CIFAR10C
 from datamodules.errors import DataError
 from datamodules import feature_cache as F
+from mnp.core.eval_protocol import EvalProtocol
 from mnp.core.metrics import auroc
 from mnp.core.routine import Routine
 
@@ -153,7 +154,7 @@ def test_ood_is_the_positive_class_of_the_auroc(tmp_path, sign):
     views, is_ood = dm.ood_sets["svhn"]
     direct = auroc(sign * torch.cat(views, -1).norm(dim=-1), is_ood)
     model = DistanceModel(dm.num_classes, dm.view_dims, sign)
-    model.configure_evaluation(noise=False)
+    model.configure_evaluation(EvalProtocol(noise=False))
     trainer = pl.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
                          enable_model_summary=False)
     trainer.test(model, datamodule=dm, verbose=False)

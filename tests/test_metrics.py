@@ -7,6 +7,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from mnp.core import metrics
+from mnp.core.eval_protocol import EvalProtocol
 
 
 def test_ece_hand_computed():
@@ -113,7 +114,7 @@ def test_non_finite_test_probabilities_are_counted_and_reported(caplog):
     model = MLP(num_classes=3, view_dims=[4, 5])
     probs = torch.full((6, 3), 1 / 3)
     probs[[1, 4], 0] = float("nan")
-    model.noise_levels, model.missing_sets = [], []
+    model.configure_evaluation(EvalProtocol(noise=False, missing=False))
     model.on_test_epoch_start()  # the test loop's empty state; then one batch's clean predictions
     model._clean = {"probs": [probs], "labels": [torch.zeros(6, dtype=torch.long)], "unc": [torch.zeros(6)]}
     model.log = lambda *a, **k: None

@@ -15,6 +15,7 @@ from cfg_utils import CONF, compose_train
 from datamodules import TensorDataModule
 from mnp.core import metrics
 from mnp.core.checkpointing import check_fits
+from mnp.core.eval_protocol import EvalProtocol
 from mnp.core.pipeline import build_model, load_run, train
 from mnp.core.validate import ConfigError, validate
 
@@ -125,7 +126,7 @@ def test_a_checkpoint_from_before_the_means_loads_and_testing_fills_them(tiny_vi
     check_fits(str(path), MLP(3, [5, 3], hidden=(8,)))
     old = MLP.load_from_checkpoint(str(path), weights_only=True)
     assert torch.isnan(old.view_means).all()
-    old.configure_evaluation(noise=False)
+    old.configure_evaluation(EvalProtocol(noise=False))
     quiet_trainer().test(old, dm, verbose=False)
     torch.testing.assert_close(old.view_means, model.view_means)
     assert "missing/acc@v0" in old.test_results
@@ -241,14 +242,14 @@ def test_subsets_removed_are_the_noise_subsets_and_the_noise_metrics_stay_put():
     quiet_trainer(max_epochs=30).fit(model, dm)
     results = {}
     for missing in (True, False):
-        model.configure_evaluation(noise_levels=[0.1, 1.0], noise_subset_size=2, missing=missing)
+        model.configure_evaluation(EvalProtocol(noise_levels=(0.1, 1.0), noise_subset_size=2, missing=missing))
         quiet_trainer().test(model, dm, verbose=False)
         results[missing] = {k: v for k, v in model.test_results.items() if not k.startswith("time/")}
     on, off = results[True], results[False]
     assert {k: v for k, v in on.items() if not k.startswith("missing/")} == off
     assert sorted(k for k in on if k.startswith("missing/acc@")) == ["missing/acc@v0", "missing/acc@v1", "missing/acc@v2"]
     model.mc_samples = 0  # deterministic: the protocol's numbers equal predict_proba's
-    model.configure_evaluation(noise_levels=[0.1], noise_subset_size=2)
+    model.configure_evaluation(EvalProtocol(noise_levels=(0.1,), noise_subset_size=2))
     quiet_trainer().test(model, dm, verbose=False)
     res = model.test_results
     accs = [metrics.accuracy(model.predict_proba([None if j in pair else v for j, v in enumerate(dm.test_views)])[0],
@@ -264,7 +265,7 @@ def test_the_test_loop_accepts_rows_missing_a_view(tiny_views):
     model = TMC(3, [5, 3])
     quiet_trainer(max_epochs=2).fit(model, dm)
     dm.test_views[1][[0, 5]] = float("nan")  # a datamodule whose test set misses view 1 in two rows
-    model.configure_evaluation(noise_levels=[0.5])
+    model.configure_evaluation(EvalProtocol(noise_levels=(0.5,)))
     quiet_trainer().test(model, dm, verbose=False)
     probs = model.predict_proba(dm.test_views)[0]
     assert model.test_results["test/acc"] == pytest.approx(metrics.accuracy(probs, dm.test_y))

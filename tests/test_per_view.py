@@ -6,6 +6,7 @@ import pytorch_lightning as pl
 import torch
 
 from datamodules import TensorDataModule
+from mnp.core.eval_protocol import EvalProtocol
 from mnp.core.validate import ConfigError, check_eval
 from mnp.model import MNP
 
@@ -59,7 +60,7 @@ def test_a_pure_noise_view_is_at_chance_alone_while_the_other_stays_high():
     model = tiny_mnp(dm, epochs=15)
     results = {}
     for per_view in (True, False):
-        model.configure_evaluation(noise_levels=[0.1, 100.0], per_view=per_view)
+        model.configure_evaluation(EvalProtocol(noise_levels=(0.1, 100.0), per_view=per_view))
         quiet_trainer().test(model, dm, verbose=False)
         results[per_view] = {k: v for k, v in model.test_results.items() if not k.startswith("time/")}
         arrays = model.test_arrays
@@ -80,12 +81,12 @@ def test_the_per_view_arrays_and_a_model_without_the_hook():
     from baselines.mlp import MLP
     dm = informative_view0(80)
     model = tiny_mnp(dm, epochs=1)
-    model.configure_evaluation(noise_levels=[0.1, 1.0, 10.0])
+    model.configure_evaluation(EvalProtocol(noise_levels=(0.1, 1.0, 10.0)))
     quiet_trainer().test(model, dm, verbose=False)
     acc = model.test_arrays["view/noise_acc"]
     assert acc.shape == (2, 3) and acc[0, 2] == model.test_results["view/acc@v0@10"]
     per_call = model.test_results
-    model.configure_evaluation(noise_levels=[0.1, 1.0, 10.0], noise_batch_rows=50)  # the GPU layout, in chunks
+    model.configure_evaluation(EvalProtocol(noise_levels=(0.1, 1.0, 10.0), noise_batch_rows=50))  # the GPU layout, in chunks
     quiet_trainer().test(model, dm, verbose=False)
     chunked = model.test_results
     assert {k for k in chunked if k.startswith("view/")} == {k for k in per_call if k.startswith("view/")}
@@ -106,7 +107,7 @@ def test_a_view_in_no_noise_subset_has_no_noisy_key():
     """eval.noise_max_subsets=1 of the two subsets (0,), (1,): one view is never noised, and gets no view/...@σ."""
     dm = informative_view0(80)
     model = tiny_mnp(dm, epochs=1)
-    model.configure_evaluation(noise_levels=[1.0], noise_max_subsets=1, missing=False)
+    model.configure_evaluation(EvalProtocol(noise_levels=(1.0,), noise_max_subsets=1, missing=False))
     quiet_trainer().test(model, dm, verbose=False)
     res, (subset,) = model.test_results, model.noise_subsets
     (k,), other = subset, 1 - subset[0]

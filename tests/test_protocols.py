@@ -16,6 +16,7 @@ from cli_utils import run_cli
 from datamodules import TensorDataModule
 from datamodules.cifar10c import ood_mix
 from mnp.core import protocols
+from mnp.core.eval_protocol import EvalProtocol
 from mnp.core.validate import ConfigError, resolve_auto, validate
 
 
@@ -56,10 +57,10 @@ def test_unrank_subset_is_the_lexicographic_order():
 
 def test_bad_subset_size_and_cap_name_their_keys():
     with pytest.raises(ValueError, match=r"^eval\.noise_subset_size must lie in \[1, 2\] \(the data has 2 views\), got 5$"):
-        DeepEnsemble(3, [2, 2]).configure_evaluation(noise_subset_size=5)
-    for bad in (0, -1, 2.5, True):
-        with pytest.raises(ValueError, match=r"^eval\.noise_max_subsets must be an integer >= 1"):
-            DeepEnsemble(3, [2, 2]).configure_evaluation(noise_max_subsets=bad)
+        DeepEnsemble(3, [2, 2]).configure_evaluation(EvalProtocol(noise_subset_size=5))
+    for bad in (0, -1, 2.5, True, 1025):
+        with pytest.raises(ValueError, match=r"^eval\.noise_max_subsets must be an integer in \[1, 1024\], got"):
+            EvalProtocol(noise_max_subsets=bad)
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "1.5", "null", "1025", "100000000"])
@@ -169,7 +170,7 @@ def test_auto_is_one_call_per_subset_on_the_cpu():
 
 
 def noisy_metrics(model, dm, rows):
-    model.configure_evaluation(noise_levels=[0.1, 1.0, 3.0], noise_batch_rows=rows)
+    model.configure_evaluation(EvalProtocol(noise_levels=(0.1, 1.0, 3.0), noise_batch_rows=rows))
     pl.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                accelerator="cpu").test(model, dm, verbose=False)
     return {k: v for k, v in model.test_results.items() if not k.startswith("time/")}
@@ -220,7 +221,7 @@ def test_validation_rejects_a_bad_noise_batch_rows(tmp_path, value):
     with pytest.raises(ConfigError, match=rf"^{re.escape('eval.noise_batch_rows must be auto or an integer >= 0')}"):
         validate(cfg)
     with pytest.raises(ValueError, match="eval.noise_batch_rows"):
-        DeepEnsemble(3, [2, 2]).configure_evaluation(noise_batch_rows=cfg.eval.noise_batch_rows)
+        EvalProtocol(noise_batch_rows=cfg.eval.noise_batch_rows)
 
 
 @pytest.mark.parametrize("value", ["auto", "0", "65536"])

@@ -5,6 +5,7 @@ import pytorch_lightning as pl
 import torch
 
 from datamodules import TensorDataModule
+from mnp.core.eval_protocol import EvalProtocol
 from mnp.core import metrics
 from mnp.core.routine import Routine
 
@@ -65,7 +66,7 @@ def test_clean_metrics_match_direct_computation():
 def test_noise_protocol_pools_subsets_and_degrades():
     dm = make_dm()
     model = ThresholdModel()
-    model.configure_evaluation(noise_levels=[0.0, 100.0])
+    model.configure_evaluation(EvalProtocol(noise_levels=(0.0, 100.0)))
     res, _ = run_test(model, dm)
     # M=2 -> subsets (0,) and (1,). σ=0: clean accuracy (=1). σ=100: noise on view 0 flips ~half the
     # predictions while noise on view 1 is ignored, so the pooled accuracy is ~ (0.5 + 1) / 2.

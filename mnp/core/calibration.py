@@ -114,7 +114,7 @@ def validation_predictions(model: "pl.LightningModule") -> tuple[Tensor, Tensor]
     probs = []
     for i, start in enumerate(range(0, len(dm.val_y), size)):
         views = [v[start:start + size].to(model.device) for v in dm.val_views]
-        model.sample_generator = sample_generator(model.device, model.sample_seed, CAL_LOADER, i)
+        model.sample_generator = sample_generator(model.device, model.protocol.sample_seed, CAL_LOADER, i)
         probs.append(model.predict_any(views, f"validation rows, batch {i}: ")[0].mean(0).float().cpu())
     model.sample_generator = None
     return torch.cat(probs), torch.as_tensor(dm.val_y).long().cpu()
@@ -124,13 +124,13 @@ def calibrated_results(model: "pl.LightningModule", probs: Tensor, labels: Tenso
     """T fitted on the validation rows, then the ``cal/`` metrics of the test loop's stores (clean ``probs``,
     ``labels``; the noisy and missing-view stores of ``model``), named as the raw ones are (``eval.split``)."""
     t = fit_temperature(*validation_predictions(model))
-    n_bins = model.n_bins
+    n_bins = model.protocol.n_bins
     out = {f"test/{k}": v for k, v in metrics.classification_metrics(temper(probs, t), labels, n_bins).items()
            if k != "acc"}
     if model.noise_subsets and model._noisy_labels:
         nl = torch.cat(model._noisy_labels)
         eces = []
-        for sigma in model.noise_levels:
+        for sigma in model.protocol.noise_levels:
             p = temper(torch.cat(model._noisy[sigma], dim=1), t)
             eces.append(metrics.ece(p.reshape(-1, p.shape[-1]), nl.repeat(p.shape[0]), n_bins))
             out[f"noise/ece@{sigma_key(sigma)}"] = eces[-1]
@@ -141,6 +141,6 @@ def calibrated_results(model: "pl.LightningModule", probs: Tensor, labels: Tenso
                     if "/ece" in k})
     log.info("temperature scaling: T = %.4g (fitted on the validation rows)", t)
     out = {"calibration/temperature": t, **{f"cal/{k}": v for k, v in out.items()}}
-    if model.eval_split == "val":  # val/...: what mnp.tools.select reads
+    if model.protocol.split == "val":  # val/...: what mnp.tools.select reads
         out = {"val/" + k.replace("cal/test/", "cal/", 1): v for k, v in out.items()}
     return out

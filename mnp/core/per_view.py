@@ -54,7 +54,7 @@ class PerView:
         self.active = True  # False once the model's hook returns None
         m = len(model.view_dims)
         self.clean: list[list[tuple[Tensor, Tensor]]] = [[] for _ in range(m)]  # per view: (probs, labels) batches
-        self.noisy = {s: [[] for _ in range(m)] for s in model.noise_levels}
+        self.noisy = {s: [[] for _ in range(m)] for s in model.protocol.noise_levels}
 
     def _means(self, views: list[Tensor]) -> Tensor | None:
         """(B, M, K) mean probabilities of each view's own prediction; None when the model has none."""
@@ -69,7 +69,7 @@ class PerView:
 
         model = self.model
         views, present = present_mask(views, model.view_dims)
-        model.sample_generator = sample_generator(model.device, model.sample_seed, VIEW_LOADER, batch_idx)
+        model.sample_generator = sample_generator(model.device, model.protocol.sample_seed, VIEW_LOADER, batch_idx)
         clean = self._means(views)
         if clean is None:
             self.active = False
@@ -79,12 +79,13 @@ class PerView:
         y = target.cpu()
         for k, r in enumerate(rows):
             self.clean[k].append((clean[:, k][r], y[r]))
-        subsets, levels = model.noise_subsets, model.noise_levels
+        ev, subsets = model.protocol, model.noise_subsets
         if not subsets:
             return
-        g = noise_generator(model.device, model.noise_seed, batch_idx)  # the fused protocol's noise, draw for draw
+        levels = ev.noise_levels
+        g = noise_generator(model.device, ev.noise_seed, batch_idx)  # the fused protocol's noise, draw for draw
         copies = noisy_copies(views, subsets, levels, g)
-        if n_rows := resolve_noise_batch_rows(model.noise_batch_rows, model.device):
+        if n_rows := resolve_noise_batch_rows(ev.noise_batch_rows, model.device):
             flat = predict_in_chunks(lambda vs: (self._means(vs).flatten(1)[None], None), copies, n_rows)
         else:
             flat = torch.cat([self._means(c).flatten(1).cpu() for c in copies])
@@ -98,7 +99,7 @@ class PerView:
         if not parts or not sum(len(y) for _, y in parts):
             return float("nan"), float("nan")
         probs, labels = torch.cat([p for p, _ in parts]), torch.cat([y for _, y in parts])
-        return metrics.accuracy(probs, labels), metrics.ece(probs, labels, self.model.n_bins)
+        return metrics.accuracy(probs, labels), metrics.ece(probs, labels, self.model.protocol.n_bins)
 
     def results(self) -> tuple[dict[str, float], dict[str, np.ndarray]]:
         """The ``view/`` metrics and the (M, len(σ)) arrays; both empty when the model has no per-view prediction."""

@@ -27,6 +27,7 @@ from mnp.core.checkpointing import (CFG_KEY, PREP_KEY, AtomicCheckpointIO, CsvHi
                                    check_epochs, check_fits, check_writable, checkpoint_callbacks, holds_run_dir,
                                    keep_csv_history, load_checkpoint, resume_checkpoint)
 from mnp.core.errors import USER_ERRORS, StoppedEarly
+from mnp.core.eval_protocol import EvalProtocol
 from mnp.core.oom import allocation_failure, explains_memory, record_data
 from mnp.core.outputs import split_record, write_json, write_npz
 from mnp.core.progress import progress_callbacks
@@ -73,7 +74,7 @@ def make_datamodule(cfg: DictConfig) -> tuple[str, pl.LightningDataModule]:
     name, node = _split_name(cfg.dataset)
     dm = build("dataset", node)
     record_data(cfg, dm)
-    dm.eval_split = (cfg.get("eval") or {}).get("split", "test")  # val: the selection protocol reads no test row
+    dm.eval_split = eval_protocol(cfg).split  # val: the selection protocol reads no test row
     return name, dm
 
 
@@ -87,14 +88,13 @@ def build_model(cfg: DictConfig, dm) -> tuple[str, pl.LightningModule]:
     resolve_auto(cfg)
     name, node = _split_name(cfg.model)
     model = build("model", node, num_classes=dm.num_classes, view_dims=dm.view_dims, _convert_="all")
-    configure_evaluation(model, cfg)
+    model.configure_evaluation(eval_protocol(cfg))
     return name, model
 
 
-def configure_evaluation(model, cfg: DictConfig) -> None:
-    """``cfg.eval`` and the run's seed, which seeds the test predictions' own sampling generator."""
-    model.configure_evaluation(**OmegaConf.to_container(cfg.get("eval") or {}, resolve=True),
-                               sample_seed=int(cfg.get("seed", 0)))
+def eval_protocol(cfg: DictConfig) -> EvalProtocol:
+    """The run's evaluation protocol: ``cfg.eval``, and the run's seed, which seeds the test predictions' sampling."""
+    return EvalProtocol.from_config(cfg.get("eval"), seed=int(cfg.get("seed", 0)))
 
 
 class StoreConfig(pl.Callback):
@@ -306,7 +306,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
                                                                            tested=time.time())
             for lg in loggers:
                 if isinstance(lg, WandbLogger):
-                    log_summary(lg, results, out_dir, model.n_bins)
+                    log_summary(lg, results, out_dir, model.protocol.n_bins)
             if results:  # last: it lists the run's files, the figures log_summary saves included
                 log_run_summary(results, out_dir)
             return results
@@ -343,7 +343,7 @@ def load_run(ckpt_path: str | Path, data_dir: str | None = None, eval_overrides=
     if list(model.view_dims) != list(dm.view_dims) or model.num_classes != dm.num_classes:
         raise ValueError(f"checkpoint {ckpt_path} was trained on view dims {model.view_dims} and "
                          f"{model.num_classes} classes, but the data has {dm.view_dims} and {dm.num_classes}")
-    configure_evaluation(model, run_cfg)
+    model.configure_evaluation(eval_protocol(run_cfg))
     return run_cfg, model_name, dataset_name, dm, model, ckpt
 
 

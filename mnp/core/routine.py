@@ -29,12 +29,12 @@ import torch
 from torch import Tensor
 
 from mnp.core import metrics
-from mnp.core.calibration import calibrated_results, check_calibration, validation_rows
-from mnp.core.missing import missing_flag, missing_results, present_mask, removal_sets, without
-from mnp.core.per_view import PerView, per_view_flag
-from mnp.core.protocols import (DEFAULT_MAX_SUBSETS, add_noise, check_split, default_noise_levels, noise_generator,
-                                noise_results, noise_subsets, noisy_copies, predict_in_chunks, resolve_noise_batch_rows,
-                                sample_generator, sigma_key, validation_names)
+from mnp.core.calibration import calibrated_results, validation_rows
+from mnp.core.eval_protocol import EvalProtocol
+from mnp.core.missing import missing_results, present_mask, without
+from mnp.core.per_view import PerView
+from mnp.core.protocols import (add_noise, noise_generator, noise_results, noisy_copies, predict_in_chunks,
+                                resolve_noise_batch_rows, sample_generator, sigma_key, validation_names)
 
 log = logging.getLogger(__name__)
 
@@ -125,44 +125,13 @@ class Routine(pl.LightningModule):
         return {"entropy": metrics.entropy(probs.mean(0))}
 
     # ------------------------------------------------------------------ configuration
-    def configure_evaluation(self, noise_levels: Sequence[float] | None = None, noise_subset_size: int | None = None,
-                             noise_seed: int = 0, noise: bool = True, n_bins: int = 15, sample_seed: int = 0,
-                             noise_batch_rows: int | str = "auto", noise_max_subsets: int = DEFAULT_MAX_SUBSETS,
-                             missing: bool = True, split: str = "test", per_view: bool = True,
-                             calibration: str = "none") -> None:
-        """Set the noise protocol (docs/method.md §5); called by the pipeline from ``cfg.eval``. ``sample_seed`` (the
-        run's seed) seeds the test predictions' own sampling (:func:`sample_generator`).
-
-        ``noise_max_subsets``: at most this many subsets of views are noised; where there are more, that many
-        distinct ones are drawn from ``noise_seed`` (:func:`~mnp.core.protocols.noise_subsets`).
-
-        ``noise_batch_rows``: 0 predicts each (σ, subset) noised copy of a test batch in its own call; N > 0
-        predicts all of them together, in calls of at most N rows; ``auto`` is 0 on the CPU, 65536 on a GPU
-        (:func:`~mnp.core.protocols.resolve_noise_batch_rows`). The noised inputs are the same either way, so a
-        model deterministic at test time gives the same noisy metrics; a sampling one (MNP, MC dropout, ...) draws
-        its samples in another layout and gives statistically equivalent, not identical, ones.
-
-        ``missing``: the missing-view protocol, each view removed in turn and each noise subset removed
-        (:func:`~mnp.core.missing.removal_sets`); skipped for a single view.
-
-        ``split``: ``test``, or ``val`` for the selection protocol: the whole evaluation runs on the validation
-        rows and every metric is named ``val/...`` (:func:`validation_names`), so no test metric exists.
-
-        ``per_view``: each view's own prediction's metrics, ``view/...`` (models with ``view_predictions``,
-        :mod:`mnp.core.per_view`). ``calibration``: ``none`` | ``temperature``, a temperature fitted on the
-        validation rows and the ``cal/...`` metrics beside the raw ones (:mod:`mnp.core.calibration`)."""
-        self.per_view = per_view_flag(per_view)
-        self.calibration = check_calibration(calibration)
-        self.eval_split = check_split(split)
-        self.noise_levels = list(default_noise_levels() if noise_levels is None else noise_levels)
-        self.noise_subsets = noise_subsets(len(self.view_dims), noise_subset_size, noise_max_subsets,
-                                           noise_seed) if noise else []
-        self.missing_sets = removal_sets(len(self.view_dims), self.noise_subsets) if missing_flag(missing) else []
-        resolve_noise_batch_rows(noise_batch_rows, torch.device("cpu"))  # a bad value fails here, not in the test
-        self.noise_batch_rows = noise_batch_rows
-        self.noise_seed = int(noise_seed)
-        self.n_bins = int(n_bins)
-        self.sample_seed = int(sample_seed)
+    def configure_evaluation(self, protocol: EvalProtocol = EvalProtocol()) -> None:
+        """Set the evaluation protocol (docs/method.md §5; :class:`~mnp.core.eval_protocol.EvalProtocol`, which the
+        pipeline builds from ``cfg.eval`` and the run's seed) and the view subsets it noises and removes for this
+        model's views."""
+        self.protocol = protocol
+        self.noise_subsets = protocol.subsets(len(self.view_dims))
+        self.missing_sets = protocol.removals(len(self.view_dims))
 
     def check_views(self, views: Sequence[Tensor]) -> None:
         """Fail with one clear line when a batch disagrees with the model's views."""
@@ -221,15 +190,15 @@ class Routine(pl.LightningModule):
     def on_test_epoch_start(self) -> None:
         self._clean: dict[str, list[Tensor]] = {"probs": [], "labels": [], "unc": []}
         self._extra: dict[str, list[Tensor]] = {}
-        self._noisy: dict[float, list[Tensor]] = {s: [] for s in self.noise_levels}
+        self._noisy: dict[float, list[Tensor]] = {s: [] for s in self.protocol.noise_levels}
         self._noisy_labels: list[Tensor] = []
         self._ood: dict[int, dict[str, list[Tensor]]] = {}
         self._test_time = 0.0
         if self.missing_sets and not self.accepts_missing:
             log.info("%s: no missing-view protocol, its predict takes no `present` mask", type(self).__name__)
         self._missing = {s: ([], []) for s in self.missing_sets} if self.accepts_missing else {}
-        self._per_view = PerView(self) if self.per_view else None
-        if self.calibration == "temperature":
+        self._per_view = PerView(self) if self.protocol.per_view else None
+        if self.protocol.calibration == "temperature":
             validation_rows(self)  # none: one line before the test loop runs
 
     def _timed_predict(self, views: list[Tensor], where: str) -> tuple[Tensor, Tensor]:
@@ -245,7 +214,7 @@ class Routine(pl.LightningModule):
 
     def test_step(self, batch, batch_idx, dataloader_idx: int = 0):
         views, target = batch
-        self.sample_generator = sample_generator(self.device, self.sample_seed, dataloader_idx, batch_idx)
+        self.sample_generator = sample_generator(self.device, self.protocol.sample_seed, dataloader_idx, batch_idx)
         where = f"test set {dataloader_idx}, batch {batch_idx}: "
         if dataloader_idx == 0:
             self.check_views(views)
@@ -256,17 +225,7 @@ class Routine(pl.LightningModule):
             for name, score in self.extra_scores(probs).items():
                 self._extra.setdefault(name, []).append(score.float().cpu())
             if self.noise_subsets:
-                self._noisy_labels.append(target.cpu())
-                g = noise_generator(self.device, self.noise_seed, batch_idx)
-                if rows := resolve_noise_batch_rows(self.noise_batch_rows, self.device):
-                    copies = noisy_copies(views, self.noise_subsets, self.noise_levels, g)
-                    p = predict_in_chunks(self._predict_or_stop, copies, rows)
-                    per_sigma = p.view(len(self.noise_levels), len(self.noise_subsets), views[0].shape[0], -1).unbind(0)
-                else:
-                    per_sigma = [torch.stack([self._predict_or_stop(add_noise(views, s, sigma, g))[0].mean(0).float().cpu()
-                                              for s in self.noise_subsets]) for sigma in self.noise_levels]
-                for sigma, per_subset in zip(self.noise_levels, per_sigma):
-                    self._noisy[sigma].append(per_subset)  # (n_subsets, B, K)
+                self._noise_step(views, target, batch_idx)
             if self._missing:
                 self._missing_step(views, target, batch_idx)
             if self._per_view is not None and self._per_view.active:
@@ -280,6 +239,21 @@ class Routine(pl.LightningModule):
             if (logits := self.ood_logits(views)) is not None:
                 store.setdefault("logits", []).append(logits.float().cpu())
 
+    def _noise_step(self, views: list[Tensor], target: Tensor, batch_idx: int) -> None:
+        """Each (σ, subset) noised copy's predictions (docs/method.md §5.1), ``eval.noise_batch_rows`` rows a call."""
+        ev = self.protocol
+        self._noisy_labels.append(target.cpu())
+        g = noise_generator(self.device, ev.noise_seed, batch_idx)
+        if rows := resolve_noise_batch_rows(ev.noise_batch_rows, self.device):
+            copies = noisy_copies(views, self.noise_subsets, ev.noise_levels, g)
+            p = predict_in_chunks(self._predict_or_stop, copies, rows)
+            per_sigma = p.view(len(ev.noise_levels), len(self.noise_subsets), views[0].shape[0], -1).unbind(0)
+        else:
+            per_sigma = [torch.stack([self._predict_or_stop(add_noise(views, s, sigma, g))[0].mean(0).float().cpu()
+                                      for s in self.noise_subsets]) for sigma in ev.noise_levels]
+        for sigma, per_subset in zip(ev.noise_levels, per_sigma):
+            self._noisy[sigma].append(per_subset)  # (n_subsets, B, K)
+
     def _missing_step(self, views: list[Tensor], target: Tensor, batch_idx: int) -> None:
         """Each removal set's predictions, from its own generator; rows it leaves with no view are skipped."""
         views, present = present_mask(views, self.view_dims)
@@ -292,7 +266,7 @@ class Routine(pl.LightningModule):
                 if present is not None:
                     rows = mask.any(1)
                     kept, mask, y = [v[rows] for v in kept], mask[rows], target[rows]
-                self.sample_generator = sample_generator(self.device, self.sample_seed, -(i + 1), batch_idx)
+                self.sample_generator = sample_generator(self.device, self.protocol.sample_seed, -(i + 1), batch_idx)
                 probs = self.predict(kept, mask)[0].mean(0).float().cpu() if len(y) else torch.zeros(0, self.num_classes)
                 self._missing[removed][0].append(probs)
                 self._missing[removed][1].append(y.cpu())
@@ -308,8 +282,9 @@ class Routine(pl.LightningModule):
         probs = torch.cat(self._clean["probs"])
         labels = torch.cat(self._clean["labels"])
         unc = torch.cat(self._clean["unc"])
-        results: dict[str, float] = {f"test/{k}": v for k, v in metrics.classification_metrics(probs, labels, self.n_bins).items()}
-        results.update({f"test/{k}": v for k, v in metrics.selective_metrics(probs, labels, unc, self.n_bins).items()})
+        ev = self.protocol
+        results: dict[str, float] = {f"test/{k}": v for k, v in metrics.classification_metrics(probs, labels, ev.n_bins).items()}
+        results.update({f"test/{k}": v for k, v in metrics.selective_metrics(probs, labels, unc, ev.n_bins).items()})
         metrics.count_nonfinite(results, "test/nonfinite_rows", probs, "test rows", type(self).__name__)
         arrays: dict[str, np.ndarray] = {"test/probs": probs.numpy(), "test/labels": labels.numpy(),
                                          "test/uncertainty": unc.numpy()}
@@ -317,15 +292,15 @@ class Routine(pl.LightningModule):
             arrays[f"test/score_{name}"] = torch.cat(parts).numpy()
         if self.noise_subsets and self._noisy_labels:
             nl = torch.cat(self._noisy_labels)
-            for sigma in self.noise_levels:
+            for sigma in ev.noise_levels:
                 metrics.count_nonfinite(results, f"noise/nonfinite_rows@{sigma_key(sigma)}",
                                         torch.cat(self._noisy[sigma], dim=1).flatten(0, 1),
                                         f"noised test rows at sigma {sigma_key(sigma)}", type(self).__name__)
-            noisy, noisy_arrays = noise_results(self._noisy, nl, self.noise_levels, self.n_bins)
+            noisy, noisy_arrays = noise_results(self._noisy, nl, ev.noise_levels, ev.n_bins)
             results.update({**noisy, "noise/n_subsets": len(self.noise_subsets)})
             arrays.update(noisy_arrays)
         if self._missing:
-            results.update(missing_results(self._missing, len(self.view_dims), self.noise_subsets, self.n_bins))
+            results.update(missing_results(self._missing, len(self.view_dims), self.noise_subsets, ev.n_bins))
             for removed, (parts, _) in self._missing.items():
                 name = "+".join(f"v{k}" for k in removed)
                 metrics.count_nonfinite(results, f"missing/nonfinite_rows@{name}", torch.cat(parts),
@@ -343,9 +318,9 @@ class Routine(pl.LightningModule):
         if self.epoch_times:  # MNP times its main epochs only
             results["time/train_epoch_s"] = float(statistics.median(self.epoch_times))
             results["time/train_epochs"] = len(self.epoch_times)
-        if self.eval_split == "val":
+        if ev.split == "val":
             results, arrays = validation_names(results), validation_names(arrays)
-        if self.calibration == "temperature":
+        if ev.calibration == "temperature":
             results.update(calibrated_results(self, probs, labels))
         self.test_results, self.test_arrays = results, arrays
         for k, v in results.items():

@@ -31,11 +31,8 @@ from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from mnp.core.accel import CUDA_GRAPH, PRECISIONS
-from mnp.core.missing import missing_flag
 from mnp.core.domains import check_domains
-from mnp.core.calibration import check_calibration
-from mnp.core.per_view import per_view_flag
-from mnp.core.protocols import check_split, resolve_noise_batch_rows
+from mnp.core.eval_protocol import SEED_MAX, EvalProtocol
 from mnp.core.rundir import WARMUP_RESOLVER, register_resolver
 
 log = logging.getLogger(__name__)
@@ -184,8 +181,6 @@ def _is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-SEED_MAX = 2**32 - 1  # what numpy (and so seed_everything) accepts
-MAX_NOISE_SUBSETS = 1024  # eval.noise_max_subsets: 16 times the default 64; each subset costs a predict per level
 
 
 def _check_int(key: str, v, low: int, high: int | None = None) -> None:
@@ -235,44 +230,16 @@ def check_ranges(c: dict) -> None:
         _check_int("callbacks.checkpoint.every_n_epochs", ckpt["every_n_epochs"], 0)
 
 
-def eval_keys() -> list[str]:
-    """The ``eval.*`` keys: the arguments of ``Routine.configure_evaluation`` but the run's seed."""
-    from mnp.core.routine import Routine
-    return [k for k in inspect.signature(Routine.configure_evaluation).parameters if k not in ("self", "sample_seed")]
-
-
 def check_seed(seed) -> None:
     _check_int("seed", seed, 0, SEED_MAX)
 
 
-def check_eval(ev: Mapping) -> None:
+def check_eval(ev) -> None:
     """``eval.*``, for train.py and for evaluate.py (whose ``+eval.*`` overrides merge into the checkpoint's
-    config; checked before anything is loaded): known keys, and values the evaluation protocol can use."""
-    if not isinstance(ev, Mapping):
-        raise ConfigError(f"eval must be a mapping of evaluation keys ({', '.join(eval_keys())}), got {ev!r}")
-    if unknown := sorted(set(ev) - set(eval_keys())):
-        raise ConfigError(f"eval.{unknown[0]} is not an evaluation key; valid keys: {', '.join(eval_keys())}")
-    if not isinstance(ev.get("noise", True), bool):
-        raise ConfigError(f"eval.noise must be true or false, got {ev['noise']!r}")
-    levels = ev.get("noise_levels")
-    if levels is not None:
-        if not isinstance(levels, (list, tuple)) or not levels or not all(
-                isinstance(s, (int, float)) and not isinstance(s, bool) and math.isfinite(s) and s >= 0 for s in levels):
-            raise ConfigError(f"eval.noise_levels must be null or a non-empty list of finite numbers >= 0, got {levels!r}")
-    if "n_bins" in ev:
-        _check_int("eval.n_bins", ev["n_bins"], 1)
-    if ev.get("noise_subset_size") is not None:
-        _check_int("eval.noise_subset_size", ev["noise_subset_size"], 1)
-    if "noise_max_subsets" in ev:  # bounded: drawing 10^8 subsets took 11 min and 5 GB before training
-        _check_int("eval.noise_max_subsets", ev["noise_max_subsets"], 1, MAX_NOISE_SUBSETS)
-    if "noise_seed" in ev:
-        _check_int("eval.noise_seed", ev["noise_seed"], 0, SEED_MAX)
+    config; checked before anything is loaded): known keys, and values the evaluation protocol can use (the
+    checks of :class:`~mnp.core.eval_protocol.EvalProtocol`, which the run builds from the same node)."""
     try:
-        resolve_noise_batch_rows(ev.get("noise_batch_rows", "auto"), "cpu")
-        missing_flag(ev.get("missing", True))
-        check_split(ev.get("split", "test"))
-        per_view_flag(ev.get("per_view", True))
-        check_calibration(ev.get("calibration", "none"))
+        EvalProtocol.from_config(ev)
     except ValueError as e:
         raise ConfigError(str(e)) from None
 

@@ -10,6 +10,7 @@ import time
 import pytorch_lightning as pl
 import torch
 
+from mnp.core.eval_protocol import EvalProtocol
 from mnp.tools.bench_cases import CONF, REAL, compose_cfg, load_case
 from mnp.tools.bench_measure import train_epoch
 
@@ -47,7 +48,7 @@ def sweep_estimate(args, device: torch.device, cases: list[dict]) -> dict:
                             _convert_="all")
         warm_s = statistics.median(train_epoch(model, case.dm, device, None, args.precision) for _ in range(3)) \
             if warm else 0.0
-        model.configure_evaluation(**cfg["eval"])
+        model.configure_evaluation(EvalProtocol.from_config(cfg["eval"]))
         trainer = pl.Trainer(accelerator=device.type, devices=1, logger=False, enable_progress_bar=False,
                              enable_model_summary=False, enable_checkpointing=False)
         t0 = time.perf_counter()
