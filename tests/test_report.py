@@ -403,3 +403,13 @@ def test_update_with_a_foreign_results_csv_or_an_out_below_a_file_is_one_line(sw
     (tmp_path / "file").write_text("x")
     assert main([str(sweep), "--out", str(tmp_path / "file" / "sub"), "--no-plots"]) == 1
     assert capsys.readouterr().out == f"error: [Errno 20] Not a directory: '{tmp_path / 'file' / 'sub'}'\n"
+
+
+def test_speed_up_only_between_cells_of_the_same_kind_of_record():
+    """MGP time / MNP time per dataset; a legacy cell against per-run records (another machine, another load) is left out."""
+    from mnp.tools.report_runs import LEGACY
+    from mnp.tools.report_tables import speedups
+    key = "time/train_epoch_s"
+    agg = {("e", "mnp", None, "cub", key): Cell(2.0, 0, 10), ("e", "mgp", None, "cub", key): Cell(9.0, 0, 10),
+           ("e", "mnp", None, "pie", key): Cell(1.0, 0, 10), ("e", "mgp", None, "pie", key): Cell(9.0, 0, 5, None, LEGACY)}
+    assert speedups(agg, "e") == {"cub": {"train": 4.5}}

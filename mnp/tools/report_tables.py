@@ -144,14 +144,17 @@ def experiment_tables(agg: dict, experiment: str) -> list[Table]:
 
 
 def speedups(agg: dict, experiment: str, fast: str = "mnp", slow: str = "mgp") -> dict[str, dict[str, float]]:
-    """Paper Table 5: mean time of ``slow`` / mean time of ``fast`` per dataset (train and test)."""
+    """Paper Table 5: mean time of ``slow`` / mean time of ``fast`` per dataset (train and test).
+
+    Only where both cells come from the same kind of record: a legacy aggregate's time was measured on another
+    machine or load than a per-run record's, so their ratio is not a speed-up."""
     out: dict[str, dict[str, float]] = {}
     for (e, m, v, d, k) in agg:
         if e != experiment or m != fast or v is not None or k not in (TRAIN_TIME.key, TEST_TIME.key):
             continue
         ref = agg.get((e, slow, None, d, k))
         mine = agg[(e, m, v, d, k)]
-        if ref is not None and mine.mean > 0:
+        if ref is not None and mine.mean > 0 and ref.source == mine.source:
             out.setdefault(d, {})["train" if k == TRAIN_TIME.key else "test"] = ref.mean / mine.mean
     return {d: out[d] for d in order(out, DATASET_ORDER)}
 
