@@ -19,10 +19,10 @@ if [ "$stage" = train ]; then
   exit 0
 fi
 sel() { python -m mnp.tools.select decide "$logs" --model mnp --dataset cub --out $out "$@"; }
-# views (issue 31, docs/method.md §1.9): today's defaults and the two single-view switches, seeds 0-2 (the
-# machine's load allowed no more: about 16 min a run), then one decision each
+# views (issue 31, docs/method.md §1.9): today's defaults and the two single-view switches, seeds 0-3 (the
+# machine's load allowed no more: 10-16 min a run), then one decision each
 if [ "$stage" = views ]; then
-  for s in 0 1 2; do for c in "" "model.view_loss_weight=1.0" "model.view_dropout=0.25"; do
+  for s in 0 1 2 3; do for c in "" "model.view_loss_weight=1.0" "model.view_dropout=0.25"; do
     echo "experiment=select model=mnp dataset=cub seed=$s paths.log_dir=$logs $c"
   done; done | xargs -P 2 -L 1 nice -n 10 python train.py
   for d in view_loss_weight view_dropout; do sel --decision $d --match model.$d= --criterion val/nll; done
