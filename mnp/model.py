@@ -18,19 +18,20 @@ from torch.profiler import record_function
 
 from mnp.core import metrics
 from mnp.core.domains import COUNT, NATURAL, NON_NEGATIVE, POSITIVE, UNIT, Domain, check_domains, optional
-from mnp.aggregation import build_aggregation, modality_draws, random_modality_mask
+from mnp.aggregation import build_aggregation, modality_draws
 from mnp.attention import NORMALISERS, build_similarity, choice, normalise, topk_hint
 from mnp.context_cache import ContextCache
 from mnp.decoder import Decoder, sample_logits
 from mnp.encoders import ModalityEncoder, encode_stacked, project_stacked, stacked_groups, stacked_roles
-from mnp.losses import predictive_nll, supervised_contrastive, unimodal_error
+from mnp.losses import predictive_nll, unimodal_error
 from mnp.memory import ContextMemory
-from mnp.model_training import MNPTraining, SumOfSquares
+from mnp.model_training import MNPTraining
 from mnp.optim import OPTIM_DOMAINS
 from mnp.core.routine import Routine
 from mnp.stacked import Stacks, distributed, stackable
 from mnp.step_graphs import StepGraphs, blockers
 from mnp.view_predictions import ViewPredictions
+from mnp.view_training import fusion_weights, predictive_loss
 from mnp.view_weighting import ViewWeighting
 
 
@@ -60,8 +61,11 @@ class MNP(ContextCache, ViewWeighting, ViewPredictions, MNPTraining, Routine):
     Aggregation: ``aggregation`` mba | mean | concat; ``sigma_as_std`` (official bug);
     ``view_weighting`` none (paper) | distance (eq. 8′, :mod:`mnp.view_weighting`: a view's MBA weight falls as
     the target moves away from that view's context, at inference) with ``distance_quantile`` and ``distance_power``;
-    ``modality_mask`` (official random subsets of ≥ 2 modalities in training, redrawn per batch).
+    ``modality_mask`` (official random subsets of ≥ 2 modalities in training, redrawn per batch);
+    ``view_dropout`` p (each view leaves the fused posterior with probability p in training, ≥ 1 kept;
+    :mod:`mnp.view_training`).
     Prediction and loss: ``num_samples`` S; ``ty_loss`` nll_of_mean (paper) | mean_ce (official);
+    ``view_loss_weight`` λ (the unimodal NLLs of eq. 14 weighted 1 + λ, :mod:`mnp.view_training`);
     ``alpha``, ``beta``, ``tau``; ``rbf_reduce`` mean (paper) | sum (official);
     ``lengthscale_penalty`` norm (paper) | half_sq (official); ``self_in_denominator`` (official).
     Memory: ``memory_size`` N^m (total); ``memory_init`` data | uniform; ``memory_trainable``;
@@ -89,7 +93,8 @@ class MNP(ContextCache, ViewWeighting, ViewPredictions, MNPTraining, Routine):
                    bn_momentum=UNIT, lengthscale_init=POSITIVE, num_samples=COUNT, alpha=NON_NEGATIVE, beta=NON_NEGATIVE,
                    tau=POSITIVE, memory_size=COUNT, warmup_epochs=NATURAL, warmup_lr=POSITIVE, warmup_end_factor=UNIT,
                    optim=OPTIM_DOMAINS, clip_norm=optional(POSITIVE), l2=NON_NEGATIVE, lengthscale_lr_scale=POSITIVE,
-                   distance_quantile=Domain(0, 1, low_open=True), distance_power=POSITIVE)
+                   distance_quantile=Domain(0, 1, low_open=True), distance_power=POSITIVE,
+                   view_loss_weight=NON_NEGATIVE, view_dropout=UNIT)
 
     def __init__(self, num_classes: int, view_dims: Sequence[int], d_e: int = 512, projection: str = "none",
                  resmlp_depth: int = 6, merge: str = "concat", y_embed_dim: int = 32, norm: str = "layer",
@@ -98,8 +103,9 @@ class MNP(ContextCache, ViewWeighting, ViewPredictions, MNPTraining, Routine):
                  lengthscale_param: str = "softplus", lengthscale_form: str = "l", amplitude: bool = False,
                  attention_norm: str = "sparsemax", aggregation: str = "mba", sigma_as_std: bool = False,
                  view_weighting: str = "none", distance_quantile: float = 0.99, distance_power: float = 1.0,
-                 modality_mask: bool = False, num_samples: int = 5, ty_loss: str = "nll_of_mean",
-                 alpha: float = 1.0, beta: float = 1.0, tau: float = 0.25, rbf_reduce: str = "mean",
+                 modality_mask: bool = False, view_dropout: float = 0.0, num_samples: int = 5,
+                 ty_loss: str = "nll_of_mean", view_loss_weight: float = 0.0, alpha: float = 1.0, beta: float = 1.0,
+                 tau: float = 0.25, rbf_reduce: str = "mean",
                  lengthscale_penalty: str = "norm", self_in_denominator: bool = False, memory_size: int = 100,
                  memory_init: str = "data", memory_trainable: bool = False, memory_update: str = "mse",
                  memory_jstar: str = "all", memory_write: str = "after_step", warmup_epochs: int = 0, warmup_lr: float = 1e-3,
@@ -283,27 +289,6 @@ class MNP(ContextCache, ViewWeighting, ViewPredictions, MNPTraining, Routine):
             groups["projection.bias"] = [(enc.projection[0], "bias") for enc in self.encoders]
         return groups
 
-    def _rbf_loss(self, targets: list[Tensor], y: Tensor) -> Tensor:
-        """L_RBF = reduce_m L^m_CL + α reduce_m penalty(l^m) (eq. 10 and Section 3.3)."""
-        hp = self.hparams
-        cl = supervised_contrastive(self.similarity(targets, targets), y, hp.tau, hp.self_in_denominator)
-        pen = self.similarity.penalty(hp.lengthscale_penalty)
-        if hp.rbf_reduce == "sum":
-            return cl.sum() + hp.alpha * pen.sum()
-        return cl.mean() + hp.alpha * pen.mean()
-
-    def _l2_penalty(self) -> Tensor | float:
-        if not self.hparams.l2:
-            return 0.0
-        kernels = [m.weight for m in self.modules() if isinstance(m, nn.Linear) and m.weight.requires_grad]
-        if (stacks := self._stacks()) is not None and self._stack_encoders:  # the encoders' kernels: two stacks
-            stacked = {id(w) for w in stacks.members("fc1.weight") + stacks.members("fc2.weight")}
-            kernels = [w for w in kernels if id(w) not in stacked] + \
-                [stacks[k] for k in ("fc1.weight", "fc2.weight") if stacks[k].requires_grad]
-        if self.hparams.fast:
-            return self.hparams.l2 * SumOfSquares.apply(*kernels)
-        return self.hparams.l2 * sum(w.pow(2).sum() for w in kernels)
-
     # ------------------------------------------------------------------ model contract
     def predict(self, views, present=None):
         """Per-sample softmaxes (S·S, B, K) of the multimodal prediction (eq. 12) and the expected entropy;
@@ -331,8 +316,8 @@ class MNP(ContextCache, ViewWeighting, ViewPredictions, MNPTraining, Routine):
             rbf = self._rbf_loss(self._project(views), y)
             return rbf, {"rbf": rbf.detach()}
         targets, attn, r_star, s_star, u, q = self._attend(views)
-        weights = random_modality_mask(y.shape[0], len(views), y.device, self._modality_subsets) \
-            if hp.modality_mask else None
+        weights = fusion_weights(y.shape[0], len(views), y.device, hp.modality_mask, hp.view_dropout,
+                                 getattr(self, "_modality_subsets", None))
         (mu, var), (mu_m, var_m) = self.aggregation.posteriors(r_star, s_star, u, q, weights)
         mu_all = torch.cat([mu[None], mu_m])  # (1 + M, B, d): multimodal first, then each modality
         var_all = None if var is None else torch.cat([var[None], var_m])
@@ -341,7 +326,7 @@ class MNP(ContextCache, ViewWeighting, ViewPredictions, MNPTraining, Routine):
                 self._compiled = torch.compile(self._decode_and_nll)
             logits, nll = (self._compiled or self._decode_and_nll)(mu_all, var_all, y)  # nll: (1 + M,)
         with record_function("mnp.losses"):
-            ty = nll[0] + nll[1:].mean()  # eq. 14
+            ty, view_nll = predictive_loss(nll, hp.view_loss_weight)  # eq. 14 (+ λ · the views' mean NLL)
             rbf = self._rbf_loss(targets, y)
             l2 = self._l2_penalty()
             loss = ty + hp.beta * rbf + l2
@@ -352,6 +337,8 @@ class MNP(ContextCache, ViewWeighting, ViewPredictions, MNPTraining, Routine):
         logs = {"ty": ty.detach(), "rbf": rbf.detach(), "acc": (probs[0].argmax(-1) == y).float().mean()}
         if hp.l2:
             logs["l2"] = l2.detach()
+        if hp.view_loss_weight:
+            logs["view_nll"] = view_nll.detach()
         if hp.similarity == "rbf":
             stacked = self.similarity.stacked_lengthscales()
             logs["lengthscale"] = torch.cat([l.detach() for l in self.similarity.lengthscales()]).mean() \

@@ -13,6 +13,7 @@ from typing import Iterable, Sequence
 import torch
 from torch import Tensor, nn
 
+from mnp.losses import supervised_contrastive
 from mnp.optim import keras_eps_, make_optimizer, set_lr
 
 
@@ -48,8 +49,9 @@ class SumOfSquares(torch.autograd.Function):
 class MNPTraining:
     """The Lightning training hooks of :class:`mnp.model.MNP`, a mixin placed before Routine.
 
-    Uses the model's ``hparams``, ``optim_cfg``, ``encoders``, ``similarity``, ``training_loss``,
-    ``_update_memory`` (DCM write), ``clear_context_cache`` and the ``_loss_bad`` buffer.
+    Uses the model's ``hparams``, ``optim_cfg``, ``encoders``, ``similarity``, ``training_loss``, ``_stacks``,
+    ``_update_memory`` (DCM write), ``clear_context_cache`` and the ``_loss_bad`` buffer; gives it L_RBF and the
+    L2 penalty.
     """
 
     def _in_warmup(self) -> bool:
@@ -67,6 +69,27 @@ class MNPTraining:
         groups = [{"params": [p for p in params if id(p) not in mine], "lr": lr, "lr_scale": 1.0},
                   {"params": [p for p in params if id(p) in mine], "lr": lr * scale, "lr_scale": scale}]
         return [g for g in groups if g["params"]]
+
+    def _rbf_loss(self, targets: list[Tensor], y: Tensor) -> Tensor:
+        """L_RBF = reduce_m L^m_CL + α reduce_m penalty(l^m) (eq. 10 and Section 3.3)."""
+        hp = self.hparams
+        cl = supervised_contrastive(self.similarity(targets, targets), y, hp.tau, hp.self_in_denominator)
+        pen = self.similarity.penalty(hp.lengthscale_penalty)
+        if hp.rbf_reduce == "sum":
+            return cl.sum() + hp.alpha * pen.sum()
+        return cl.mean() + hp.alpha * pen.mean()
+
+    def _l2_penalty(self) -> Tensor | float:
+        if not self.hparams.l2:
+            return 0.0
+        kernels = [m.weight for m in self.modules() if isinstance(m, nn.Linear) and m.weight.requires_grad]
+        if (stacks := self._stacks()) is not None and self._stack_encoders:  # the encoders' kernels: two stacks
+            stacked = {id(w) for w in stacks.members("fc1.weight") + stacks.members("fc2.weight")}
+            kernels = [w for w in kernels if id(w) not in stacked] + \
+                [stacks[k] for k in ("fc1.weight", "fc2.weight") if stacks[k].requires_grad]
+        if self.hparams.fast:
+            return self.hparams.l2 * SumOfSquares.apply(*kernels)
+        return self.hparams.l2 * sum(w.pow(2).sum() for w in kernels)
 
     def configure_optimizers(self):
         hp = self.hparams

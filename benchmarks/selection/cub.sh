@@ -1,11 +1,11 @@
 #!/bin/bash
 # MNP's defaults on CUB under the selection protocol (docs/method.md §5.4), as run for results/decisions/mnp_cub.csv.
-# usage: bash benchmarks/selection/cub.sh [train|decide] LOG_DIR   (from the repo root; MNP_DATA_DIR set)
+# usage: bash benchmarks/selection/cub.sh [train|decide|views] LOG_DIR   (from the repo root; MNP_DATA_DIR set)
 # train: stage 1, one setting at a time around the defaults, seeds 0-4, two jobs at a time (about 45 min of a
 # 2-core CPU), then stage 2, the screen's winners together; decide: the records (stage 1, stage 2, then
 # eq. 8′'s view weighting on the chosen setting's checkpoints).
 set -euo pipefail
-stage=${1:?train or decide}; logs=${2:?log dir}
+stage=${1:?train, decide or views}; logs=${2:?log dir}
 export MNP_TORCH_THREADS=1
 screen=("" "model.lengthscale_form=l2" "model.projection=none" "model.warmup_epochs=0" "model.warmup_lr=0.001"
         "model.memory_size=300" "model.memory_size=400" "model.modality_mask=true"
@@ -19,6 +19,15 @@ if [ "$stage" = train ]; then
   exit 0
 fi
 sel() { python -m mnp.tools.select decide "$logs" --model mnp --dataset cub --out $out "$@"; }
+# views (issue 31, docs/method.md §1.9): today's defaults and the two single-view switches, seeds 0-3 (the
+# machine's load allowed no more: 10-16 min a run), then one decision each
+if [ "$stage" = views ]; then
+  for s in 0 1 2 3; do for c in "" "model.view_loss_weight=1.0" "model.view_dropout=0.25"; do
+    echo "experiment=select model=mnp dataset=cub seed=$s paths.log_dir=$logs $c"
+  done; done | xargs -P 2 -L 1 nice -n 10 python train.py
+  for d in view_loss_weight view_dropout; do sel --decision $d --match model.$d= --criterion val/nll; done
+  exit 0
+fi
 # stage 1: the screen (where a setting beats the defaults, stage 2 decides; the joint runs are not screen candidates)
 for d in lengthscale_form projection; do sel --decision $d --match model.$d= --exclude memory_size=400,model.modality; done
 for d in warmup_epochs warmup_lr memory_size modality_mask rbf_reduce; do
