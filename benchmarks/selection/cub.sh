@@ -3,7 +3,8 @@
 # usage: bash benchmarks/selection/cub.sh [train|decide|views] LOG_DIR   (from the repo root; MNP_DATA_DIR set)
 # train: stage 1, one setting at a time around the defaults, seeds 0-4, two jobs at a time (about 45 min of a
 # 2-core CPU), then stage 2, the screen's winners together; decide: the records (stage 1, stage 2, then
-# eq. 8′'s view weighting on the chosen setting's checkpoints).
+# eq. 8′'s view weighting on the chosen setting's checkpoints); views, run after decide: the single-view switches
+# and eq. 8′ once more on the chosen one's checkpoints (today's records).
 set -euo pipefail
 stage=${1:?train, decide or views}; logs=${2:?log dir}
 export MNP_TORCH_THREADS=1
@@ -26,6 +27,9 @@ if [ "$stage" = views ]; then
     echo "experiment=select model=mnp dataset=cub seed=$s paths.log_dir=$logs $c"
   done; done | xargs -P 2 -L 1 nice -n 10 python train.py
   for d in view_loss_weight view_dropout; do sel --decision $d --match model.$d= --criterion val/nll; done
+  # eq. 8′ again, on the chosen view dropout's checkpoints (replaces the decide stage's view_weighting rows)
+  python -m mnp.tools.select infer "$logs" --model mnp --dataset cub --decision view_weighting \
+    --base model.view_dropout=0.25 --criterion val/noise/acc_mean --higher --out $out
   exit 0
 fi
 # stage 1: the screen (where a setting beats the defaults, stage 2 decides; the joint runs are not screen candidates)
