@@ -171,10 +171,91 @@ def test_noise_figure_is_the_results_file_and_its_ceiling_is_the_best_removal(tm
             "mnp,cub,missing/acc_subsets_mean,0.99,0.0,5,paper_main,model.tau=1"]
     csv.write_text("\n".join(rows) + "\n")
     data = noise_figure.curves(read_results(csv))
-    assert data["cub"]["models"]["mnp"] == {"sigma": [0.01, 1.0], "acc": [90.0, 70.0], "std": [2.0, 1.0], "n": 5}
+    assert data["cub"]["models"]["mnp"] == {"sigma": [0.01, 1.0], "acc": [90.0, 70.0], "std": [2.0, 1.0], "n": 5,
+                                            "band": None}
     assert data["cub"]["ceiling"] == {"acc": 81.0, "model": "mgp", "n": 3}
     table = docgen.render_noise_curves({"noise_curves": data})
     assert "| CUB | MNP | 90.0 | 70.0 | 5 |" in table and "| CUB | ceiling (MGP, noised views removed) | 81.0 | 81.0 | 3 |" in table
+
+
+def test_noise_figure_bands_are_the_results_intervals_and_legacy_cells_have_none():
+    """Each curve's band is the results.csv 95 % interval of its cells (source=runs); a legacy aggregate has none."""
+    import csv
+    import json
+    committed = json.loads((ROOT / "figures" / "noise_curves.json").read_text())
+    with open(ROOT / "results" / "paper_main" / "results.csv", newline="") as f:
+        cells = {(r["model"], r["dataset"], float(r["metric"].split("@")[1])): r for r in csv.DictReader(f)
+                 if r["metric"].startswith("noise/acc@") and not r["variant"] and r["experiment"] == "paper_main"}
+    kinds = set()
+    for d, panel in committed.items():
+        for m, c in panel["models"].items():
+            rows = [cells[(m, d, s)] for s in c["sigma"]]
+            if all(r["source"] == "runs" for r in rows):
+                kinds.add("runs")
+                assert c["band"]["low"] == pytest.approx([100 * float(r["ci95_low"]) for r in rows], abs=1e-3)
+                assert c["band"]["high"] == pytest.approx([100 * float(r["ci95_high"]) for r in rows], abs=1e-3)
+                assert all(lo < a < hi for lo, a, hi in zip(c["band"]["low"], c["acc"], c["band"]["high"]))
+            else:
+                kinds.add("legacy")
+                assert c["band"] is None and all(not r["ci95_low"] for r in rows if r["source"] != "runs")
+    assert kinds == {"runs", "legacy"}
+
+
+def test_noise_figure_view_curves_are_the_run_means():
+    """The dashed per-view series are the means over runs.csv rows of view/acc@v<k>@<σ> (where MNP logged them)."""
+    import csv
+    import json
+    committed = json.loads((ROOT / "figures" / "noise_curves.json").read_text())
+    with open(ROOT / "results" / "paper_main" / "runs.csv", newline="") as f:
+        runs = [r for r in csv.DictReader(f) if r["model"] == "mnp" and not r["variant"]]
+    checked = 0
+    for d, panel in committed.items():
+        logged = [r for r in runs if r["dataset"] == d and r.get("view/acc@v0@1")]
+        assert bool(panel["views"]) == bool(logged), d
+        for k, c in panel["views"].items():
+            for s, acc in zip(c["sigma"], c["acc"]):
+                col = next(key for key in logged[0] if key.startswith(f"view/acc@v{k}@") and
+                           float(key.rsplit("@", 1)[1]) == s)
+                assert acc == pytest.approx(100 * sum(float(r[col]) for r in logged) / len(logged), abs=1e-3)
+                checked += 1
+            assert c["n"] == len(logged)
+    assert checked >= 10
+
+
+def synthetic_panel(tmp_path) -> dict:
+    """The PIE panel of a results.csv with a runs-sourced MNP (intervals, three views), a legacy MGP."""
+    from mnp.tools import noise_figure
+    from mnp.tools.report_runs import read_results
+    csv = tmp_path / "results.csv"
+    rows = ["model,dataset,metric,mean,std,n,ci95_low,ci95_high,source,experiment,variant",
+            "mnp,pie,noise/acc@0.1,0.9,0.01,10,0.89,0.91,runs,paper_main,",
+            "mnp,pie,noise/acc@1,0.8,0.02,10,0.78,0.82,runs,paper_main,",
+            "mgp,pie,noise/acc@0.1,0.85,0.01,5,,,legacy_aggregate,paper_main,",
+            "mgp,pie,noise/acc@1,0.84,0.01,5,,,legacy_aggregate,paper_main,",
+            "mnp,pie,view/acc@v10@1,0.1,0.0,10,0.09,0.11,runs,paper_main,",
+            "mnp,pie,view/acc@v2@1,0.3,0.0,10,0.29,0.31,runs,paper_main,",
+            "mnp,pie,view/acc@v2@0.1,0.7,0.0,10,0.69,0.71,runs,paper_main,"]
+    csv.write_text("\n".join(rows) + "\n")
+    return noise_figure.curves(read_results(csv))["pie"]
+
+
+def test_noise_figure_bands_and_views_of_a_synthetic_results_file(tmp_path):
+    """A runs-sourced curve gets its interval as band, a legacy one none; view keys become per-view series in
+    view order."""
+    data = synthetic_panel(tmp_path)
+    assert data["models"]["mnp"]["band"] == {"low": [89.0, 78.0], "high": [91.0, 82.0]}
+    assert data["models"]["mgp"]["band"] is None
+    assert list(data["views"]) == ["2", "10"]
+    assert data["views"]["2"] == {"sigma": [0.1, 1.0], "acc": [70.0, 30.0], "n": 10}
+
+
+@pytest.mark.slow
+def test_noise_figure_renders_the_same_bytes_twice(tmp_path):
+    """The figure with bands, a legacy curve and per-view curves is written, and is the same PNG twice."""
+    from mnp.tools import noise_figure
+    data = synthetic_panel(tmp_path)
+    a, b = (noise_figure.plot({"pie": data}, tmp_path / f"{x}.png").read_bytes() for x in "ab")
+    assert a[:8] == b"\x89PNG\r\n\x1a\n" and a == b
 
 
 def test_gpu_and_start_up_tables_come_from_the_measurement_files():
