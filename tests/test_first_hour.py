@@ -112,6 +112,7 @@ def test_evaluate_works_from_another_directory_and_writes_only_inside_the_run(mn
     assert f"Run directory: {(run_dir / 'eval').resolve()}" in res.stdout + res.stderr
 
 
+@pytest.mark.slow
 def test_evaluate_helps_example_of_another_noise_protocol_runs(mnp_run, tmp_path):
     from mnp.core.help import evaluate_help
 
@@ -216,6 +217,7 @@ def test_a_run_shortened_below_the_datasets_warmup_scales_it_in_one_line(tmp_pat
         validate(cfg)  # a warm-up the user gives is the user's
 
 
+@pytest.mark.slow
 def test_the_quick_preset_runs_every_model_on_every_dataset_in_a_few_short_epochs(tmp_path):
     models, datasets = (sorted(p.stem for p in (ROOT / "conf" / g).glob("*.yaml")) for g in ("model", "dataset"))
     for model in models:
@@ -238,6 +240,7 @@ def test_a_quick_run_writes_its_record_and_no_checkpoint(tmp_path):
 
 
 # ---------------------------------------------------------------------------- sweeps
+@pytest.mark.slow
 def test_a_sweep_ends_with_one_line_per_job_and_the_report_command(tmp_path, data_file):
     res = run_cli(["train.py", "-m", "model=mlp", "dataset=custom", f"dataset.path={data_file}", "seed=0,1",
                    "trainer.max_epochs=1", "eval.noise=false", f"paths.log_dir={tmp_path}", "experiment_name=t"])
@@ -291,6 +294,7 @@ def test_on_a_terminal_the_bar_names_the_stage_and_the_whole_run_eta(tmp_path):
     assert 0 <= float(bar.postfix[-1]["train acc"]) <= 1 and float(bar.postfix[-1]["class loss"]) > 0
 
 
+@pytest.mark.slow
 def test_console_entry_points_run_from_any_directory(tmp_path):
     import shutil
     import subprocess
