@@ -14,7 +14,7 @@ exits 1 when a block differs from what the files give (tests/test_docs.py runs i
   ``python benchmarks/custom_defaults.py --before``; ``figures/figure2.json``: ``python -m mnp.tools.figure2 --out figures``;
   the GPU and start-up measurements of :mod:`mnp.tools.docgen_speed` (its renderers are registered here); the models'
   declared domains (``domains`` of each class in ``conf/model/``, mnp.core.domains) for the table of model keys.
-  ``figures/noise_curves.json`` and ``.png`` (accuracy per σ with the ceiling, :mod:`mnp.tools.noise_figure`) are
+  ``figures/noise_curves.json`` and ``.png`` (accuracy per σ: bands, ceiling, per-view curves; :mod:`mnp.tools.noise_figure`) are
   rewritten from ``results/paper_main/results.csv`` when they differ from it; ``benchmarks/view_weighting_<dataset>.json``:
   ``python benchmarks/view_weighting.py <mnp run dirs> --out ...``; ``results/decisions/*.csv``: the decision
   records of :mod:`mnp.tools.select` (:mod:`mnp.tools.docgen_decisions`).
