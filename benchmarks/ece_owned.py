@@ -9,8 +9,8 @@ the owned accuracy equals torchmetrics' bit for bit everywhere. ``--out`` writes
 """
 from __future__ import annotations
 
+import argparse
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -47,7 +47,8 @@ def main(roots: list[str], out: str | None = None) -> None:
 
 
 if __name__ == "__main__":
-    args = sys.argv[1:]
-    dest = args[args.index("--out") + 1] if "--out" in args else None
-    rest = [a for i, a in enumerate(args) if a != "--out" and (i == 0 or args[i - 1] != "--out")]
-    main(rest or ["/work/runs"], dest)
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("roots", nargs="*", default=["/work/runs"])
+    ap.add_argument("--out", default=None, help="write the summary as JSON")
+    a = ap.parse_args()
+    main(a.roots, a.out)
