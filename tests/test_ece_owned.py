@@ -1,5 +1,5 @@
 """The owned calibration metric (issue 33): ECE, accuracy, NLL and Brier against direct computations written here,
-and against netcal and scikit-learn; the defects of torchmetrics' ECE that made the project own it."""
+and against scikit-learn; the defects of torchmetrics' ECE that made the project own it."""
 from __future__ import annotations
 
 import math
@@ -158,13 +158,3 @@ def test_brier_sums_over_classes_twice_scikit_learns_for_two_classes():
     probs, labels = random_case(4, n=50, k=5)
     direct = sum(sum((p - (j == y)) ** 2 for j, p in enumerate(row)) for row, y in zip(probs.tolist(), labels.tolist()))
     assert metrics.brier(probs, labels) == pytest.approx(direct / 50, rel=1e-12)
-
-
-@pytest.mark.slow  # netcal's import takes ~25 s
-@pytest.mark.parametrize("seed", range(3))
-def test_ece_equals_netcal(seed):
-    netcal = pytest.importorskip("netcal.metrics")
-    probs, labels = random_case(seed, sharp=1.0 + 2 * seed)
-    probs[:2] = torch.nn.functional.one_hot(labels[:2] + 1, 10).double()  # confidence 1, wrong
-    reference = netcal.ECE(bins=15).measure(probs.numpy(), labels.numpy())
-    assert metrics.ece(probs, labels) == pytest.approx(reference, abs=1e-9)
