@@ -25,7 +25,7 @@ from mnp.core.pipeline import evaluate, train
 from mnp.core.validate import ConfigError, validate
 
 FAST = ["trainer.max_epochs=1", "eval.noise=false", "skip_if_done=false", "ckpt_path=null"]
-SMALL_MNP = ["model=mnp", "model.d_e=16", "model.warmup_epochs=0", "model.num_samples=2"]
+SMALL_MNP = ["model=mnp", "model.encoder.d_e=16", "model.warmup.epochs=0", "model.decoder.num_samples=2"]
 
 
 @pytest.fixture(autouse=True)
@@ -143,14 +143,14 @@ def make_case(case, d):
         value = 2**32 if case == "seed too large" else -1
         return [f"seed={value}"], f"seed must be an integer in [0, 4294967295], got {value}"
     if case == "unknown memory_update":
-        return [*SMALL_MNP, "model.memory_update=weird"], \
+        return [*SMALL_MNP, "model.memory.update=weird"], \
             "unknown memory_update 'weird'; choose one of mse, ce, fifo, random"
     if case == "unknown aggregation":
-        return [*SMALL_MNP, "model.aggregation=weird"], "unknown aggregation 'weird'; choose one of mba, mean, concat"
+        return [*SMALL_MNP, "model.aggregation.kind=weird"], "unknown aggregation 'weird'; choose one of mba, mean, concat"
     if case == "negative clip_norm":  # trained by gradient ascent to chance accuracy and exited 0
-        return [*SMALL_MNP, "model.clip_norm=-0.1"], "model.clip_norm must be > 0 (or null), got -0.1"
+        return [*SMALL_MNP, "model.optim.clip_norm=-0.1"], "model.optim.clip_norm must be > 0 (or null), got -0.1"
     if case == "negative l2":  # a loss of -1e4
-        return [*SMALL_MNP, "model.l2=-1"], "model.l2 must be >= 0, got -1"
+        return [*SMALL_MNP, "model.loss.l2=-1"], "model.loss.l2 must be >= 0, got -1"
     if case == "zero hidden units":
         return ["model=de_ef", "model.hidden=[16,0]"], "model.hidden must be a list of integers >= 1, got [16, 0]"
     if case == "negative learning rate":
@@ -224,8 +224,8 @@ def test_trainer_keys_a_manual_optimisation_cannot_honour_are_refused_for_mnp_on
     why = "cannot apply to model mnp, which runs its own optimisation step; remove it"
     for override, expected in [
             ("+trainer.accumulate_grad_batches=2", f"trainer.accumulate_grad_batches=2 {why} (a larger dataset.batch_size"),
-            ("+trainer.gradient_clip_val=1.0", f"trainer.gradient_clip_val=1.0 {why} and set model.clip_norm=<max norm>"),
-            ("+trainer.gradient_clip_algorithm=value", f"trainer.gradient_clip_algorithm=value {why} and set model.clip_norm")]:
+            ("+trainer.gradient_clip_val=1.0", f"trainer.gradient_clip_val=1.0 {why} and set model.optim.clip_norm=<max norm>"),
+            ("+trainer.gradient_clip_algorithm=value", f"trainer.gradient_clip_algorithm=value {why} and set model.optim.clip_norm")]:
         out = tmp_path / override.split(".")[1].split("=")[0]
         line = guarded_error(train, compose_train(out, [*SMALL_MNP, *FAST, override]), capsys)
         assert line.startswith(f"error: {expected}"), line
@@ -321,7 +321,7 @@ def test_constant_views_duplicates_small_class_and_label_gap_train_with_warnings
     overrides = ["dataset=custom", f"dataset.path={path}", "dataset.batch_size=8", "trainer.max_epochs=2",
                  "skip_if_done=false", "ckpt_path=null", "eval.noise_levels=[1.0]"]
     if model == "mnp":
-        overrides += [*SMALL_MNP, "model.memory_size=30"]  # N_K = 10 > the 4 training samples of class 2
+        overrides += [*SMALL_MNP, "model.memory.size=30"]  # N_K = 10 > the 4 training samples of class 2
     else:
         overrides += ["model=mlp"]
     with caplog.at_level(logging.WARNING):

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from mnp.tools import bench, bench_cases, bench_measure, bench_scaling
-from mnp.model import MNP
+from mnp_utils import flat_mnp
 
 FIELDS = ("dataset", "model", "train_epoch_s", "test_s", "test_samples_per_s", "peak_mem_mb",
           "train_gflops_per_s", "test_gflops_per_s", "matmul_peak_gflops_per_s")
@@ -64,7 +64,7 @@ def test_live_tensor_bytes_sees_allocations_and_frees():
 
 
 def test_mlp_floor_has_mnp_projection_and_decoder_widths():
-    mnp = MNP(num_classes=5, view_dims=[7, 3], d_e=32, projection="linear", memory_size=10)
+    mnp = flat_mnp(num_classes=5, view_dims=[7, 3], d_e=32, projection="linear", memory_size=10)
     floor = bench_cases.MLPFloor(5, [7, 3], d_e=32)
     assert [p[0].weight.shape for p in floor.projections] == [e.projection[0].weight.shape for e in mnp.encoders]
     assert [p.shape for p in floor.decoder.parameters()] == [p.shape for p in mnp.decoder.parameters()]

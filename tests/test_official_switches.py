@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 from cfg_utils import compose_train
 from datamodules import TensorDataModule
 from datamodules.base import EpochBatchSampler
-from mnp.model import MNP
+from mnp_utils import flat_mnp
 from mnp.optim import keras_eps_, make_optimizer
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -108,7 +108,7 @@ def one_step_memory(tmp_path, write):
     y = np.repeat(np.arange(3), 10)
     views = [rng.normal(size=(30, 4)) + 3.0 * y[:, None]]
     dm = TensorDataModule(views, y, np.arange(30), np.arange(0), batch_size=30)
-    model = MNP(num_classes=3, view_dims=[4], d_e=8, memory_size=6, memory_init="uniform", memory_trainable=True,
+    model = flat_mnp(num_classes=3, view_dims=[4], d_e=8, memory_size=6, memory_init="uniform", memory_trainable=True,
                 memory_jstar="same_class", memory_write=write, optim={"lr": 0.05})
     pl.Trainer(max_epochs=1, default_root_dir=tmp_path, logger=False, enable_progress_bar=False,
                enable_model_summary=False, enable_checkpointing=False).fit(model, dm)
@@ -127,7 +127,7 @@ def test_memory_write_after_step_stores_raw_rows_before_step_lets_the_optimiser_
 
 def test_unknown_memory_write_is_rejected():
     with pytest.raises(ValueError, match="memory_write"):
-        MNP(num_classes=3, view_dims=[4], memory_write="sometimes")
+        flat_mnp(num_classes=3, view_dims=[4], memory_write="sometimes")
 
 
 # ---------------------------------------------------------------------------- the configs

@@ -33,7 +33,7 @@ def test_variant_is_the_drift_from_todays_defaults_with_the_runs_values():
     assert variant_of(saved(), "mnp", "cub", 0) is None
     old_lr = current["model"]["warmup_lr"] / 10
     assert variant_of(saved(warmup_lr=old_lr, modality_mask=False), "mnp", "cub", 0) == \
-        f"model.modality_mask=False,model.warmup_lr={old_lr}"
+        f"model.aggregation.modality_mask=False,model.warmup.lr={old_lr}"
     # keys that cannot change a result are not a variant, nor a switch the old run did not know yet
     cfg = saved()
     cfg["dataset"]["data_dir"] = "/elsewhere"
@@ -48,17 +48,17 @@ def test_report_relabels_runs_after_a_default_changed(tmp_path):
     holds it; the old default run, moved among the switches, becomes the variant it now is."""
     lr = defaults("mnp", "cub", 0)["model"]["warmup_lr"]
     new = saved()
-    new["variant"] = f"model.warmup_lr={lr}"  # as recorded when it ran as a switch
+    new["variant"] = f"model.warmup.lr={lr}"  # as recorded when it ran as a switch
     write_run(tmp_path, "paper_main", "mnp_cub_s0", new, recorded_exp="switches")
     write_run(tmp_path, "switches", "mnp_cub_s0_old", saved(warmup_lr=lr / 10), recorded_exp="paper_main")
     dirs = [tmp_path / "paper_main" / "multiruns", tmp_path / "switches" / "multiruns"]
 
     as_recorded = {(r.experiment, r.variant) for r in load(dirs)[0]}
-    assert as_recorded == {("switches", f"model.warmup_lr={lr}"), ("paper_main", None)}
+    assert as_recorded == {("switches", f"model.warmup.lr={lr}"), ("paper_main", None)}
     relabelled = {(r.experiment, r.variant) for r in load(dirs, relabel=True)[0]}
-    assert relabelled == {("paper_main", None), ("switches", f"model.warmup_lr={lr / 10}")}
+    assert relabelled == {("paper_main", None), ("switches", f"model.warmup.lr={lr / 10}")}
 
     assert main([*map(str, dirs), "--out", str(tmp_path / "out"), "--no-plots", "--relabel"]) == 0
     rows = (tmp_path / "out" / "results.csv").read_text().splitlines()
     assert any(r.startswith("mnp,cub,test/acc,") and r.endswith(",paper_main,") for r in rows)
-    assert any(r.startswith("mnp,cub,test/acc,") and r.endswith(f",switches,model.warmup_lr={lr / 10}") for r in rows)
+    assert any(r.startswith("mnp,cub,test/acc,") and r.endswith(f",switches,model.warmup.lr={lr / 10}") for r in rows)

@@ -19,6 +19,7 @@ from mnp import step_graphs
 from mnp.core import accel
 from mnp.core.validate import ConfigError, check_accel
 from mnp.model import MNP
+from mnp_utils import flat_mnp
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -39,7 +40,7 @@ def build(**kw):
                 optim={"lr": 1e-2, "schedule": "piecewise", "milestones": [2], "values": [1e-2, 1e-3]})
     base.update(kw)
     torch.manual_seed(0)
-    return MNP(**base)
+    return flat_mnp(**base)
 
 
 def fit(graph, tmp_path, epochs=4, resume=None, ckpt=False, **kw):
@@ -227,7 +228,7 @@ def test_matmul_precision_is_restored_after_the_run():
 def test_train_py_runs_with_the_emulated_graph(tmp_path):
     from mnp.core.pipeline import train
     from tests.cfg_utils import compose_train
-    cfg = compose_train(tmp_path, ["trainer.max_epochs=3", "model.warmup_epochs=1", "accel.cuda_graph=emulate",
+    cfg = compose_train(tmp_path, ["trainer.max_epochs=3", "model.warmup.epochs=1", "accel.cuda_graph=emulate",
                                    "callbacks.checkpoint.every_n_epochs=0", "eval.noise=false"])
     results = train(cfg)
     assert results["test/acc"] > 0.8  # the synthetic two moons

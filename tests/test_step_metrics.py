@@ -14,6 +14,7 @@ import torch
 
 from mnp.tools import bench, bench_cases, step_metrics
 from mnp.model import MNP
+from mnp_utils import flat_mnp
 from mnp.stacked import ParamStack
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -75,7 +76,7 @@ def test_every_memory_rule_and_switch_steps_without_host_syncs(switches):
     base = dict(num_classes=4, view_dims=[7, 5, 3], d_e=8, memory_size=12, projection="linear", clip_norm=0.1,
                 l2=1e-3, lengthscale_form="l")
     torch.manual_seed(0)
-    model = MNP(**{**base, **switches})
+    model = flat_mnp(**{**base, **switches})
     g = torch.Generator().manual_seed(0)
     y = torch.arange(40) % 4
     views = [torch.randn(40, d, generator=g) + y[:, None].float() for d in (7, 5, 3)]
@@ -162,8 +163,8 @@ def stacked_pair(norm="layer"):
     """A fast MNP whose encoders and projection biases run batched, and its straightforward twin."""
     kw = dict(num_classes=3, view_dims=[6, 4, 5], d_e=8, memory_size=6, projection="linear", l2=1e-3, norm=norm)
     torch.manual_seed(0)
-    fast = MNP(**kw)
-    ref = MNP(**kw, fast=False)
+    fast = flat_mnp(**kw)
+    ref = flat_mnp(**kw, fast=False)
     g = torch.Generator().manual_seed(1)
     y = torch.arange(30) % 3
     views = [torch.randn(30, d, generator=g) for d in (6, 4, 5)]

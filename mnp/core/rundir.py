@@ -1,8 +1,8 @@
 """Run directories: one per result-changing set of overrides, never reused for another config.
 
 A job's directory is ``<model>_<dataset>_s<seed>`` plus, when the command line changes anything that
-can change the result, ``_<those overrides>`` (``model.tau=0.5``, ``trainer.max_epochs=10``): a sweep
-``model.tau=0.1,0.5`` gets two directories, not one overwritten or skipped. Overrides that cannot
+can change the result, ``_<those overrides>`` (``model.loss.tau=0.5``, ``trainer.max_epochs=10``): a sweep
+``model.loss.tau=0.1,0.5`` gets two directories, not one overwritten or skipped. Overrides that cannot
 change a result (where logs go, progress bars, launcher, logger, device, whether MNP's step is replayed
 as a CUDA graph) are left out of the name, so the paper sweeps keep their plain names.
 

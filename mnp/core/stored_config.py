@@ -118,6 +118,7 @@ def restore_model(ckpt: dict, target: str, path: Path):
     if not isinstance(hparams, dict):
         raise CheckpointError(f"checkpoint {path} holds no constructor arguments; it was not written by train.py")
     _check_stored(dict(hparams), "hyper_parameters", path)
+    hparams = getattr(cls, "upgrade_hparams", dict)(hparams)  # MNP: flat arguments from before its parts
     known = set(init_keys(cls))
     if unknown := sorted(set(hparams) - known):
         raise CheckpointError(f"checkpoint {path}: {cls.__name__} takes no argument {unknown[0]!r}; it was written "

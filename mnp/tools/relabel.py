@@ -2,7 +2,7 @@
 
 A run's label normally comes from the command that made it: its experiment and the result-changing
 overrides it was given. After a default changes, that label goes stale: a run made with
-``model.warmup_lr=0.01`` as an override is a default run once 0.01 is the default, and an old default
+``model.warmup.lr=0.01`` as an override is a default run once 0.01 is the default, and an old default
 run is now a variant. With ``--relabel`` the report labels each run by its saved ``config.yaml``
 instead: its variant is the result keys where that config differs from today's composed defaults for
 its model, dataset and seed (``mnp.core.rundir.config_drift``, the same comparison that guards run
