@@ -26,7 +26,7 @@ from mnp.losses import predictive_nll, unimodal_error
 from mnp.model_training import MNPTraining
 from mnp.core.routine import Routine
 from mnp.parts import (PARTS, AggregationPart, AttentionPart, DecoderPart, EncoderPart, LossPart, MemoryPart, MNPSpec,
-                       OptimPart, WarmupPart, as_part, nest_flat, plain)
+                       OptimPart, WarmupPart, as_part, plain)
 from mnp.stacked import Stacks, distributed, stackable
 from mnp.step_graphs import StepGraphs, blockers
 from mnp.view_predictions import ViewPredictions
@@ -120,11 +120,6 @@ class MNP(ContextCache, ViewWeighting, ViewPredictions, MNPTraining, Routine):
         self.register_buffer("_loss_bad", torch.tensor(0.0), persistent=False)  # 1 after a non-finite loss, see train_step
         if spec.aggregation.modality_mask:
             self.register_buffer("_modality_subsets", modality_draws(len(self.view_dims)), persistent=False)
-
-    @staticmethod
-    def upgrade_hparams(hparams: Mapping) -> dict:
-        """Constructor arguments of a checkpoint written before the parts (``memory_size``...) as parts' nodes."""
-        return nest_flat(hparams)
 
     # ------------------------------------------------------------------ memory
     def init_memory(self, train_views: Sequence[Tensor], train_y: Tensor) -> None:

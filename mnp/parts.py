@@ -8,7 +8,8 @@ constructor arguments, and :mod:`mnp.core.stored_config` refuses any Hydra speci
 checkpoint cannot name code to run. A part therefore owns its ``build`` (the optimiser part builds the optimiser
 as a ``_partial_`` would).
 
-Checkpoints written before the parts (flat keys such as ``memory_size``) are read through :func:`nest_flat`.
+Checkpoints and run configs written before the parts (flat keys such as ``memory_size``) are read through
+:func:`mnp.core.migrations.nest_flat`.
 """
 from __future__ import annotations
 
@@ -21,10 +22,11 @@ from torch import nn
 
 from mnp.aggregation import AGGREGATIONS, build_aggregation
 from mnp.attention import NORMALISERS, POSITIVE_PARAMS, SIMILARITIES, build_similarity, choice
+from mnp.core.migrations import FLAT, nest_flat  # noqa: F401 - re-exported: the parts' flat names
 from mnp.core.domains import COUNT, NATURAL, NON_NEGATIVE, POSITIVE, UNIT, Domain, check_domains, optional
 from mnp.decoder import Decoder
 from mnp.encoders import MERGES, NORMS, PRIORS, PROJECTIONS, ModalityEncoder
-from mnp.memory import ContextMemory
+from mnp.memory import INITS, JSTARS, UPDATES, ContextMemory
 from mnp.optim import EPS_PLACEMENTS, OPTIM_DOMAINS, make_optimizer
 from mnp.view_weighting import VIEW_WEIGHTINGS
 
@@ -33,7 +35,7 @@ def _check(part, name: str, **options: Sequence[str]) -> None:
     """The part's declared domains and its word-valued settings, as one-line errors naming ``model.<name>.<key>``."""
     check_domains(type(part).domains, dataclasses.asdict(part), f"model.{name}.")
     for key, allowed in options.items():
-        choice(f"{name}.{key}", getattr(part, key), allowed)
+        choice(f"model.{name}.{key}", getattr(part, key), allowed)
 
 
 @dataclass(frozen=True)
@@ -132,7 +134,9 @@ class MemoryPart:
     domains: ClassVar[dict] = dict(size=COUNT)
 
     def __post_init__(self):
-        _check(self, "memory", write=("after_step", "before_step"))
+        _check(self, "memory", init=INITS, update=UPDATES, jstar=JSTARS, write=("after_step", "before_step"))
+        if self.trainable and self.update == "random":
+            raise ValueError("memory.trainable cannot be combined with memory.update=random (the context is re-sampled)")
 
     def build(self, view_dims: Sequence[int], num_classes: int) -> ContextMemory:
         return ContextMemory(view_dims, num_classes, self.size, self.init, self.trainable, self.update, self.jstar)
@@ -275,43 +279,3 @@ def plain(part) -> dict:
     def unfreeze(v):
         return [unfreeze(x) for x in v] if isinstance(v, (list, tuple)) else v
     return {k: unfreeze(v) for k, v in dataclasses.asdict(part).items()}
-
-
-# the constructor arguments of MNP before the parts (checkpoints, run configs): flat key -> (part, setting)
-FLAT = {
-    **{k: ("encoder", k) for k in ("d_e", "projection", "resmlp_depth", "merge", "y_embed_dim", "norm", "norm_eps",
-                                   "bn_momentum", "prior")},
-    **{k: ("attention", k) for k in ("similarity", "lengthscale_init", "lengthscale_param", "lengthscale_form",
-                                     "amplitude")},
-    "attention_norm": ("attention", "normaliser"), "aggregation": ("aggregation", "kind"),
-    "view_weighting": ("aggregation.view_weighting", "mode"),
-    "distance_quantile": ("aggregation.view_weighting", "quantile"),
-    "distance_power": ("aggregation.view_weighting", "power"),
-    "modality_mask": ("aggregation", "modality_mask"), "view_dropout": ("aggregation", "view_dropout"),
-    "sigma_as_std": ("decoder", "sigma_as_std"), "num_samples": ("decoder", "num_samples"),
-    "train_decoder": ("decoder", "train"), "ty_loss": ("loss", "ty"), "view_loss_weight": ("loss", "view_weight"),
-    **{k: ("loss", k) for k in ("alpha", "beta", "tau", "rbf_reduce", "lengthscale_penalty", "self_in_denominator",
-                                "l2")},
-    **{f"memory_{k}": ("memory", k) for k in ("size", "init", "trainable", "update", "jstar", "write")},
-    **{f"warmup_{k}": ("warmup", k) for k in ("epochs", "lr", "end_factor", "fraction")},
-    "clip_norm": ("optim", "clip_norm"), "lengthscale_lr_scale": ("optim", "lengthscale_lr_scale"),
-}
-
-
-def nest_flat(node: Mapping) -> dict:
-    """An MNP node (constructor arguments or a run config's ``model``) written before the parts, with its flat keys
-    moved into their parts' nodes (``memory_size`` -> ``memory.size``); a node without flat keys is returned as is."""
-    out = {k: v for k, v in node.items() if k not in FLAT and k != "optim"}
-    if not any(k in FLAT for k in node):
-        return dict(node)
-    for key, value in node.items():
-        if key == "optim":
-            out.setdefault("optim", {}).update(value or {})
-        elif key in FLAT:
-            path, setting = FLAT[key]
-            *parents, last = path.split(".")
-            target = out
-            for p in [*parents, last]:
-                target = target.setdefault(p, {})
-            target[setting] = value
-    return out

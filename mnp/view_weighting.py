@@ -78,9 +78,11 @@ def reference_sq_dist(d2_of, views: Sequence[Tensor], quantile: float) -> Tensor
 def check_view_weighting(weighting: str, similarity: str) -> None:
     """One-line errors for the switch (its numeric settings have domains, mnp.core.domains)."""
     if weighting not in VIEW_WEIGHTINGS:
-        raise ValueError(f"unknown view_weighting '{weighting}'; choose one of {', '.join(VIEW_WEIGHTINGS)}")
+        raise ValueError(f"unknown model.aggregation.view_weighting.mode '{weighting}'; choose one of "
+                         f"{', '.join(VIEW_WEIGHTINGS)}")
     if weighting == "distance" and similarity != "rbf":
-        raise ValueError("view_weighting=distance needs similarity=rbf (it reads the RBF kernel's distances)")
+        raise ValueError("model.aggregation.view_weighting.mode=distance needs model.attention.similarity=rbf (it reads "
+                         "the RBF kernel's distances)")
 
 
 class ViewWeighting:

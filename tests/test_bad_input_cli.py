@@ -142,11 +142,11 @@ def make_case(case, d):
     if case in ("seed too large", "negative seed"):  # numpy's words named neither the key nor the range
         value = 2**32 if case == "seed too large" else -1
         return [f"seed={value}"], f"seed must be an integer in [0, 4294967295], got {value}"
-    if case == "unknown memory_update":
+    if case == "unknown memory.update":
         return [*SMALL_MNP, "model.memory.update=weird"], \
-            "unknown memory_update 'weird'; choose one of mse, ce, fifo, random"
+            "unknown model.memory.update 'weird'; choose one of mse, ce, fifo, random"
     if case == "unknown aggregation":
-        return [*SMALL_MNP, "model.aggregation.kind=weird"], "unknown aggregation 'weird'; choose one of mba, mean, concat"
+        return [*SMALL_MNP, "model.aggregation.kind=weird"], "unknown model.aggregation.kind 'weird'; choose one of mba, mean, concat"
     if case == "negative clip_norm":  # trained by gradient ascent to chance accuracy and exited 0
         return [*SMALL_MNP, "model.optim.clip_norm=-0.1"], "model.optim.clip_norm must be > 0 (or null), got -0.1"
     if case == "negative l2":  # a loss of -1e4
@@ -168,7 +168,7 @@ CASES = ["truncated npz", "truncated mat", "nan", "inf", "zero columns", "non-in
          "ood class out of range", "class without training samples", "row counts differ", "train/test dims differ",
          "train/test view counts differ", "wrong sha256", "unknown scaling", "unknown split",
          "noise subset larger than the views", "negative clip_norm", "negative l2", "zero hidden units",
-         "negative learning rate", "unknown memory_update", "unknown aggregation",
+         "negative learning rate", "unknown memory.update", "unknown aggregation",
          "unknown model key", "unknown dataset key", "seed too large", "negative seed"]
 
 
@@ -205,10 +205,10 @@ def test_a_run_that_would_train_on_no_batch_is_refused(tmp_path, capsys, overrid
 
 
 @pytest.mark.parametrize("overrides,expected", [
-    (["model.optim.schedule=bogus"], "model.optim: unknown lr schedule 'bogus'; choose constant, piecewise or linear"),
+    (["model.optim.schedule=bogus"], "unknown model.optim.schedule 'bogus'; choose one of constant, piecewise, linear"),
     (["model.optim.schedule=piecewise", "model.optim.values=[0.1]", "model.optim.milestones=[2]"],
      "model.optim: piecewise schedule needs len(values) == len(milestones) + 1, got [0.1] / [2]"),
-    (["model.optim.eps_placement=bogus"], "model.optim: unknown eps_placement 'bogus'; choose torch or keras"),
+    (["model.optim.eps_placement=bogus"], "unknown model.optim.eps_placement 'bogus'; choose one of torch, keras"),
 ])
 def test_bad_optimiser_settings_are_refused_before_anything_is_written(tmp_path, capsys, overrides, expected):
     """N95: refused in configure_optimizers, after config.yaml was written into the run directory."""

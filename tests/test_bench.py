@@ -21,8 +21,8 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # restores the thread count 
 def test_quick_run_on_a_tiny_shape_writes_the_documented_json(tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(bench_cases.SHAPES, "hmdb", ((6, 4), 3, 500))  # hmdb's configs, tiny data
     out = tmp_path / "bench.json"
-    result = bench.main(["--quick", "--dataset", "hmdb", "--json", str(out), "--set", "mnp.d_e=16",
-                         "--set", "mnp.memory_size=12", "--set", "mgp.num_inducing=8", "--set", "mgp.mc_samples=10"])
+    result = bench.main(["--quick", "--dataset", "hmdb", "--json", str(out), "--set", "mnp.encoder.d_e=16",
+                         "--set", "mnp.memory.size=12", "--set", "mgp.num_inducing=8", "--set", "mgp.mc_samples=10"])
     saved = json.loads(out.read_text())
     assert saved["cases"] == json.loads(json.dumps(result["cases"]))
     assert [c["model"] for c in saved["cases"]] == ["mnp", "mgp", "mlp"]

@@ -140,7 +140,7 @@ def test_evaluate_without_a_checkpoint_is_one_line():
     (["model=mnp", "model.warmup.epochs=600"], "error: model.warmup.epochs=600 >= trainer.max_epochs=500"),
     (["model=mnp", "model.optim.clip_norm=-0.1"], "error: model.optim.clip_norm must be > 0 (or null), got -0.1"),
     (["model=mlp", "model.warmup.epochs=10"], "error: model.warmup.epochs is not a key of the model (Key "
-     "'warmup_epochs' is not in struct; in a sweep, of every model it runs): check its spelling (the models' keys: "
+     "'warmup' is not in struct; in a sweep, of every model it runs): check its spelling (the models' keys: "
      "docs/usage.md), and give a key only some models of a sweep have in a command of its own for those; "
      "+model.warmup.epochs would pass it to a model that does not take it; MNP's warm-up follows a shorter "
      "trainer.max_epochs by itself"),
@@ -228,7 +228,7 @@ def test_the_quick_preset_runs_every_model_on_every_dataset_in_a_few_short_epoch
             validate(cfg)
             assert (cfg.trainer.max_epochs, cfg.trainer.limit_train_batches, cfg.experiment_name) == (10, 5, "quick")
             assert cfg.callbacks.checkpoint.every_n_epochs == 0  # a toy run keeps no 20-160 MB checkpoints
-            assert cfg.model.get("warmup_epochs", 0) < 10
+            assert ((cfg.model.get("warmup") or {}).get("epochs") or 0) < 10
 
 
 def test_a_quick_run_writes_its_record_and_no_checkpoint(tmp_path):

@@ -167,7 +167,7 @@ def test_random_rule_resamples_the_context_from_the_training_set_each_call():
     snap = snapshot(mem)
     mem.update(views[:1], y[:1])  # random never writes rows
     assert all(torch.equal(s, mem.rows(m)) for m, s in enumerate(snap))
-    with pytest.raises(ValueError, match="memory_trainable"):
+    with pytest.raises(ValueError, match="memory.trainable"):
         ContextMemory(DIMS, K, 12, update="random", trainable=True)
 
 

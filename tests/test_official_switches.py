@@ -126,7 +126,7 @@ def test_memory_write_after_step_stores_raw_rows_before_step_lets_the_optimiser_
 
 
 def test_unknown_memory_write_is_rejected():
-    with pytest.raises(ValueError, match="memory_write"):
+    with pytest.raises(ValueError, match="^unknown model.memory.write 'sometimes'; choose one of after_step, before_step$"):
         flat_mnp(num_classes=3, view_dims=[4], memory_write="sometimes")
 
 
@@ -139,8 +139,9 @@ WARMUP_LR = {"handwritten": 1e-2, "cub": 1e-2, "pie": 1e-2, "scene15": 1e-2,
 def test_mnp_official_takes_every_official_switch(tmp_path, dataset):
     cfg = OmegaConf.to_container(compose_train(tmp_path, ["model=mnp_official", f"dataset={dataset}"]), resolve=True)
     m, d = cfg["model"], cfg["dataset"]
-    assert m["warmup_lr"] == WARMUP_LR[dataset]
-    assert m["modality_mask"] and m["memory_write"] == "before_step" and m["memory_init"] == "uniform"
+    assert m["warmup"]["lr"] == WARMUP_LR[dataset]
+    assert m["aggregation"]["modality_mask"] and m["memory"]["write"] == "before_step" and m["memory"]["init"] == "uniform"
+    assert m["aggregation"]["view_weighting"]["mode"] == "none"  # the authors' code: eq. 8 unweighted
     assert m["optim"]["eps_placement"] == "keras" and m["optim"]["eps"] == 1e-7
     assert d["full_batches"] and d["scale_test_separately"]
 
@@ -149,7 +150,7 @@ def test_mnp_official_takes_every_official_switch(tmp_path, dataset):
 def test_mnp_keeps_the_paper_data_handling(tmp_path, dataset):
     cfg = OmegaConf.to_container(compose_train(tmp_path, ["model=mnp", f"dataset={dataset}"]), resolve=True)
     assert not cfg["dataset"]["full_batches"] and not cfg["dataset"]["scale_test_separately"]
-    assert cfg["model"]["memory_write"] == "after_step" and cfg["model"]["optim"]["eps_placement"] == "torch"
+    assert cfg["model"]["memory"]["write"] == "after_step" and cfg["model"]["optim"]["eps_placement"] == "torch"
 
 
 # ---------------------------------------------------------------------------- unconstrained l and σ_f

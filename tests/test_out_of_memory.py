@@ -70,6 +70,6 @@ def test_the_advice_names_the_sample_count_of_a_sampling_model():
     from omegaconf import OmegaConf
 
     from mnp.core.oom import _settings
-    cfg = OmegaConf.create({"dataset": {"batch_size": 200}, "model": {"d_e": 64, "memory_size": 100,
-                                                                      "num_samples": 1000000}})
+    cfg = OmegaConf.create({"dataset": {"batch_size": 200}, "model": {"encoder": {"d_e": 64}, "memory": {"size": 100},
+                                                                      "decoder": {"num_samples": 1000000}}})
     assert _settings(cfg) == "dataset.batch_size=200, model.encoder.d_e=64, model.memory.size=100, model.decoder.num_samples=1000000"

@@ -86,7 +86,7 @@ def test_decide_picks_the_best_validation_criterion_with_a_paired_test(tmp_path)
                       "model.memory.size=400": [0.55, 0.51, 0.49], "model.encoder.projection=none": [0.1, 0.1, 0.1]})
     out = tmp_path / "decisions" / "mnp_cub.csv"
     assert select.main(["decide", str(tmp_path), "--model", "mnp", "--dataset", "cub", "--decision",
-                        "memory_size", "--match", "memory_size", "--out", str(out)]) == 0
+                        "memory_size", "--match", "memory.size", "--out", str(out)]) == 0
     rows = {r["candidate"]: r for r in csv.DictReader(out.open())}
     assert set(rows) == {"default", "model.memory.size=300", "model.memory.size=400"}  # not projection=none
     assert [c for c, r in rows.items() if r["chosen"] == "True"] == ["model.memory.size=300"]

@@ -162,8 +162,8 @@ def test_a_non_finite_loss_stops_an_emulated_run(tmp_path):
             return (loss * float("nan") if self.current_epoch >= 2 else loss), logs
 
     pl.seed_everything(0, verbose=False)
-    model = NaNFromEpoch2(num_classes=3, view_dims=list(DIMS), d_e=8, memory_size=6, warmup_epochs=1,
-                          projection="linear")
+    model = NaNFromEpoch2(3, list(DIMS), encoder={"d_e": 8, "projection": "linear"}, memory={"size": 6},
+                          warmup={"epochs": 1})
     model.cuda_graph, model.check_finite_every = "emulate", 3
     trainer = pl.Trainer(max_epochs=4, logger=False, enable_progress_bar=False, enable_model_summary=False,
                          enable_checkpointing=False, default_root_dir=tmp_path, accelerator="cpu")
@@ -190,7 +190,7 @@ def test_configure_sets_the_finite_check_period_and_the_switch():
 
 @pytest.mark.parametrize("model_kw, trainer_kw, accel_value, message", [
     ({}, {}, True, "needs a CUDA device, but the trainer runs on cpu"),
-    ({"memory_update": "random"}, {"device": "cuda"}, True, "memory_update=random"),
+    ({"memory_update": "random"}, {"device": "cuda"}, True, "memory.update=random"),
     ({"optim": {"lr": 1e-3, "eps_placement": "keras"}}, {}, "emulate", "eps_placement=keras"),
     ({"fast": False}, {}, "emulate", "model.fast=false"),
     ({}, {"world_size": 2}, "emulate", "2 processes"),

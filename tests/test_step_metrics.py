@@ -150,7 +150,7 @@ def test_a_non_finite_loss_stops_training_at_the_periodic_read(tmp_path):
     views = [rng.normal(size=(60, d)) + y[:, None] for d in (4, 5)]
     dm = TensorDataModule(views, y, np.arange(0, 60, 2), np.arange(1, 60, 2), batch_size=10)  # 3 steps an epoch
     for every, match in ((1, r"\(nan\) at epoch 1, global step 3;"), (2, r"at epoch 1, one of global steps 3\.\.4;")):
-        model = NaNFromEpoch1(num_classes=3, view_dims=[4, 5], d_e=8, memory_size=6)
+        model = NaNFromEpoch1(3, [4, 5], encoder={"d_e": 8}, memory={"size": 6})
         model.check_finite_every = every
         trainer = pl.Trainer(max_epochs=3, logger=False, enable_progress_bar=False, enable_model_summary=False,
                              enable_checkpointing=False, default_root_dir=tmp_path)

@@ -103,10 +103,10 @@ def test_reference_is_in_the_checkpoint_and_equals_a_recomputation(trained):
 def test_switch_errors_name_the_key(tmp_path):
     dm_cfg = compose_train(tmp_path, TWO_VIEWS)
     _, dm = build_datamodule(dm_cfg)
-    for override, match in [("model.aggregation.view_weighting.mode=kernel", "unknown view_weighting 'kernel'"),
+    for override, match in [("model.aggregation.view_weighting.mode=kernel", "unknown model.aggregation.view_weighting.mode 'kernel'"),
                             ("model.aggregation.view_weighting.quantile=1.5", r"model.aggregation.view_weighting.quantile must be in \(0, 1\], got 1.5"),
                             ("model.aggregation.view_weighting.power=0", "model.aggregation.view_weighting.power must be > 0, got 0")]:
         with pytest.raises(ValueError, match=match):
             build_model(compose_train(tmp_path, [*TWO_VIEWS, override]), dm)
-    with pytest.raises(ValueError, match="view_weighting=distance needs similarity=rbf"):
+    with pytest.raises(ValueError, match="view_weighting.mode=distance needs model.attention.similarity=rbf"):
         build_model(compose_train(tmp_path, [*TWO_VIEWS, "model.attention.similarity=dot", "model.warmup.epochs=0"]), dm)

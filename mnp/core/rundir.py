@@ -23,6 +23,7 @@ from typing import Any, Iterable
 
 from omegaconf import OmegaConf
 
+from mnp.core.migrations import upgrade_run_config
 from mnp.core.resources import gpu_jobs
 from mnp.core.runrecord import pending_subdir
 
@@ -274,9 +275,9 @@ def stored_config(out_dir, inside_checkpoint: dict | None = None) -> dict | None
     :class:`RunDirConflict`: it cannot be shown to be this job's."""
     path = Path(out_dir) / "config.yaml"
     if not path.is_file():
-        return inside_checkpoint
+        return upgrade_run_config(inside_checkpoint)
     try:
-        return OmegaConf.to_container(OmegaConf.load(path)) or {}
+        return upgrade_run_config(OmegaConf.to_container(OmegaConf.load(path)) or {})  # MNP's flat keys: nested
     except Exception as e:  # noqa: BLE001 - yaml and OmegaConf raise assorted types for a damaged file
         raise RunDirConflict(f"{path} cannot be read ({' '.join(str(e).split())[:160]}), so {out_dir} cannot be shown "
                              "to hold a run of this job; it was left as it is. Move it away to re-run") from None

@@ -28,6 +28,7 @@ import re
 import sys
 from pathlib import Path
 
+from mnp.core.migrations import modern_variant
 from mnp.tools import docgen_decisions, docgen_results, docgen_speed, noise_figure
 from mnp.tools.docgen_results import DATASETS, MAIN
 from mnp.tools.report_records import claims, read_runs
@@ -97,7 +98,7 @@ def render_switches(src: dict) -> str:
         if variants == [""] or not variants:
             continue
         for v in variants:
-            rows.append(f"| {dataset_label(d)} | {v.replace(',', ', ') if v else 'defaults'} | " +
+            rows.append(f"| {dataset_label(d)} | {modern_variant(v).replace(',', ', ') if v else 'defaults'} | " +
                         " | ".join(cell(res, "mnp", d, k, s, g, variant=v) for k, _, s, g in MAIN) +
                         f" | {seeds(res, 'mnp', d, v)} |")
     return "\n".join(rows)

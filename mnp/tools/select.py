@@ -27,7 +27,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
-from mnp.parts import ViewWeightingPart, nest_flat
+from mnp.core.migrations import modern_key, nest_flat
+from mnp.parts import ViewWeightingPart
 from mnp.tools.report_runs import Run, load
 from mnp.tools.stats import paired_test
 
@@ -134,7 +135,8 @@ def overrides(run: Run) -> list[str]:
 
     path = run.path / ".hydra" / "overrides.yaml"
     items = yaml.safe_load(path.read_text()) if path.is_file() else (run.variant or "").split(",")
-    return [i.split("=", 1)[0] for i in items if "=" in i and i.startswith(("model.", "dataset."))]
+    keys = [i.split("=", 1)[0] for i in items if "=" in i and i.startswith(("model.", "dataset."))]
+    return [modern_key(k) for k in keys]
 
 
 def settings(candidates: list[str], runs: list[Run]) -> dict[str, str]:
