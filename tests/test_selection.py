@@ -71,7 +71,7 @@ def _fake_run(root, name: str, seed: int, metrics: dict, variant: str | None = N
     d.mkdir(parents=True)
     (d / "metrics.json").write_text(json.dumps({"model": "mnp", "dataset": "cub", "seed": seed,
                                                 "experiment": "select", "eval_split": split, **metrics}))
-    (d / "config.yaml").write_text(yaml.safe_dump({"variant": variant, "model": {"memory_size": memory_size}}))
+    (d / "config.yaml").write_text(yaml.safe_dump({"variant": variant, "model": {"memory": {"size": memory_size}}}))
 
 
 def _sweep(tmp_path, nll: dict[str, list[float]]):
