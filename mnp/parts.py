@@ -220,6 +220,7 @@ class WarmupPart:
     lr: float = 1e-3
     end_factor: float = 0.1
     domains: ClassVar[dict] = dict(epochs=NATURAL, lr=POSITIVE, end_factor=UNIT)
+    config_only: ClassVar[tuple] = ("fraction",)  # read by the config (mnp.core.validate.resolve_auto), not the part
 
     def __post_init__(self):
         _check(self, "warmup")

@@ -35,8 +35,8 @@ def wide_file(path, rows: int, compressed: bool):
     # d_e = 4096: the wide view's projection alone is 100,000 × 4096 float32 weights, 1.6 GB
     ("the model", 60, ["model.encoder.d_e=4096"],
      r"out of memory \(DefaultCPUAllocator: can't allocate memory: you tried to allocate 1638400000 bytes.*\) with 60 "
-     r"rows and views of \[100000, 3\] columns: reduce dataset\.batch_size=200, model\.d_e=4096, model\.memory_size=100, "
-     r"model\.num_samples=\d+ or the columns of the widest view \(view 1, 100000 columns\), or give the process more memory"),
+     r"rows and views of \[100000, 3\] columns: reduce dataset\.batch_size=200, model\.encoder\.d_e=4096, model\.memory\.size=100, "
+     r"model\.decoder\.num_samples=\d+ or the columns of the widest view \(view 1, 100000 columns\), or give the process more memory"),
 ])
 @pytest.mark.slow
 def test_a_run_out_of_memory_is_one_line_naming_the_sizes(tmp_path, case, rows, overrides, expected):

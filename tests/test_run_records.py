@@ -131,7 +131,7 @@ def test_a_resume_may_raise_max_epochs_of_an_mnp_run_with_its_derived_warmup(tmp
     small = ["model.encoder.d_e=16", "model.decoder.num_samples=2", "eval.noise=false"]
     assert g(data, run, *small, "test=false", model="mnp").returncode == 0  # 2 epochs, then stopped before testing
     line = error_line(g(data, run, *small, "model.warmup.epochs=1", model="mnp", epochs=4))
-    assert line.startswith(f"error: {run} holds a run of another config (differs at model.warmup_epochs)")
+    assert line.startswith(f"error: {run} holds a run of another config (differs at model.warmup.epochs)")
     again = g(data, run, *small, "test=false", model="mnp", epochs=3)
     assert again.returncode == 0, again.stderr[-2000:]
     res = g(data, run, *small, model="mnp", epochs=4)

@@ -173,6 +173,8 @@ def _check_part(where: str, hint, value) -> None:
     hints = typing.get_type_hints(cls)
     known = [f.name for f in dataclasses.fields(cls)]
     for key, item in value.items():
+        if key in getattr(cls, "config_only", ()):  # resolved into other settings before the model is built
+            continue
         if key not in known:
             raise ConfigError(f"{where} has no setting {key!r}; it takes {', '.join(known)}")
         if not conforms(item, hints[key]):
