@@ -22,7 +22,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 DATASETS = ("handwritten", "cub", "pie", "scene15")
-SHORT = ["trainer.max_epochs=3", "model.warmup_epochs=1", "+trainer.limit_train_batches=1", "test=false",
+SHORT = ["trainer.max_epochs=3", "model.warmup.epochs=1", "+trainer.limit_train_batches=1", "test=false",
          "logger=none", "trainer.enable_progress_bar=false"]
 
 

@@ -29,7 +29,7 @@ def compose(dataset: str, epochs: int):
     from hydra import compose as hydra_compose, initialize_config_dir
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         cfg = hydra_compose("train", overrides=["model=mnp", f"dataset={dataset}", f"trainer.max_epochs={epochs}",
-                                                "model.warmup_epochs=1", "paths.output_dir=/nonexistent"],
+                                                "model.warmup.epochs=1", "paths.output_dir=/nonexistent"],
                             return_hydra_config=False)
     resolve_auto(cfg)
     return cfg

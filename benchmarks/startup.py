@@ -2,7 +2,7 @@
 
     MNP_DATA_DIR=../shared/data python benchmarks/startup.py [--before DIR --before-commit C] [--repeats 3] [--imports]
 
-Runs ``python train.py model=mnp dataset=handwritten trainer.max_epochs=1 model.warmup_epochs=0`` (one
+Runs ``python train.py model=mnp dataset=handwritten trainer.max_epochs=1 model.warmup.epochs=0`` (one
 thread, a fresh log directory each time) ``--repeats`` times and records, per run, the wall time of the
 process, ``time/total_s`` (train() entry to the end of the test), and where the code writes them
 ``time/startup_s`` (process start to the first training step) and ``time/teardown_s`` (end of the test
@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-RUN = ["model=mnp", "dataset=handwritten", "trainer.max_epochs=1", "model.warmup_epochs=0"]
+RUN = ["model=mnp", "dataset=handwritten", "trainer.max_epochs=1", "model.warmup.epochs=0"]
 KEYS = ("time/total_s", "time/startup_s", "time/teardown_s")
 
 

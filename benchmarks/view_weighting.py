@@ -45,8 +45,8 @@ def evaluate_variants(run_dir: Path) -> dict:
         model.register_buffer("distance_ref", torch.full((len(model.view_dims),), float("nan")))
     out = {}
     for name, settings in variants().items():
-        model.hparams.update(settings)
-        if settings["view_weighting"] == "distance":
+        model.spec = model.spec.replace("aggregation.view_weighting", **settings)
+        if settings["mode"] == "distance":
             model.update_distance_reference(dm.train_views)
         trainer = pl.Trainer(logger=False, enable_progress_bar=False, enable_model_summary=False,
                              enable_checkpointing=False, accelerator="cpu")

@@ -7,7 +7,7 @@ from torch import Tensor
 
 class ContextCache:
     """Keeps the context encodings of :meth:`mnp.model.MNP._encode` in ``_ctx_cache`` while nothing they
-    depend on changes; a mixin placed before Routine, using the model's ``hparams``, ``encoders`` and
+    depend on changes; a mixin placed before Routine, using the model's ``spec``, ``encoders`` and
     ``memory``.
 
     At inference the context encodings depend only on the parameters and the memory, not on the
@@ -15,7 +15,7 @@ class ContextCache:
     """
 
     def _context_cacheable(self) -> bool:
-        return self.hparams.fast and not self.training and not torch.is_grad_enabled() and \
+        return self.spec.fast and not self.training and not torch.is_grad_enabled() and \
             self.memory.update_rule != "random"
 
     def _context_key(self, x: Tensor) -> tuple:

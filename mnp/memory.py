@@ -80,13 +80,13 @@ class ContextMemory(nn.Module):
         self.num_classes, self.num_views = int(num_classes), len(view_dims)
         self.per_class = int(size) // self.num_classes
         if self.per_class < 1:
-            raise ValueError(f"memory_size {size} is smaller than the number of classes {num_classes}; "
+            raise ValueError(f"memory.size {size} is smaller than the number of classes {num_classes}; "
                              "it is the total N^m over all classes")
-        self.init = choice("memory_init", init, INITS)
-        self.update_rule = choice("memory_update", update, UPDATES)
-        self.jstar = choice("memory_jstar", jstar, JSTARS)
+        self.init = choice("memory.init", init, INITS)
+        self.update_rule = choice("memory.update", update, UPDATES)
+        self.jstar = choice("memory.jstar", jstar, JSTARS)
         if trainable and update == "random":
-            raise ValueError("memory_trainable cannot be combined with memory_update=random (the context is re-sampled)")
+            raise ValueError("memory.trainable cannot be combined with memory.update=random (the context is re-sampled)")
         for m, d in enumerate(view_dims):
             rows = torch.zeros(self.num_classes, self.per_class, int(d))
             if trainable:

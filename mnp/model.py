@@ -9,7 +9,7 @@ cache of the context encodings in :mod:`mnp.context_cache`.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -17,23 +17,21 @@ from torch import Tensor, nn
 from torch.profiler import record_function
 
 from mnp.core import metrics
-from mnp.core.domains import COUNT, NATURAL, NON_NEGATIVE, POSITIVE, UNIT, Domain, check_domains, optional
-from mnp.aggregation import build_aggregation, modality_draws
-from mnp.attention import NORMALISERS, build_similarity, choice, normalise, topk_hint
+from mnp.aggregation import modality_draws
+from mnp.attention import choice, normalise, topk_hint
 from mnp.context_cache import ContextCache
-from mnp.decoder import Decoder, sample_logits
-from mnp.encoders import ModalityEncoder, encode_stacked, project_stacked, stacked_groups, stacked_roles
+from mnp.decoder import sample_logits
+from mnp.encoders import encode_stacked, project_stacked, stacked_groups, stacked_roles
 from mnp.losses import predictive_nll, unimodal_error
-from mnp.memory import ContextMemory
 from mnp.model_training import MNPTraining
-from mnp.optim import OPTIM_DOMAINS
 from mnp.core.routine import Routine
+from mnp.parts import (PARTS, AggregationPart, AttentionPart, DecoderPart, EncoderPart, LossPart, MemoryPart, MNPSpec,
+                       OptimPart, WarmupPart, as_part, plain)
 from mnp.stacked import Stacks, distributed, stackable
 from mnp.step_graphs import StepGraphs, blockers
 from mnp.view_predictions import ViewPredictions
 from mnp.view_training import fusion_weights, predictive_loss
-from mnp.view_weighting import ViewWeighting
-
+from mnp.view_weighting import ViewWeighting, check_view_weighting
 
 def glorot_(module: nn.Module) -> None:
     """Keras' Dense initialisation: Glorot-uniform kernels, zero biases."""
@@ -45,39 +43,16 @@ def glorot_(module: nn.Module) -> None:
 
 
 class MNP(ContextCache, ViewWeighting, ViewPredictions, MNPTraining, Routine):
-    """Multimodal Neural Process; every deviation between paper and official code is a switch.
+    """Multimodal Neural Process, built from its parts (:mod:`mnp.parts`); every deviation between paper and
+    official code is a switch of one part.
 
-    The constructor's defaults are the paper's choices except ``lengthscale_form="l"`` (measured: with
-    l = 10 the paper's l² form leaves the attention uniform); ``conf/model/mnp.yaml`` adds the measured
-    projection and warm-up.
+    ``encoder`` (projection, r/s/u/q encoders, eqs. 4 and 6), ``attention`` (eq. 9), ``aggregation`` (eq. 8, with
+    eq. 8′'s ``view_weighting`` and the training-time ``modality_mask`` and ``view_dropout``), ``memory`` (the DCM,
+    eqs. 2–3), ``decoder`` (eqs. 11–13), ``loss`` (eqs. 10 and 14), ``optim`` and ``warmup``: each a part object, a
+    mapping of its settings (a config node) or None (its defaults, the paper's choices except the attention's
+    ``lengthscale_form="l"``: with l = 10 the paper's l² form leaves the attention uniform; ``conf/model/mnp.yaml``
+    adds the measured projection and warm-up). ``model.spec`` holds them as read.
 
-    Architecture: ``d_e``; ``projection`` none (paper) | linear (official) | resmlp (synthetic);
-    ``merge`` concat (paper) | sum (official); ``norm`` layer | batch with ``norm_eps`` and
-    ``bn_momentum`` (PyTorch convention); ``prior`` separate (paper) | shared (official);
-    ``weight_init`` glorot (Keras) | torch.
-    Attention: ``similarity`` rbf | dot; ``lengthscale_init``; ``lengthscale_param`` softplus | exp;
-    ``lengthscale_form`` l2 (paper) | l (official); ``amplitude`` σ_f (official);
-    ``attention_norm`` sparsemax | softmax.
-    Aggregation: ``aggregation`` mba | mean | concat; ``sigma_as_std`` (official bug);
-    ``view_weighting`` none (paper) | distance (eq. 8′, :mod:`mnp.view_weighting`: a view's MBA weight falls as
-    the target moves away from that view's context, at inference) with ``distance_quantile`` and ``distance_power``;
-    ``modality_mask`` (official random subsets of ≥ 2 modalities in training, redrawn per batch);
-    ``view_dropout`` p (each view leaves the fused posterior with probability p in training, ≥ 1 kept;
-    :mod:`mnp.view_training`).
-    Prediction and loss: ``num_samples`` S; ``ty_loss`` nll_of_mean (paper) | mean_ce (official);
-    ``view_loss_weight`` λ (the unimodal NLLs of eq. 14 weighted 1 + λ, :mod:`mnp.view_training`);
-    ``alpha``, ``beta``, ``tau``; ``rbf_reduce`` mean (paper) | sum (official);
-    ``lengthscale_penalty`` norm (paper) | half_sq (official); ``self_in_denominator`` (official).
-    Memory: ``memory_size`` N^m (total); ``memory_init`` data | uniform; ``memory_trainable``;
-    ``memory_update`` mse | ce | fifo | random; ``memory_jstar`` all (paper) | same_class (official);
-    ``memory_write`` after_step (paper, ``on_train_batch_end``) | before_step (official: a trained
-    memory's new rows then receive the optimiser step computed for the rows they replaced).
-    Training: ``warmup_epochs``, ``warmup_lr``, ``warmup_end_factor``; ``optim`` (kwargs of
-    make_optimizer: lr, eps, schedule, milestones, values); ``clip_norm`` per tensor; ``l2``
-    (Keras kernel regulariser: l2·Σ‖W‖² over the dense kernels); ``train_decoder``;
-    ``lengthscale_lr_scale`` multiplies the learning rate of l and σ_f in both optimisers (1: the paper
-    and the official code; Adam moves a parameter by about lr per step, so l travels ≤ lr·steps from
-    its initial 10).
     Implementation (same math either way): ``fast`` (fused Adam, foreach clipping and L2, the
     modalities' projections, context encoders and lengthscales batched (mnp.stacked), context
     encodings computed once per parameter state at inference, partial sorts in sparsemax on CPU) or
@@ -88,65 +63,46 @@ class MNP(ContextCache, ViewWeighting, ViewPredictions, MNPTraining, Routine):
     ``accel.cuda_graph``) replays it and the DCM update as CUDA graphs (:mod:`mnp.step_graphs`).
     """
 
-    # the numeric arguments' domains (mnp.core.domains); d_e >= 2: the decoder's hidden layer has d_e // 2 units
-    domains = dict(d_e=Domain(2, integer=True), resmlp_depth=NATURAL, y_embed_dim=COUNT, norm_eps=POSITIVE,
-                   bn_momentum=UNIT, lengthscale_init=POSITIVE, num_samples=COUNT, alpha=NON_NEGATIVE, beta=NON_NEGATIVE,
-                   tau=POSITIVE, memory_size=COUNT, warmup_epochs=NATURAL, warmup_lr=POSITIVE, warmup_end_factor=UNIT,
-                   optim=OPTIM_DOMAINS, clip_norm=optional(POSITIVE), l2=NON_NEGATIVE, lengthscale_lr_scale=POSITIVE,
-                   distance_quantile=Domain(0, 1, low_open=True), distance_power=POSITIVE,
-                   view_loss_weight=NON_NEGATIVE, view_dropout=UNIT)
+    # each part's declared domains (mnp.core.domains), checked by the part and by the config validation
+    domains = {name: part.domains for name, part in PARTS.items()}
 
-    def __init__(self, num_classes: int, view_dims: Sequence[int], d_e: int = 512, projection: str = "none",
-                 resmlp_depth: int = 6, merge: str = "concat", y_embed_dim: int = 32, norm: str = "layer",
-                 norm_eps: float = 1e-5, bn_momentum: float = 0.1, prior: str = "separate",
-                 weight_init: str = "glorot", similarity: str = "rbf", lengthscale_init: float = 10.0,
-                 lengthscale_param: str = "softplus", lengthscale_form: str = "l", amplitude: bool = False,
-                 attention_norm: str = "sparsemax", aggregation: str = "mba", sigma_as_std: bool = False,
-                 view_weighting: str = "none", distance_quantile: float = 0.99, distance_power: float = 1.0,
-                 modality_mask: bool = False, view_dropout: float = 0.0, num_samples: int = 5,
-                 ty_loss: str = "nll_of_mean", view_loss_weight: float = 0.0, alpha: float = 1.0, beta: float = 1.0,
-                 tau: float = 0.25, rbf_reduce: str = "mean",
-                 lengthscale_penalty: str = "norm", self_in_denominator: bool = False, memory_size: int = 100,
-                 memory_init: str = "data", memory_trainable: bool = False, memory_update: str = "mse",
-                 memory_jstar: str = "all", memory_write: str = "after_step", warmup_epochs: int = 0, warmup_lr: float = 1e-3,
-                 warmup_end_factor: float = 0.1, optim: dict | None = None, clip_norm: float | None = None,
-                 l2: float = 0.0, train_decoder: bool = True, lengthscale_lr_scale: float = 1.0,
-                 fast: bool = True, compile: bool = False):
+    def __init__(self, num_classes: int, view_dims: Sequence[int], encoder: EncoderPart | Mapping | None = None,
+                 attention: AttentionPart | Mapping | None = None, aggregation: AggregationPart | Mapping | None = None,
+                 memory: MemoryPart | Mapping | None = None, decoder: DecoderPart | Mapping | None = None,
+                 loss: LossPart | Mapping | None = None, optim: OptimPart | Mapping | None = None,
+                 warmup: WarmupPart | Mapping | None = None, weight_init: str = "glorot", fast: bool = True,
+                 compile: bool = False):
         super().__init__(num_classes, view_dims)
-        self.save_hyperparameters()
-        check_domains(self.domains, self.hparams)
+        given = dict(encoder=encoder, attention=attention, aggregation=aggregation, memory=memory, decoder=decoder,
+                     loss=loss, optim=optim, warmup=warmup)
+        self.spec = MNPSpec(**{name: as_part(PARTS[name], value, name) for name, value in given.items()},
+                            weight_init=weight_init, fast=fast, compile=compile)
+        spec = self.spec
+        # plain settings only: a checkpoint's constructor arguments (mnp.core.stored_config)
+        self.save_hyperparameters({"num_classes": num_classes, "view_dims": list(self.view_dims),
+                                   **{name: plain(getattr(spec, name)) for name in PARTS},
+                                   "weight_init": weight_init, "fast": fast, "compile": compile})
         self.automatic_optimization = False
         choice("weight_init", weight_init, ("glorot", "torch"))
-        choice("ty_loss", ty_loss, ("nll_of_mean", "mean_ce"))
-        choice("rbf_reduce", rbf_reduce, ("mean", "sum"))
-        choice("lengthscale_penalty", lengthscale_penalty, ("norm", "half_sq"))
-        choice("memory_write", memory_write, ("after_step", "before_step"))
-        self.attention_norm = choice("attention_norm", attention_norm, NORMALISERS)
-        self.optim_cfg = dict(optim or {})
-        enc_kwargs = dict(merge=merge, norm=norm, norm_eps=norm_eps, bn_momentum=bn_momentum, y_embed_dim=y_embed_dim)
-        self.encoders = nn.ModuleList(
-            ModalityEncoder(d, self.num_classes, d_e, projection, resmlp_depth, prior, **enc_kwargs)
-            for d in self.view_dims)
-        self.similarity = build_similarity(similarity, [e.d_x for e in self.encoders],
-                                           lengthscale_init=lengthscale_init, param=lengthscale_param,
-                                           form=lengthscale_form, amplitude=amplitude)
-        self.aggregation = build_aggregation(aggregation, len(self.view_dims), d_e)
-        self._init_view_weighting()
-        self.decoder = Decoder(d_e, self.num_classes, norm, norm_eps, bn_momentum)
+        check_view_weighting(spec.aggregation.view_weighting.mode, spec.attention.similarity)
+        self.attention_norm = spec.attention.normaliser
+        self.encoders = spec.encoder.build(self.view_dims, self.num_classes)
+        self.similarity = spec.attention.build([e.d_x for e in self.encoders])
+        self.aggregation = spec.aggregation.build(len(self.view_dims), spec.encoder.d_e)
+        if spec.aggregation.view_weighting.mode == "distance":  # eq. 8′'s d²_ref, in checkpoints
+            self.register_buffer("distance_ref", torch.full((len(self.view_dims),), float("nan")))
+        self.decoder = spec.decoder.build(spec.encoder.d_e, self.num_classes, spec.encoder)
         if weight_init == "glorot":
             glorot_(self)
-        if not train_decoder:
-            self.decoder.requires_grad_(False)  # official: the decoder is never updated
-        self.memory = ContextMemory(self.view_dims, self.num_classes, memory_size, memory_init, memory_trainable,
-                                    memory_update, memory_jstar)
-        if warmup_epochs > 0 and not self._warmup_parameters():
-            raise ValueError("warmup_epochs > 0 needs something for L_RBF to train: an rbf similarity or a projection")
+        self.memory = spec.memory.build(self.view_dims, self.num_classes)
+        if spec.warmup.epochs > 0 and not self._warmup_parameters():
+            raise ValueError("warmup.epochs > 0 needs something for L_RBF to train: an rbf similarity or a projection")
         self._dcm_batch: tuple | None = None
         # fast: the linear projections and the context encoders of all modalities batched (mnp.stacked), where
         # their shapes allow it and the aggregation uses every encoder (an unused one must keep no gradient,
         # not a zero one)
-        self._stack_projection = fast and projection == "linear" and len(self.view_dims) > 1
-        self._stack_encoders = fast and aggregation == "mba" and stacked_roles(self.encoders) is not None
+        self._stack_projection = fast and spec.encoder.projection == "linear" and len(self.view_dims) > 1
+        self._stack_encoders = fast and spec.aggregation.kind == "mba" and stacked_roles(self.encoders) is not None
         self._param_stacks: Stacks | None = None
         if fast and hasattr(self.similarity, "stack"):
             self.similarity.stack = True
@@ -162,7 +118,7 @@ class MNP(ContextCache, ViewWeighting, ViewPredictions, MNPTraining, Routine):
         self.cuda_graph: bool | str = False
         self._step_graphs: StepGraphs | None = None
         self.register_buffer("_loss_bad", torch.tensor(0.0), persistent=False)  # 1 after a non-finite loss, see train_step
-        if modality_mask:
+        if spec.aggregation.modality_mask:
             self.register_buffer("_modality_subsets", modality_draws(len(self.view_dims)), persistent=False)
 
     # ------------------------------------------------------------------ memory
@@ -228,7 +184,7 @@ class MNP(ContextCache, ViewWeighting, ViewPredictions, MNPTraining, Routine):
             k = None if self.capturable else self._sparsemax_k
             scores = self.similarity(targets, contexts)
             attn = normalise(scores, self.attention_norm, k)  # eq. 9
-            if self.hparams.fast and self.attention_norm == "sparsemax" and attn.device.type == "cpu" and \
+            if self.spec.fast and self.attention_norm == "sparsemax" and attn.device.type == "cpu" and \
                     not self.capturable:
                 self._sparsemax_k = topk_hint(attn)  # CPU: partial sorts beat a full sort for large N^m
             r_star = attn.to(r_all.dtype) @ r_all  # eq. 5
@@ -250,9 +206,10 @@ class MNP(ContextCache, ViewWeighting, ViewPredictions, MNPTraining, Routine):
             h[:, b:] if isinstance(h, Tensor) else [x[b:] for x in h]
         if (stacks := self._stacks()) is not None and self._stack_encoders:  # eqs. 4 and 6, all modalities at once
             c = contexts if isinstance(contexts, Tensor) else torch.stack(contexts)
-            roles = 4 if self.hparams.prior == "separate" else 2
-            r, s, u, q = encode_stacked(stacks, c, y_onehot, roles, self.hparams.norm_eps, self.hparams.norm,
-                                        self.encoders[0].enc_r.norm.training, self.hparams.bn_momentum)
+            enc = self.spec.encoder
+            roles = 4 if enc.prior == "separate" else 2
+            r, s, u, q = encode_stacked(stacks, c, y_onehot, roles, enc.norm_eps, enc.norm,
+                                        self.encoders[0].enc_r.norm.training, enc.bn_momentum)
             context = (contexts, r, s.float(), u, q.float())
         else:
             rs, ss, us, qs = [], [], [], []
@@ -295,7 +252,7 @@ class MNP(ContextCache, ViewWeighting, ViewPredictions, MNPTraining, Routine):
         ``present`` (B, M): eq. 8 over the views present only (its weights, mnp.core.missing)."""
         _, scores, _, r_star, s_star, u, q = self._attend_scores(views)
         mu, var = self.aggregation(r_star, s_star, u, q, self._view_weights(scores, present))  # eq. 8 (8′ when weighted)
-        logits = sample_logits(self.decoder, mu, var, self.hparams.num_samples, self.hparams.sigma_as_std,
+        logits = sample_logits(self.decoder, mu, var, self.spec.decoder.num_samples, self.spec.decoder.sigma_as_std,
                                self.sample_generator)
         probs = logits.float().softmax(-1)
         return probs, metrics.expected_entropy(probs)
@@ -311,35 +268,36 @@ class MNP(ContextCache, ViewWeighting, ViewPredictions, MNPTraining, Routine):
             self.similarity.release()
 
     def _training_loss(self, views, y):
-        hp = self.hparams
+        spec = self.spec
+        fusion, loss_part, memory = spec.aggregation, spec.loss, spec.memory
         if self._in_warmup():
             rbf = self._rbf_loss(self._project(views), y)
             return rbf, {"rbf": rbf.detach()}
         targets, attn, r_star, s_star, u, q = self._attend(views)
-        weights = fusion_weights(y.shape[0], len(views), y.device, hp.modality_mask, hp.view_dropout,
+        weights = fusion_weights(y.shape[0], len(views), y.device, fusion.modality_mask, fusion.view_dropout,
                                  getattr(self, "_modality_subsets", None))
         (mu, var), (mu_m, var_m) = self.aggregation.posteriors(r_star, s_star, u, q, weights)
         mu_all = torch.cat([mu[None], mu_m])  # (1 + M, B, d): multimodal first, then each modality
         var_all = None if var is None else torch.cat([var[None], var_m])
         with record_function("mnp.decode"):
-            if hp.compile and self._compiled is None:
+            if spec.compile and self._compiled is None:
                 self._compiled = torch.compile(self._decode_and_nll)
             logits, nll = (self._compiled or self._decode_and_nll)(mu_all, var_all, y)  # nll: (1 + M,)
         with record_function("mnp.losses"):
-            ty, view_nll = predictive_loss(nll, hp.view_loss_weight)  # eq. 14 (+ λ · the views' mean NLL)
+            ty, view_nll = predictive_loss(nll, loss_part.view_weight)  # eq. 14 (+ λ · the views' mean NLL)
             rbf = self._rbf_loss(targets, y)
             l2 = self._l2_penalty()
-            loss = ty + hp.beta * rbf + l2
+            loss = ty + loss_part.beta * rbf + l2
         probs = logits.detach().float().softmax(-1).mean(0)  # p̂ and p̂^m, (1 + M, B, K)
-        if hp.memory_update in ("mse", "ce", "fifo"):
-            err = unimodal_error(probs[1:], y, hp.memory_update) if hp.memory_update != "fifo" else None
+        if memory.update in ("mse", "ce", "fifo"):
+            err = unimodal_error(probs[1:], y, memory.update) if memory.update != "fifo" else None
             self._dcm_batch = ([v.detach() if v.requires_grad else v for v in views], y, attn.detach().sum(1), err)
         logs = {"ty": ty.detach(), "rbf": rbf.detach(), "acc": (probs[0].argmax(-1) == y).float().mean()}
-        if hp.l2:
+        if loss_part.l2:
             logs["l2"] = l2.detach()
-        if hp.view_loss_weight:
+        if loss_part.view_weight:
             logs["view_nll"] = view_nll.detach()
-        if hp.similarity == "rbf":
+        if spec.attention.similarity == "rbf":
             stacked = self.similarity.stacked_lengthscales()
             logs["lengthscale"] = torch.cat([l.detach() for l in self.similarity.lengthscales()]).mean() \
                 if stacked is None else stacked.detach().mean()
@@ -347,9 +305,9 @@ class MNP(ContextCache, ViewWeighting, ViewPredictions, MNPTraining, Routine):
 
     def _decode_and_nll(self, mu_all: Tensor, var_all: Tensor | None, y: Tensor) -> tuple[Tensor, Tensor]:
         """Logit samples of every posterior (eqs. 11–13) and their NLLs (eq. 14)."""
-        hp = self.hparams
-        logits = sample_logits(self.decoder, mu_all, var_all, hp.num_samples, hp.sigma_as_std)
-        return logits, predictive_nll(logits, y, hp.ty_loss)
+        dec = self.spec.decoder
+        logits = sample_logits(self.decoder, mu_all, var_all, dec.num_samples, dec.sigma_as_std)
+        return logits, predictive_nll(logits, y, self.spec.loss.ty)
 
     def __getstate__(self):
         return {**super().__getstate__(), "_compiled": None, "_param_stacks": None, "_step_graphs": None}

@@ -14,7 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from mnp.losses import supervised_contrastive
-from mnp.optim import keras_eps_, make_optimizer, set_lr
+from mnp.optim import keras_eps_, set_lr
 
 
 def clip_per_tensor(params: Iterable[Tensor], max_norm: float, fast: bool = True) -> None:
@@ -49,14 +49,14 @@ class SumOfSquares(torch.autograd.Function):
 class MNPTraining:
     """The Lightning training hooks of :class:`mnp.model.MNP`, a mixin placed before Routine.
 
-    Uses the model's ``hparams``, ``optim_cfg``, ``encoders``, ``similarity``, ``training_loss``, ``_stacks``,
+    Uses the model's ``spec`` (its parts' settings), ``encoders``, ``similarity``, ``training_loss``, ``_stacks``,
     ``_update_memory`` (DCM write), ``clear_context_cache`` and the ``_loss_bad`` buffer; gives it L_RBF and the
     L2 penalty.
     """
 
     def _in_warmup(self) -> bool:
-        return self.hparams.warmup_epochs > 0 and self._trainer is not None and \
-            self.current_epoch < self.hparams.warmup_epochs
+        epochs = self.spec.warmup.epochs
+        return epochs > 0 and self._trainer is not None and self.current_epoch < epochs
 
     def _warmup_parameters(self) -> list[nn.Parameter]:
         params = [p for enc in self.encoders for p in enc.projection.parameters()]
@@ -64,7 +64,7 @@ class MNPTraining:
 
     def _param_groups(self, params: list[nn.Parameter], lr: float) -> list[dict]:
         """Adam parameter groups: l and σ_f at ``lr·lengthscale_lr_scale``, the rest at ``lr``."""
-        scale = self.hparams.lengthscale_lr_scale
+        scale = self.spec.optim.lengthscale_lr_scale
         mine = {id(p) for p in self.similarity.parameters()}
         groups = [{"params": [p for p in params if id(p) not in mine], "lr": lr, "lr_scale": 1.0},
                   {"params": [p for p in params if id(p) in mine], "lr": lr * scale, "lr_scale": scale}]
@@ -72,39 +72,38 @@ class MNPTraining:
 
     def _rbf_loss(self, targets: list[Tensor], y: Tensor) -> Tensor:
         """L_RBF = reduce_m L^m_CL + α reduce_m penalty(l^m) (eq. 10 and Section 3.3)."""
-        hp = self.hparams
-        cl = supervised_contrastive(self.similarity(targets, targets), y, hp.tau, hp.self_in_denominator)
-        pen = self.similarity.penalty(hp.lengthscale_penalty)
-        if hp.rbf_reduce == "sum":
-            return cl.sum() + hp.alpha * pen.sum()
-        return cl.mean() + hp.alpha * pen.mean()
+        loss = self.spec.loss
+        cl = supervised_contrastive(self.similarity(targets, targets), y, loss.tau, loss.self_in_denominator)
+        pen = self.similarity.penalty(loss.lengthscale_penalty)
+        if loss.rbf_reduce == "sum":
+            return cl.sum() + loss.alpha * pen.sum()
+        return cl.mean() + loss.alpha * pen.mean()
 
     def _l2_penalty(self) -> Tensor | float:
-        if not self.hparams.l2:
+        l2 = self.spec.loss.l2
+        if not l2:
             return 0.0
         kernels = [m.weight for m in self.modules() if isinstance(m, nn.Linear) and m.weight.requires_grad]
         if (stacks := self._stacks()) is not None and self._stack_encoders:  # the encoders' kernels: two stacks
             stacked = {id(w) for w in stacks.members("fc1.weight") + stacks.members("fc2.weight")}
             kernels = [w for w in kernels if id(w) not in stacked] + \
                 [stacks[k] for k in ("fc1.weight", "fc2.weight") if stacks[k].requires_grad]
-        if self.hparams.fast:
-            return self.hparams.l2 * SumOfSquares.apply(*kernels)
-        return self.hparams.l2 * sum(w.pow(2).sum() for w in kernels)
+        if self.spec.fast:
+            return l2 * SumOfSquares.apply(*kernels)
+        return l2 * sum(w.pow(2).sum() for w in kernels)
 
     def configure_optimizers(self):
-        hp = self.hparams
+        optim, warmup = self.spec.optim, self.spec.warmup
         total = self.trainer.max_epochs if self._trainer is not None and (self.trainer.max_epochs or 0) > 0 else 100
         params = [p for p in self.parameters() if p.requires_grad]
-        fused = hp.fast and all(p.device.type in ("cpu", "cuda") for p in params) or None
-        cfg = {"fused": fused, **self.optim_cfg}
-        main = make_optimizer(self._param_groups(params, cfg.get("lr", 1e-3)), max_epochs=max(total - hp.warmup_epochs, 1),
-                              **cfg)
+        fused = self.spec.fast and all(p.device.type in ("cpu", "cuda") for p in params) or None
+        main = optim.build(self._param_groups(params, optim.lr), max(total - warmup.epochs, 1), fused)
         main["optimizer"].register_step_post_hook(self._after_optimizer_step)
-        if hp.warmup_epochs <= 0:
+        if warmup.epochs <= 0:
             return main
-        warm = torch.optim.Adam(self._param_groups(self._warmup_parameters(), hp.warmup_lr),
-                                lr=hp.warmup_lr, eps=self.optim_cfg.get("eps", 1e-8), fused=fused)
-        if self.optim_cfg.get("eps_placement", "torch") == "keras":
+        warm = torch.optim.Adam(self._param_groups(self._warmup_parameters(), warmup.lr),
+                                lr=warmup.lr, eps=optim.eps, fused=fused)
+        if optim.eps_placement == "keras":
             keras_eps_(warm)
         warm.register_step_post_hook(self._after_optimizer_step)
         return [main, {"optimizer": warm}]
@@ -123,7 +122,7 @@ class MNPTraining:
         """Per-tensor norm clipping (each parameter's gradient on its own, as tf.clip_by_norm)."""
         if gradient_clip_val:
             clip_per_tensor((p for g in optimizer.param_groups for p in g["params"]), float(gradient_clip_val),
-                            self.hparams.fast)
+                            self.spec.fast)
 
     def training_step(self, batch, batch_idx):
         """Lightning's step: the warm-up's learning rate, :meth:`train_step`, the finite-loss check and logging."""
@@ -132,11 +131,11 @@ class MNPTraining:
         opts = self.optimizers()
         opts = opts if isinstance(opts, list) else [opts]
         opt = opts[1] if warm else opts[0]
-        if warm:  # linear decay from warmup_lr to warmup_lr·warmup_end_factor over the warm-up
-            n = self.trainer.num_training_batches
-            frac = (self.current_epoch + (batch_idx / n if 0 < n < float("inf") else 0.0)) / self.hparams.warmup_epochs
+        if warm:  # linear decay from warmup.lr to warmup.lr·warmup.end_factor over the warm-up
+            warmup, n = self.spec.warmup, self.trainer.num_training_batches
+            frac = (self.current_epoch + (batch_idx / n if 0 < n < float("inf") else 0.0)) / warmup.epochs
             for g in opt.param_groups:
-                set_lr(g, g["lr_scale"] * self.hparams.warmup_lr * (1.0 - (1.0 - self.hparams.warmup_end_factor) * frac))
+                set_lr(g, g["lr_scale"] * warmup.lr * (1.0 - (1.0 - warmup.end_factor) * frac))
         step = self.global_step
         if self._step_graphs is not None:  # accel.cuda_graph: mnp.step_graphs
             loss, logs = self._step_graphs.step(views, y, opt, warm)
@@ -171,8 +170,8 @@ class MNPTraining:
         else:
             loss.backward()
         if not warm:
-            self.configure_gradient_clipping(opt, self.hparams.clip_norm)
-        if self.hparams.memory_write == "before_step":
+            self.configure_gradient_clipping(opt, self.spec.optim.clip_norm)
+        if self.spec.memory.write == "before_step":
             self._update_memory()  # official: the new rows are written before apply_gradients
         inner = getattr(opt, "optimizer", opt)  # Lightning wraps the torch optimiser
         if inner.defaults.get("fused"):
@@ -204,7 +203,7 @@ class MNPTraining:
     def on_train_start(self) -> None:
         """Catch the schedule up with the epoch counter: a last.ckpt written before the epoch-end step (by
         runs before checkpointing moved to ModelCheckpoint) would otherwise repeat one epoch's learning rate."""
-        done = self.current_epoch - self.hparams.warmup_epochs  # main epochs completed
+        done = self.current_epoch - self.spec.warmup.epochs  # main epochs completed
         for s in self._schedulers():
             while s.last_epoch < done:
                 s.step()

@@ -46,7 +46,7 @@ class _Pair:
 def blockers(model, graph: bool | str, trainer) -> list[str]:
     """Why ``model``'s training step cannot be captured with ``accel.cuda_graph=graph`` under ``trainer``
     (empty: it can)."""
-    hp, device = model.hparams, trainer.strategy.root_device
+    spec, device = model.spec, trainer.strategy.root_device
     out = []
     if graph is True and device.type != "cuda":
         out.append(f"it needs a CUDA device, but the trainer runs on {device.type} "
@@ -55,13 +55,13 @@ def blockers(model, graph: bool | str, trainer) -> list[str]:
         out.append(f"{trainer.world_size} processes (DDP reads batch sizes across ranks)")
     if str(trainer.precision) not in ("32-true", "32"):
         out.append(f"trainer.precision={trainer.precision} (fp32 only)")
-    if not hp.fast:
+    if not spec.fast:
         out.append("model.fast=false (the reference path syncs with the host)")
-    if hp.compile:
+    if spec.compile:
         out.append("model.compile=true (torch.compile's own graphs)")
-    if hp.memory_update == "random":
-        out.append("model.memory_update=random (the context is drawn on the host every step)")
-    if model.optim_cfg.get("eps_placement", "torch") == "keras":
+    if spec.memory.update == "random":
+        out.append("model.memory.update=random (the context is drawn on the host every step)")
+    if spec.optim.eps_placement == "keras":
         out.append("model.optim.eps_placement=keras (ε changes every step in Python)")
     return out
 

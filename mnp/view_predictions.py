@@ -22,6 +22,6 @@ class ViewPredictions:
         """M per-sample softmaxes (S·S, B, K), view m's from its unimodal posterior alone."""
         _, _, _, r_star, s_star, u, q = self._attend_scores(views)
         mu_m, var_m = self.aggregation.unimodal(r_star, s_star, u, q)  # (M, B, d)
-        logits = sample_logits(self.decoder, mu_m, var_m, self.hparams.num_samples, self.hparams.sigma_as_std,
-                               self.sample_generator)  # (S·S, M, B, K)
+        dec = self.spec.decoder
+        logits = sample_logits(self.decoder, mu_m, var_m, dec.num_samples, dec.sigma_as_std, self.sample_generator)  # (S·S, M, B, K)
         return list(logits.float().softmax(-1).unbind(1))

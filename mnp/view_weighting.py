@@ -78,30 +78,27 @@ def reference_sq_dist(d2_of, views: Sequence[Tensor], quantile: float) -> Tensor
 def check_view_weighting(weighting: str, similarity: str) -> None:
     """One-line errors for the switch (its numeric settings have domains, mnp.core.domains)."""
     if weighting not in VIEW_WEIGHTINGS:
-        raise ValueError(f"unknown view_weighting '{weighting}'; choose one of {', '.join(VIEW_WEIGHTINGS)}")
+        raise ValueError(f"unknown model.aggregation.view_weighting.mode '{weighting}'; choose one of "
+                         f"{', '.join(VIEW_WEIGHTINGS)}")
     if weighting == "distance" and similarity != "rbf":
-        raise ValueError("view_weighting=distance needs similarity=rbf (it reads the RBF kernel's distances)")
+        raise ValueError("model.aggregation.view_weighting.mode=distance needs model.attention.similarity=rbf (it reads "
+                         "the RBF kernel's distances)")
 
 
 class ViewWeighting:
-    """MNP mixin (before Routine in the MRO): the switch ``view_weighting``, the reference d²_ref (buffer
-    ``distance_ref``, in checkpoints) and the weights of eq. 8′ at inference."""
-
-    def _init_view_weighting(self) -> None:
-        hp = self.hparams
-        check_view_weighting(hp.view_weighting, hp.similarity)
-        if hp.view_weighting == "distance":
-            self.register_buffer("distance_ref", torch.full((len(self.view_dims),), float("nan")))
+    """MNP mixin (before Routine in the MRO): the weights of eq. 8′ at inference, as the aggregation part's
+    ``view_weighting`` (``spec.aggregation.view_weighting``) sets them, and the reference d²_ref (buffer
+    ``distance_ref``, registered by the constructor, in checkpoints)."""
 
     def _view_weights(self, scores: Tensor, present: Tensor | None = None) -> Tensor | None:
         """MBA weights (B, M) of eq. 8′ from the attention scores (M, B, N), over the ``present`` views
         (B, M) only when given; None: eq. 8 (unweighted, every view)."""
-        if self.hparams.view_weighting == "none" or self.training:
+        weighting = self.spec.aggregation.view_weighting
+        if weighting.mode == "none" or self.training:
             return present
         if torch.isnan(self.distance_ref).any():  # not fitted yet (validation of the first epoch): from the training set
             self.update_distance_reference()
-        return view_weights(nearest_sq_dist(scores, self._amplitude()), self.distance_ref,
-                            self.hparams.distance_power, present)
+        return view_weights(nearest_sq_dist(scores, self._amplitude()), self.distance_ref, weighting.power, present)
 
     def _amplitude(self) -> Tensor | None:
         from mnp.attention import to_positive
@@ -122,12 +119,12 @@ class ViewWeighting:
             views = [torch.as_tensor(v, dtype=torch.float32, device=self.device) for v in train_views]
             amp = self._amplitude()
             ref = reference_sq_dist(lambda vs: nearest_sq_dist(self._attend_scores(vs)[1], amp), views,
-                                    self.hparams.distance_quantile)
+                                    self.spec.aggregation.view_weighting.quantile)
             self.distance_ref.copy_(ref)
         finally:
             self.train(was_training)
 
     def on_train_epoch_end(self) -> None:
         super().on_train_epoch_end()
-        if self.hparams.view_weighting == "distance" and not self._in_warmup():
+        if self.spec.aggregation.view_weighting.mode == "distance" and not self._in_warmup():
             self.update_distance_reference()  # before the epoch's checkpoint (ModelCheckpoint runs after this hook)

@@ -39,9 +39,9 @@ def data(n=40, seed=0):
 
 
 def build(name: str, fast: bool = True):
-    from mnp.model import MNP
+    from mnp_utils import flat_mnp
     torch.manual_seed(0)
-    model = MNP(**{**BASE, **CASES[name]}, fast=fast)
+    model = flat_mnp(**{**BASE, **CASES[name]}, fast=fast)
     views, y = data(60, seed=1)
     model.init_memory(views, y)
     opt = model.configure_optimizers()
@@ -54,8 +54,8 @@ def eager_step(model, opt, views, y) -> torch.Tensor:
     loss, _ = model.training_loss(views, y)
     model.zero_grad(set_to_none=True)
     loss.backward()
-    model.configure_gradient_clipping(opt, model.hparams.clip_norm)
-    if model.hparams.memory_write == "before_step":
+    model.configure_gradient_clipping(opt, model.spec.optim.clip_norm)
+    if model.spec.memory.write == "before_step":
         model._update_memory()
     opt.step()
     model.on_train_batch_end(None, None, 0)

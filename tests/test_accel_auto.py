@@ -11,13 +11,13 @@ import torch
 from mnp.core import accel
 from mnp.core.rundir import config_drift, run_suffix
 from mnp.core.summary import run_summary
-from mnp.model import MNP
+from mnp_utils import flat_mnp
 
 DIMS = (5, 7, 4)
 
 
 def mnp(**kw):
-    return MNP(num_classes=3, view_dims=list(DIMS), d_e=8, memory_size=6, projection="linear", **kw)
+    return flat_mnp(num_classes=3, view_dims=list(DIMS), d_e=8, memory_size=6, projection="linear", **kw)
 
 
 def trainer(device="cpu", world_size=1, precision="32-true"):
@@ -46,7 +46,7 @@ def test_auto_captures_mnp_on_one_cuda_device_when_nothing_blocks_it(caplog):
 
 
 @pytest.mark.parametrize("model_kw, trainer_kw, blocker", [
-    ({"memory_update": "random"}, {}, "model.memory_update=random"),
+    ({"memory_update": "random"}, {}, "model.memory.update=random"),
     ({"fast": False}, {}, "model.fast=false"),
     ({"optim": {"lr": 1e-3, "eps_placement": "keras"}}, {}, "eps_placement=keras"),
     ({}, {"world_size": 2}, "2 processes"),

@@ -25,7 +25,7 @@ from mnp.core.pipeline import evaluate, train
 from mnp.core.validate import ConfigError, validate
 
 FAST = ["trainer.max_epochs=1", "eval.noise=false", "skip_if_done=false", "ckpt_path=null"]
-SMALL_MNP = ["model=mnp", "model.d_e=16", "model.warmup_epochs=0", "model.num_samples=2"]
+SMALL_MNP = ["model=mnp", "model.encoder.d_e=16", "model.warmup.epochs=0", "model.decoder.num_samples=2"]
 
 
 @pytest.fixture(autouse=True)
@@ -142,15 +142,15 @@ def make_case(case, d):
     if case in ("seed too large", "negative seed"):  # numpy's words named neither the key nor the range
         value = 2**32 if case == "seed too large" else -1
         return [f"seed={value}"], f"seed must be an integer in [0, 4294967295], got {value}"
-    if case == "unknown memory_update":
-        return [*SMALL_MNP, "model.memory_update=weird"], \
-            "unknown memory_update 'weird'; choose one of mse, ce, fifo, random"
+    if case == "unknown memory.update":
+        return [*SMALL_MNP, "model.memory.update=weird"], \
+            "unknown model.memory.update 'weird'; choose one of mse, ce, fifo, random"
     if case == "unknown aggregation":
-        return [*SMALL_MNP, "model.aggregation=weird"], "unknown aggregation 'weird'; choose one of mba, mean, concat"
+        return [*SMALL_MNP, "model.aggregation.kind=weird"], "unknown model.aggregation.kind 'weird'; choose one of mba, mean, concat"
     if case == "negative clip_norm":  # trained by gradient ascent to chance accuracy and exited 0
-        return [*SMALL_MNP, "model.clip_norm=-0.1"], "model.clip_norm must be > 0 (or null), got -0.1"
+        return [*SMALL_MNP, "model.optim.clip_norm=-0.1"], "model.optim.clip_norm must be > 0 (or null), got -0.1"
     if case == "negative l2":  # a loss of -1e4
-        return [*SMALL_MNP, "model.l2=-1"], "model.l2 must be >= 0, got -1"
+        return [*SMALL_MNP, "model.loss.l2=-1"], "model.loss.l2 must be >= 0, got -1"
     if case == "zero hidden units":
         return ["model=de_ef", "model.hidden=[16,0]"], "model.hidden must be a list of integers >= 1, got [16, 0]"
     if case == "negative learning rate":
@@ -168,7 +168,7 @@ CASES = ["truncated npz", "truncated mat", "nan", "inf", "zero columns", "non-in
          "ood class out of range", "class without training samples", "row counts differ", "train/test dims differ",
          "train/test view counts differ", "wrong sha256", "unknown scaling", "unknown split",
          "noise subset larger than the views", "negative clip_norm", "negative l2", "zero hidden units",
-         "negative learning rate", "unknown memory_update", "unknown aggregation",
+         "negative learning rate", "unknown memory.update", "unknown aggregation",
          "unknown model key", "unknown dataset key", "seed too large", "negative seed"]
 
 
@@ -205,10 +205,10 @@ def test_a_run_that_would_train_on_no_batch_is_refused(tmp_path, capsys, overrid
 
 
 @pytest.mark.parametrize("overrides,expected", [
-    (["model.optim.schedule=bogus"], "model.optim: unknown lr schedule 'bogus'; choose constant, piecewise or linear"),
+    (["model.optim.schedule=bogus"], "unknown model.optim.schedule 'bogus'; choose one of constant, piecewise, linear"),
     (["model.optim.schedule=piecewise", "model.optim.values=[0.1]", "model.optim.milestones=[2]"],
      "model.optim: piecewise schedule needs len(values) == len(milestones) + 1, got [0.1] / [2]"),
-    (["model.optim.eps_placement=bogus"], "model.optim: unknown eps_placement 'bogus'; choose torch or keras"),
+    (["model.optim.eps_placement=bogus"], "unknown model.optim.eps_placement 'bogus'; choose one of torch, keras"),
 ])
 def test_bad_optimiser_settings_are_refused_before_anything_is_written(tmp_path, capsys, overrides, expected):
     """N95: refused in configure_optimizers, after config.yaml was written into the run directory."""
@@ -224,8 +224,8 @@ def test_trainer_keys_a_manual_optimisation_cannot_honour_are_refused_for_mnp_on
     why = "cannot apply to model mnp, which runs its own optimisation step; remove it"
     for override, expected in [
             ("+trainer.accumulate_grad_batches=2", f"trainer.accumulate_grad_batches=2 {why} (a larger dataset.batch_size"),
-            ("+trainer.gradient_clip_val=1.0", f"trainer.gradient_clip_val=1.0 {why} and set model.clip_norm=<max norm>"),
-            ("+trainer.gradient_clip_algorithm=value", f"trainer.gradient_clip_algorithm=value {why} and set model.clip_norm")]:
+            ("+trainer.gradient_clip_val=1.0", f"trainer.gradient_clip_val=1.0 {why} and set model.optim.clip_norm=<max norm>"),
+            ("+trainer.gradient_clip_algorithm=value", f"trainer.gradient_clip_algorithm=value {why} and set model.optim.clip_norm")]:
         out = tmp_path / override.split(".")[1].split("=")[0]
         line = guarded_error(train, compose_train(out, [*SMALL_MNP, *FAST, override]), capsys)
         assert line.startswith(f"error: {expected}"), line
@@ -321,7 +321,7 @@ def test_constant_views_duplicates_small_class_and_label_gap_train_with_warnings
     overrides = ["dataset=custom", f"dataset.path={path}", "dataset.batch_size=8", "trainer.max_epochs=2",
                  "skip_if_done=false", "ckpt_path=null", "eval.noise_levels=[1.0]"]
     if model == "mnp":
-        overrides += [*SMALL_MNP, "model.memory_size=30"]  # N_K = 10 > the 4 training samples of class 2
+        overrides += [*SMALL_MNP, "model.memory.size=30"]  # N_K = 10 > the 4 training samples of class 2
     else:
         overrides += ["model=mlp"]
     with caplog.at_level(logging.WARNING):

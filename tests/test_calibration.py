@@ -151,7 +151,7 @@ def test_train_writes_the_calibrated_and_per_view_metrics(tmp_path):
     """A tiny MNP run through train.py: metrics.json holds cal/, calibration/ and view/ keys."""
     res = train(compose_train(tmp_path, ["model=mnp", "trainer.max_epochs=2", "dataset.num_views=2",
                                          "dataset.n_train=200", "dataset.n_test=100", "dataset.val_fraction=0.2",
-                                         "model.d_e=16", "model.memory_size=20", "model.warmup_epochs=0",
+                                         "model.encoder.d_e=16", "model.memory.size=20", "model.warmup.epochs=0",
                                          "eval.noise_levels=[1.0]", "eval.calibration=temperature"]))
     on_disk = json.loads((tmp_path / "metrics.json").read_text())
     assert on_disk["calibration/temperature"] == res["calibration/temperature"] > 0

@@ -26,8 +26,8 @@ from mnp.core.pipeline import build_datamodule, build_model, eval_protocol, eval
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 MLP_RUN = ["model=mlp", "eval.noise=false", "skip_if_done=false", "seed=2"]
-SMALL_MNP = ["model=mnp", "dataset.num_views=2", "dataset.n_train=200", "dataset.n_test=100", "model.d_e=16",
-             "model.resmlp_depth=1", "model.memory_size=20", "model.warmup_epochs=1", "model.num_samples=3",
+SMALL_MNP = ["model=mnp", "dataset.num_views=2", "dataset.n_train=200", "dataset.n_test=100", "model.encoder.d_e=16",
+             "model.encoder.resmlp_depth=1", "model.memory.size=20", "model.warmup.epochs=1", "model.decoder.num_samples=3",
              "eval.noise_levels=[0.1,1.0]", "skip_if_done=false", "seed=4"]
 THROTTLE = "+callbacks.extra.throttle={_target_:mnp.core.callbacks.Throttle,seconds:0.5}"
 
@@ -132,12 +132,12 @@ def test_past_the_warmup_a_checkpoint_leaves_out_the_warmup_optimiser(tmp_path):
     resumed run still equals the uninterrupted one: tests/test_determinism.py)."""
     from datamodules import TensorDataModule
     from mnp.core.checkpointing import checkpoint_callbacks
-    from mnp.model import MNP
+    from mnp_utils import flat_mnp
 
     rng = np.random.default_rng(0)
     y = np.repeat(np.arange(2), 20)
     dm = TensorDataModule([rng.normal(size=(40, 4)) + y[:, None]], y, np.arange(40), np.arange(0), batch_size=20)
-    model = MNP(num_classes=2, view_dims=[4], d_e=8, memory_size=4, projection="linear", warmup_epochs=2)
+    model = flat_mnp(num_classes=2, view_dims=[4], d_e=8, memory_size=4, projection="linear", warmup_epochs=2)
     last = tmp_path / "last.ckpt"
     for epochs in (1, 4):  # stop in the warm-up, then resume past it
         pl.Trainer(max_epochs=epochs, logger=False, enable_progress_bar=False, enable_model_summary=False,
@@ -308,7 +308,7 @@ def test_test_numbers_do_not_depend_on_what_the_process_did_before(tmp_path):
 def test_evaluate_reproduces_train_then_test_for_every_model(tmp_path, model):
     """Every model's checkpoint loads with weights_only=True (nothing is allow-listed), and evaluate.py gives
     the numbers train-then-test gave, for the models that sample in predict too."""
-    run, warmup = tmp_path / "run", ["model.warmup_epochs=1"] if model.startswith("mnp") else []
+    run, warmup = tmp_path / "run", ["model.warmup.epochs=1"] if model.startswith("mnp") else []
     res = train(compose_train(run, [f"model={model}", *warmup, "dataset.num_views=2", "dataset.n_train=120",
                                     "dataset.n_test=60", "eval.noise_levels=[1.0]", "trainer.max_epochs=2"]))
     ev = evaluate(eval_cfg(run / "checkpoints" / "last.ckpt", tmp_path / "eval"))

@@ -41,8 +41,8 @@ def test_ddp_two_cpu_ranks_keep_identical_context_memories(tmp_path):
     cfg = compose_train(tmp_path / "run", [
         "model=mnp", "trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2", "trainer.max_epochs=3",
         "dataset.num_views=2", "dataset.n_train=201", "dataset.n_test=60", "dataset.batch_size=100",
-        "model.d_e=16", "model.resmlp_depth=1", "model.memory_size=20", "model.warmup_epochs=1",
-        "model.num_samples=2", "eval.noise_levels=[1.0]", "skip_if_done=false", "ckpt_path=null",
+        "model.encoder.d_e=16", "model.encoder.resmlp_depth=1", "model.memory.size=20", "model.warmup.epochs=1",
+        "model.decoder.num_samples=2", "eval.noise_levels=[1.0]", "skip_if_done=false", "ckpt_path=null",
         f"+callbacks.extra.dump={{_target_:test_ddp.DumpRank,out:{dumps}}}"])
     res = train(cfg)
     r0, r1 = (torch.load(dumps / f"rank{r}.pt", weights_only=False) for r in (0, 1))

@@ -11,8 +11,8 @@ from cfg_utils import compose_train
 from mnp.core.pipeline import build_datamodule, build_model, train
 
 # two-view two moons, a small MNP with the warm-up, the memory update and the noise protocol all active
-MNP_RUN = ["model=mnp", "dataset.num_views=2", "dataset.n_train=200", "dataset.n_test=100", "model.d_e=16",
-           "model.resmlp_depth=1", "model.memory_size=20", "model.warmup_epochs=1", "model.num_samples=3",
+MNP_RUN = ["model=mnp", "dataset.num_views=2", "dataset.n_train=200", "dataset.n_test=100", "model.encoder.d_e=16",
+           "model.encoder.resmlp_depth=1", "model.memory.size=20", "model.warmup.epochs=1", "model.decoder.num_samples=3",
            "trainer.max_epochs=3", "eval.noise_levels=[0.1,1.0]", "skip_if_done=false", "ckpt_path=null"]
 
 

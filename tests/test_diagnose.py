@@ -15,7 +15,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 def run_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("diag")
     train(compose_train(out, ["model=mnp", "dataset.num_views=2", "dataset.n_train=300", "dataset.n_test=120",
-                              "model.d_e=32", "model.warmup_epochs=0", "trainer.max_epochs=8", "eval.noise=false"]))
+                              "model.encoder.d_e=32", "model.warmup.epochs=0", "trainer.max_epochs=8", "eval.noise=false"]))
     return out
 
 

@@ -168,7 +168,7 @@ def test_noise_figure_is_the_results_file_and_its_ceiling_is_the_best_removal(tm
             "mnp,cub,noise/acc@1,0.70,0.01,5,paper_main,", "mnp,cub,noise/acc@0.01,0.90,0.02,5,paper_main,",
             "mnp,cub,missing/acc_subsets_mean,0.75,0.0,5,paper_main,",
             "mgp,cub,noise/acc@1,0.80,0.0,3,paper_main,", "mgp,cub,missing/acc_subsets_mean,0.81,0.0,3,paper_main,",
-            "mnp,cub,missing/acc_subsets_mean,0.99,0.0,5,paper_main,model.tau=1"]
+            "mnp,cub,missing/acc_subsets_mean,0.99,0.0,5,paper_main,model.loss.tau=1"]
     csv.write_text("\n".join(rows) + "\n")
     data = noise_figure.curves(read_results(csv))
     assert data["cub"]["models"]["mnp"] == {"sigma": [0.01, 1.0], "acc": [90.0, 70.0], "std": [2.0, 1.0], "n": 5,

@@ -1,6 +1,7 @@
 """The models' numeric keys (mnp.core.domains): every numeric constructor argument of every model class has a
 declared domain, its default lies in it, and a value outside it is refused in one line naming the key, by the
 constructor (Python) and by the config validation (CLI) alike."""
+import dataclasses
 import importlib
 import inspect
 import math
@@ -63,15 +64,23 @@ def outside(domain: Domain) -> list:
     return values + ([] if domain.null else [None])
 
 
+def flat_domains(domains: Mapping, prefix: str = "") -> list[tuple[str, Domain]]:
+    """(dotted key, domain) of every declared domain, those of a dict-valued argument or a part (MNP) included."""
+    out = []
+    for key, domain in domains.items():
+        out += flat_domains(domain, f"{prefix}{key}.") if isinstance(domain, Mapping) else [(prefix + key, domain)]
+    return out
+
+
+def nested(key: str, value) -> dict:
+    """``a.b.c`` = value as the keyword arguments {a: {b: {c: value}}}."""
+    head, _, rest = key.partition(".")
+    return {head: nested(rest, value) if rest else value}
+
+
 def cases() -> list[tuple[type, str, Domain, object]]:
     """(class, dotted key below model., domain, refused value) for every declared domain."""
-    out = []
-    for cls in CLASSES:
-        for key, domain in cls.domains.items():
-            pairs = domain.items() if isinstance(domain, Mapping) else [(None, domain)]
-            for sub, d in pairs:
-                out += [(cls, key if sub is None else f"{key}.{sub}", d, v) for v in outside(d)]
-    return out
+    return [(cls, key, d, v) for cls in CLASSES for key, d in flat_domains(cls.domains) for v in outside(d)]
 
 
 def test_the_model_configs_are_these_classes():
@@ -87,10 +96,27 @@ def test_every_numeric_argument_has_a_domain_holding_its_default(cls):
     assert need <= cls.domains.keys(), f"{cls.__name__}: no declared domain for {sorted(need - cls.domains.keys())}"
     assert cls.domains.keys() <= params.keys(), f"{cls.__name__}: domains of no argument {cls.domains.keys() - params.keys()}"
     for name, domain in cls.domains.items():
-        if isinstance(domain, Mapping):  # a dict-valued argument: the optimiser's keyword arguments
+        part = next((h for h in typing.get_args(hints[name]) if dataclasses.is_dataclass(h)), None)
+        if part is not None:  # an MNP part (mnp.parts): its own numeric settings, each with a domain
+            check_part(part, domain)
+        elif isinstance(domain, Mapping):  # a dict-valued argument: the optimiser's keyword arguments
             assert hints[name] in (dict, dict | None) and domain is OPTIM_DOMAINS, name
         else:
             assert domain.holds(params[name].default), f"{cls.__name__}.{name}={params[name].default!r}: {domain.text()}"
+
+
+def check_part(part: type, domains: Mapping) -> None:
+    """Every numeric setting of ``part`` has a domain holding its default; a nested part likewise."""
+    hints, fields = typing.get_type_hints(part), {f.name: f for f in dataclasses.fields(part)}
+    need = {n for n in fields if numeric(hints[n])}
+    assert need <= domains.keys() <= fields.keys(), (part.__name__, sorted(need ^ domains.keys()))
+    defaults = part()
+    for name, domain in domains.items():
+        if isinstance(domain, Mapping):
+            check_part(hints[name], domain)
+        else:
+            default = getattr(defaults, name)
+            assert domain.holds(list(default) if isinstance(default, tuple) else default), f"{part.__name__}.{name}"
 
 
 def test_every_numeric_optimiser_argument_has_a_domain_holding_its_default():
@@ -104,8 +130,7 @@ def test_every_numeric_optimiser_argument_has_a_domain_holding_its_default():
 
 @pytest.mark.parametrize("cls,key,domain,value", cases(), ids=lambda x: getattr(x, "__name__", repr(x)))
 def test_a_value_outside_its_domain_is_refused_naming_the_key(cls, key, domain, value):
-    name, _, sub = key.partition(".")
-    kwargs = {name: {sub: value}} if sub else {name: value}
+    kwargs = nested(key, value)
     expected = f"model.{key} must be {domain.text()}, got {value!r}"
     with pytest.raises(ValueError, match=f"^{re.escape(expected)}$"):
         cls(num_classes=3, view_dims=[4, 3], **kwargs)
@@ -119,20 +144,18 @@ def test_the_config_validation_refuses_the_same_values(tmp_path, model):
     validate(cfg)
     cls = get_class(cfg.model._target_)
     checked = 0
-    for key, domain in cls.domains.items():
-        pairs = domain.items() if isinstance(domain, Mapping) else [(None, domain)]
-        for sub, d in pairs:
-            node = cfg.model[key] if sub else cfg.model
-            if node is None or (sub or key) not in node:
-                continue
-            bad = outside(d)[0]
-            broken = cfg.copy()
-            with open_dict(broken):
-                (broken.model[key] if sub else broken.model)[sub or key] = bad
-            dotted = f"model.{key}.{sub}" if sub else f"model.{key}"
-            with pytest.raises(ConfigError, match=f"^{re.escape(f'{dotted} must be {d.text()}, got {bad!r}')}$"):
-                validate(broken)
-            checked += 1
+    for key, d in flat_domains(cls.domains):
+        *parents, last = key.split(".")
+        node = OmegaConf.select(cfg.model, ".".join(parents)) if parents else cfg.model
+        if node is None or last not in node:
+            continue
+        bad = outside(d)[0]
+        broken = cfg.copy()
+        with open_dict(broken):
+            (OmegaConf.select(broken.model, ".".join(parents)) if parents else broken.model)[last] = bad
+        with pytest.raises(ConfigError, match=f"^{re.escape(f'model.{key} must be {d.text()}, got {bad!r}')}$"):
+            validate(broken)
+        checked += 1
     assert checked >= 2
 
 

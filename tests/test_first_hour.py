@@ -30,7 +30,7 @@ def mnp_run(data_file, tmp_path_factory):
     """``train.py model=mnp dataset=custom`` with 4 epochs: 1 warm-up (a quarter) and 3 main epochs."""
     run_dir = tmp_path_factory.mktemp("runs") / "mnp_run"
     res = run_cli(["train.py", "model=mnp", "dataset=custom", f"dataset.path={data_file}", "trainer.max_epochs=4",
-                   "model.d_e=16", f"hydra.run.dir={run_dir}", "eval.noise_levels=[0.1,1.0,10.0]"])
+                   "model.encoder.d_e=16", f"hydra.run.dir={run_dir}", "eval.noise_levels=[0.1,1.0,10.0]"])
     assert res.returncode == 0, res.stderr[-2000:]
     return res, run_dir
 
@@ -134,15 +134,15 @@ def test_evaluate_without_a_checkpoint_is_one_line():
 
 # ---------------------------------------------------------------------------- errors before training
 @pytest.mark.parametrize("args, message", [
-    (["model=mnp", "model.tau=oops"], "error: model.tau must be a number, got 'oops'"),
+    (["model=mnp", "model.loss.tau=oops"], "error: model.loss.tau must be a number, got 'oops'"),
     ([], "error: dataset.path is required"),
     (["trainer.max_epochs=-1"], "error: trainer.max_epochs must be an integer >= 1, got -1"),
-    (["model=mnp", "model.warmup_epochs=600"], "error: model.warmup_epochs=600 >= trainer.max_epochs=500"),
-    (["model=mnp", "model.clip_norm=-0.1"], "error: model.clip_norm must be > 0 (or null), got -0.1"),
-    (["model=mlp", "model.warmup_epochs=10"], "error: model.warmup_epochs is not a key of the model (Key "
-     "'warmup_epochs' is not in struct; in a sweep, of every model it runs): check its spelling (the models' keys: "
+    (["model=mnp", "model.warmup.epochs=600"], "error: model.warmup.epochs=600 >= trainer.max_epochs=500"),
+    (["model=mnp", "model.optim.clip_norm=-0.1"], "error: model.optim.clip_norm must be > 0 (or null), got -0.1"),
+    (["model=mlp", "model.warmup.epochs=10"], "error: model.warmup.epochs is not a key of the model (Key "
+     "'warmup' is not in struct; in a sweep, of every model it runs): check its spelling (the models' keys: "
      "docs/usage.md), and give a key only some models of a sweep have in a command of its own for those; "
-     "+model.warmup_epochs would pass it to a model that does not take it; MNP's warm-up follows a shorter "
+     "+model.warmup.epochs would pass it to a model that does not take it; MNP's warm-up follows a shorter "
      "trainer.max_epochs by itself"),
 ])
 def test_config_errors_are_one_line_before_anything_is_written(tmp_path, data_file, args, message):
@@ -160,8 +160,8 @@ def test_config_errors_are_one_line_before_anything_is_written(tmp_path, data_fi
     ("eval.noise_levels=[inf]", "eval.noise_levels"), ("eval.n_bins=0", "eval.n_bins"),
     ("dataset.batch_size=0", "dataset.batch_size"), ("dataset.batch_size=-1", "dataset.batch_size"),
     ("dataset.val_fraction=1.0", "dataset.val_fraction"), ("dataset.val_fraction=-0.5", "dataset.val_fraction"),
-    ("model.num_samples=0", "model.num_samples"), ("model.optim.lr=-1", "model.optim.lr"),
-    ("model.modality_mask=maybe", "model.modality_mask"),
+    ("model.decoder.num_samples=0", "model.decoder.num_samples"), ("model.optim.lr=-1", "model.optim.lr"),
+    ("model.aggregation.modality_mask=maybe", "model.aggregation.modality_mask"),
 ])
 def test_every_out_of_range_or_mistyped_value_names_its_key(tmp_path, override, key):
     cfg = compose_train(tmp_path, ["model=mnp", "dataset=handwritten", override])
@@ -181,10 +181,10 @@ def test_the_shipped_configs_validate(tmp_path):
 def test_warmup_is_a_quarter_of_the_run_for_a_dataset_without_its_own_config(tmp_path):
     cfg = compose_train(tmp_path, ["model=mnp", "dataset=custom", "dataset.path=x.npz", "trainer.max_epochs=40"])
     resolve_auto(cfg)
-    assert cfg.model.warmup_epochs == 10 and "warmup_fraction" not in cfg.model
+    assert cfg.model.warmup.epochs == 10 and "warmup_fraction" not in cfg.model
     cfg = compose_train(tmp_path, ["model=mnp", "dataset=pie"])
     resolve_auto(cfg)
-    assert cfg.model.warmup_epochs == 100  # a dataset's own config keeps its value
+    assert cfg.model.warmup.epochs == 100  # a dataset's own config keeps its value
 
 
 def test_a_run_shortened_below_the_datasets_warmup_scales_it_in_one_line(tmp_path, caplog):
@@ -201,7 +201,7 @@ def test_a_run_shortened_below_the_datasets_warmup_scales_it_in_one_line(tmp_pat
         with caplog.at_level(logging.INFO, logger="mnp.core.validate"):
             resolve_auto(cfg)
         validate(cfg)
-        assert cfg.model.warmup_epochs == warmup, (dataset, epochs)
+        assert cfg.model.warmup.epochs == warmup, (dataset, epochs)
         lines = [r.getMessage() for r in caplog.records]
         assert len(lines) == (warmup != 100), lines  # one line when it is scaled
     caplog.clear()
@@ -210,10 +210,10 @@ def test_a_run_shortened_below_the_datasets_warmup_scales_it_in_one_line(tmp_pat
         resolve_auto(cfg)
     assert [r.getMessage() for r in caplog.records] == [
         "trainer.max_epochs=20 leaves no epoch after the dataset's 100 warm-up epochs: the warm-up keeps its share "
-        "of the run, model.warmup_epochs=7 (100 of 300 by default; set model.warmup_epochs to choose)"]
-    cfg = compose_train(tmp_path, ["model=mnp", "dataset=scene15", "trainer.max_epochs=20", "model.warmup_epochs=100"])
+        "of the run, model.warmup.epochs=7 (100 of 300 by default; set model.warmup.epochs to choose)"]
+    cfg = compose_train(tmp_path, ["model=mnp", "dataset=scene15", "trainer.max_epochs=20", "model.warmup.epochs=100"])
     resolve_auto(cfg)
-    with pytest.raises(ConfigError, match=r"^model.warmup_epochs=100 >= trainer.max_epochs=20"):
+    with pytest.raises(ConfigError, match=r"^model.warmup.epochs=100 >= trainer.max_epochs=20"):
         validate(cfg)  # a warm-up the user gives is the user's
 
 
@@ -228,7 +228,7 @@ def test_the_quick_preset_runs_every_model_on_every_dataset_in_a_few_short_epoch
             validate(cfg)
             assert (cfg.trainer.max_epochs, cfg.trainer.limit_train_batches, cfg.experiment_name) == (10, 5, "quick")
             assert cfg.callbacks.checkpoint.every_n_epochs == 0  # a toy run keeps no 20-160 MB checkpoints
-            assert cfg.model.get("warmup_epochs", 0) < 10
+            assert ((cfg.model.get("warmup") or {}).get("epochs") or 0) < 10
 
 
 def test_a_quick_run_writes_its_record_and_no_checkpoint(tmp_path):
@@ -260,7 +260,7 @@ def test_on_a_terminal_the_bar_names_the_stage_and_the_whole_run_eta(tmp_path):
     import pytorch_lightning as pl
 
     from datamodules import TensorDataModule
-    from mnp.model import MNP
+    from mnp_utils import flat_mnp
     from mnp.core.progress import EpochLines, RunProgressBar, progress_callbacks
 
     assert isinstance(progress_callbacks(True, tty=True)[0][0], RunProgressBar)
@@ -282,7 +282,7 @@ def test_on_a_terminal_the_bar_names_the_stage_and_the_whole_run_eta(tmp_path):
     rng = np.random.default_rng(0)
     y = np.repeat(np.arange(3), 20)
     dm = TensorDataModule([rng.normal(size=(60, 4)) + y[:, None]], y, np.arange(60), np.arange(0), batch_size=30)
-    model = MNP(num_classes=3, view_dims=[4], d_e=8, memory_size=6, projection="linear", warmup_epochs=1)
+    model = flat_mnp(num_classes=3, view_dims=[4], d_e=8, memory_size=6, projection="linear", warmup_epochs=1)
     bar = Recorded()
     pl.Trainer(max_epochs=3, default_root_dir=tmp_path, logger=False, enable_checkpointing=False,
                enable_model_summary=False, callbacks=[bar]).fit(model, dm)

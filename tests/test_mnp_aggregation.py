@@ -9,7 +9,7 @@ import torch
 
 from mnp.aggregation import (TABLE_VIEWS, ConcatAggregation, MBA, MeanAggregation, mba_posterior, modality_draws,
                              random_modality_mask, unimodal_posteriors)
-from mnp.model import MNP
+from mnp_utils import flat_mnp
 
 CPU = torch.device("cpu")
 
@@ -98,7 +98,7 @@ def test_up_to_twelve_views_the_masks_are_drawn_from_the_table_as_before(m):
     table = torch.tensor([[float(v in c) for v in range(m)] for c in subsets])
     torch.manual_seed(3)
     before = table[torch.randint(len(table), (500,))]
-    model = MNP(3, [2] * m, d_e=8, memory_size=6, modality_mask=True)
+    model = flat_mnp(3, [2] * m, d_e=8, memory_size=6, modality_mask=True)
     assert torch.equal(model._modality_subsets, table)
     for draws in (None, model._modality_subsets):
         torch.manual_seed(3)

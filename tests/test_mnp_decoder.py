@@ -5,7 +5,7 @@ from torch import nn
 
 from mnp.core import metrics
 from mnp.decoder import Decoder, sample_logits
-from mnp.model import MNP
+from mnp_utils import flat_mnp
 
 
 class LinearGaussianDecoder(nn.Module):
@@ -45,7 +45,7 @@ def test_shapes_and_deterministic_latent():
 
 def test_predict_returns_per_sample_softmaxes_and_expected_entropy():
     torch.manual_seed(0)
-    model = MNP(num_classes=4, view_dims=[3, 5], d_e=16, memory_size=8, num_samples=3).eval()
+    model = flat_mnp(num_classes=4, view_dims=[3, 5], d_e=16, memory_size=8, num_samples=3).eval()
     y = torch.arange(4).repeat(5)
     views = [torch.randn(20, 3), torch.randn(20, 5)]
     with pytest.raises(RuntimeError, match="init_memory"):

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from mnp.losses import predictive_nll, supervised_contrastive, unimodal_error
-from mnp.model import MNP
+from mnp_utils import flat_mnp
 
 
 def naive_supcon(sim: torch.Tensor, y: torch.Tensor, tau: float, self_in_denominator: bool) -> float:
@@ -45,7 +45,7 @@ def test_supcon_without_any_positive_pair_is_zero():
 def test_rbf_loss_paper_and_official_forms(official):
     torch.manual_seed(0)
     forms = dict(rbf_reduce="sum", lengthscale_penalty="half_sq", self_in_denominator=True) if official else {}
-    model = MNP(num_classes=3, view_dims=[4, 6], d_e=8, alpha=0.3, tau=0.5, lengthscale_form="l", **forms)
+    model = flat_mnp(num_classes=3, view_dims=[4, 6], d_e=8, alpha=0.3, tau=0.5, lengthscale_form="l", **forms)
     with torch.no_grad():
         model.similarity.raw_lengthscale[1].add_(0.7)
     targets, y = [torch.randn(10, 4), torch.randn(10, 6)], torch.randint(0, 3, (10,))

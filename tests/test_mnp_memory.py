@@ -10,6 +10,7 @@ import torch
 from datamodules import TensorDataModule
 from mnp.memory import ContextMemory, sample_per_class
 from mnp.model import MNP
+from mnp_utils import flat_mnp
 
 K, NK, DIMS = 3, 4, [2, 3]
 
@@ -166,7 +167,7 @@ def test_random_rule_resamples_the_context_from_the_training_set_each_call():
     snap = snapshot(mem)
     mem.update(views[:1], y[:1])  # random never writes rows
     assert all(torch.equal(s, mem.rows(m)) for m, s in enumerate(snap))
-    with pytest.raises(ValueError, match="memory_trainable"):
+    with pytest.raises(ValueError, match="memory.trainable"):
         ContextMemory(DIMS, K, 12, update="random", trainable=True)
 
 
@@ -174,7 +175,7 @@ def test_model_update_uses_the_training_forward_pass():
     """on_train_batch_end applies eqs. 2–3 with the attention and unimodal errors of training_loss."""
     torch.manual_seed(0)
     views, y = labelled_data(n_per_class=10)
-    model = MNP(num_classes=K, view_dims=DIMS, d_e=8, memory_size=K * NK, memory_jstar="same_class")
+    model = flat_mnp(num_classes=K, view_dims=DIMS, d_e=8, memory_size=K * NK, memory_jstar="same_class")
     model.init_memory(views, y)
     before = snapshot(model.memory)
     idx = torch.tensor([0, 1, 12, 25, 27])
@@ -202,7 +203,7 @@ def test_memory_survives_a_checkpoint_round_trip(tmp_path, trainable):
     pl.seed_everything(0, verbose=False)
     kwargs = dict(num_classes=K, view_dims=DIMS, d_e=8, memory_size=K * NK, memory_trainable=trainable,
                   memory_init="uniform" if trainable else "data", memory_update="fifo")
-    model = MNP(**kwargs)
+    model = flat_mnp(**kwargs)
     trainer = pl.Trainer(max_epochs=2, default_root_dir=tmp_path, logger=False, enable_progress_bar=False,
                          enable_model_summary=False)
     trainer.fit(model, tiny_datamodule())
@@ -215,11 +216,11 @@ def test_memory_survives_a_checkpoint_round_trip(tmp_path, trainable):
     for m in range(2):
         assert torch.equal(loaded.memory.rows(m), model.memory.rows(m))
     assert torch.equal(loaded.memory.fifo_ptr, model.memory.fifo_ptr) and bool(loaded.memory.initialised)
-    fresh = MNP(**kwargs)
+    fresh = flat_mnp(**kwargs)
     fresh.load_state_dict(model.state_dict())
     assert torch.equal(fresh.memory.rows(1), model.memory.rows(1))
     # resuming a finished fit restores the memory and does not re-initialise it from data
-    resumed = MNP(**kwargs)
+    resumed = flat_mnp(**kwargs)
     pl.Trainer(max_epochs=2, default_root_dir=tmp_path, logger=False, enable_progress_bar=False,
                enable_model_summary=False).fit(resumed, tiny_datamodule(), ckpt_path=ckpt)
     assert torch.equal(resumed.memory.rows(0), model.memory.rows(0))
@@ -229,7 +230,7 @@ def test_gather_candidates_merges_every_rank_and_drops_the_padding():
     """DDP: with a fake two-rank all_gather, every rank sees both ranks' targets, unpadded, in rank order."""
     from types import SimpleNamespace
 
-    model = MNP(num_classes=K, view_dims=DIMS, d_e=8, memory_size=K * NK)
+    model = flat_mnp(num_classes=K, view_dims=DIMS, d_e=8, memory_size=K * NK)
     local = ([torch.randn(5, 2), torch.randn(5, 3)], torch.tensor([0, 1, 2, 0, 1]), torch.rand(2, K * NK),
              torch.rand(2, 5))
     remote = ([torch.randn(3, 2), torch.randn(3, 3)], torch.tensor([2, 2, 1]), torch.rand(2, K * NK), torch.rand(2, 3))

@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 
 from cfg_utils import compose_train
 from datamodules import TensorDataModule
-from mnp.model import MNP
+from mnp_utils import flat_mnp
 from mnp.core.validate import resolve_auto
 
 DATASETS = ["synthetic", "handwritten", "cub", "pie", "caltech101", "scene15", "hmdb", "cifar10c", "digits_c"]
@@ -41,7 +41,7 @@ def trainer(tmp_path, max_epochs, **kw):
 def small(**kw):
     base = dict(num_classes=3, view_dims=[4, 6], d_e=16, memory_size=6, lengthscale_form="l")
     base.update(kw)
-    return MNP(**base)
+    return flat_mnp(**base)
 
 
 def snapshot(module):
@@ -216,22 +216,22 @@ def test_configs_compose_and_build(tmp_path, model_name, dataset):
     resolve_auto(cfg)
     node = OmegaConf.to_container(cfg.model, resolve=True)
     assert node.pop("name") == model_name
-    model = instantiate(node | {"d_e": 16}, num_classes=3, view_dims=[5, 7], memory_size=6, _convert_="all")
-    hp = model.hparams
+    node["encoder"]["d_e"], node["memory"]["size"] = 16, 6
+    spec = instantiate(node, num_classes=3, view_dims=[5, 7], _convert_="all").spec
     if model_name == "mnp_official":
-        assert hp.memory_trainable and not hp.train_decoder and hp.sigma_as_std and hp.ty_loss == "mean_ce"
+        assert spec.memory.trainable and not spec.decoder.train and spec.decoder.sigma_as_std and spec.loss.ty == "mean_ce"
     else:
-        assert hp.train_decoder and not hp.sigma_as_std and hp.ty_loss == "nll_of_mean"
-    assert cfg.trainer.max_epochs > hp.warmup_epochs  # the warm-up epochs come first, within max_epochs
+        assert spec.decoder.train and not spec.decoder.sigma_as_std and spec.loss.ty == "nll_of_mean"
+    assert cfg.trainer.max_epochs > spec.warmup.epochs  # the warm-up epochs come first, within max_epochs
     # the official warm-up everywhere but synthetic, and on CUB, where the selection protocol chose none for mnp
     no_warmup = dataset == "synthetic" or (dataset == "cub" and model_name == "mnp")
-    assert (hp.warmup_epochs > 0) == (not no_warmup or model_name == "mnp_official")
+    assert (spec.warmup.epochs > 0) == (not no_warmup or model_name == "mnp_official")
     if dataset == "hmdb":
-        assert cfg.model.num_samples == 10 and cfg.model.lengthscale_init == 20
-        assert cfg.model.memory_size == (800 if model_name == "mnp_official" else 400)
+        assert cfg.model.decoder.num_samples == 10 and cfg.model.attention.lengthscale_init == 20
+        assert cfg.model.memory.size == (800 if model_name == "mnp_official" else 400)
     if dataset == "pie":
         assert cfg.trainer.max_epochs == 350  # 100 warm-up + 250
-        assert cfg.model.optim.milestones == [100, 200] and cfg.model.clip_norm == 1e-4
+        assert cfg.model.optim.milestones == [100, 200] and cfg.model.optim.clip_norm == 1e-4
 
 
 @pytest.mark.slow
@@ -241,7 +241,7 @@ def test_mnp_learns_handwritten_beyond_chance(real_file):
     pl.seed_everything(0, verbose=False)
     dm = FeatureDataModule("handwritten", os.environ["MNP_DATA_DIR"], download=False, batch_size=200)
     dm.setup()
-    model = MNP(num_classes=dm.num_classes, view_dims=dm.view_dims, d_e=32, memory_size=100, tau=0.25,
+    model = flat_mnp(num_classes=dm.num_classes, view_dims=dm.view_dims, d_e=32, memory_size=100, tau=0.25,
                 lengthscale_form="l", num_samples=3, optim={"lr": 3e-3})
     t0 = time.perf_counter()
     pl.Trainer(max_epochs=6, logger=False, enable_checkpointing=False, enable_progress_bar=False,

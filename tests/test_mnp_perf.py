@@ -2,6 +2,7 @@
 foreach clipping and L2, fused Adam, cached context encodings at inference, partial-sort sparsemax,
 float32 variances under bf16 autocast, torch.compile. Same math, so the same numbers."""
 import copy
+import dataclasses
 import pickle
 
 import pytest
@@ -10,6 +11,7 @@ from entmax import sparsemax
 
 from mnp.attention import normalise, topk_hint
 from mnp.model import MNP
+from mnp_utils import flat_mnp
 from mnp.model_training import SumOfSquares, clip_per_tensor
 
 
@@ -28,8 +30,8 @@ def pair(n=40, **kw):
                 clip_norm=0.05, norm="batch", lengthscale_form="l")
     base.update(kw)
     torch.manual_seed(0)
-    fast = MNP(**base, fast=True)
-    ref = MNP(**base, fast=False)
+    fast = flat_mnp(**base, fast=True)
+    ref = flat_mnp(**base, fast=False)
     views, y = data(n)
     fast.init_memory(views, y)
     ref.load_state_dict(fast.state_dict())
@@ -82,7 +84,7 @@ def test_fast_training_equals_the_straightforward_one_step_by_step(norm):
             loss, _ = model.training_loss(views, y)
             model.zero_grad()
             loss.backward()
-            clip_per_tensor(model.parameters(), model.hparams.clip_norm, model.hparams.fast)
+            clip_per_tensor(model.parameters(), model.spec.optim.clip_norm, model.spec.fast)
             outs.append((loss.detach(), grads(model)))
         torch.testing.assert_close(outs[0][0], outs[1][0], rtol=1e-5, atol=1e-6)
         assert outs[0][1].keys() == outs[1][1].keys()
@@ -255,7 +257,7 @@ def test_compiled_decoder_and_nll_equal_eager(monkeypatch):
     monkeypatch.setattr(inductor, "fallback_random", True)  # the eager random stream, so the same draws
     fast, _ = pair()
     compiled = copy.deepcopy(fast)
-    compiled.hparams.compile = True
+    compiled.spec = dataclasses.replace(compiled.spec, compile=True)
     views, y = data(seed=4)
     results = []
     for m in (fast, compiled):

@@ -9,7 +9,7 @@ from entmax import sparsemax
 from datamodules import TensorDataModule
 from mnp.aggregation import mba_posterior
 from mnp.attention import POSITIVE_FLOOR, RBFSimilarity, normalise, to_positive
-from mnp.model import MNP
+from mnp_utils import flat_mnp
 
 FLOOR = 0.01  # s, q and the logit scale: 0.01 + 0.99·softplus (mnp.encoders.positive_scale)
 K, DIMS = 3, [4, 6]
@@ -29,7 +29,7 @@ def blobs(scale=1.0, n_per_class=30, seed=0):
 def mnp(**kw):
     base = dict(num_classes=K, view_dims=DIMS, d_e=16, memory_size=12, projection="linear", optim={"lr": 1e-2})
     base.update(kw)
-    return MNP(**base)
+    return flat_mnp(**base)
 
 
 class Losses(pl.Callback):

@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 from cfg_utils import compose_train
 from datamodules import TensorDataModule
 from datamodules.base import EpochBatchSampler
-from mnp.model import MNP
+from mnp_utils import flat_mnp
 from mnp.optim import keras_eps_, make_optimizer
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -108,7 +108,7 @@ def one_step_memory(tmp_path, write):
     y = np.repeat(np.arange(3), 10)
     views = [rng.normal(size=(30, 4)) + 3.0 * y[:, None]]
     dm = TensorDataModule(views, y, np.arange(30), np.arange(0), batch_size=30)
-    model = MNP(num_classes=3, view_dims=[4], d_e=8, memory_size=6, memory_init="uniform", memory_trainable=True,
+    model = flat_mnp(num_classes=3, view_dims=[4], d_e=8, memory_size=6, memory_init="uniform", memory_trainable=True,
                 memory_jstar="same_class", memory_write=write, optim={"lr": 0.05})
     pl.Trainer(max_epochs=1, default_root_dir=tmp_path, logger=False, enable_progress_bar=False,
                enable_model_summary=False, enable_checkpointing=False).fit(model, dm)
@@ -126,8 +126,8 @@ def test_memory_write_after_step_stores_raw_rows_before_step_lets_the_optimiser_
 
 
 def test_unknown_memory_write_is_rejected():
-    with pytest.raises(ValueError, match="memory_write"):
-        MNP(num_classes=3, view_dims=[4], memory_write="sometimes")
+    with pytest.raises(ValueError, match="^unknown model.memory.write 'sometimes'; choose one of after_step, before_step$"):
+        flat_mnp(num_classes=3, view_dims=[4], memory_write="sometimes")
 
 
 # ---------------------------------------------------------------------------- the configs
@@ -139,8 +139,9 @@ WARMUP_LR = {"handwritten": 1e-2, "cub": 1e-2, "pie": 1e-2, "scene15": 1e-2,
 def test_mnp_official_takes_every_official_switch(tmp_path, dataset):
     cfg = OmegaConf.to_container(compose_train(tmp_path, ["model=mnp_official", f"dataset={dataset}"]), resolve=True)
     m, d = cfg["model"], cfg["dataset"]
-    assert m["warmup_lr"] == WARMUP_LR[dataset]
-    assert m["modality_mask"] and m["memory_write"] == "before_step" and m["memory_init"] == "uniform"
+    assert m["warmup"]["lr"] == WARMUP_LR[dataset]
+    assert m["aggregation"]["modality_mask"] and m["memory"]["write"] == "before_step" and m["memory"]["init"] == "uniform"
+    assert m["aggregation"]["view_weighting"]["mode"] == "none"  # the authors' code: eq. 8 unweighted
     assert m["optim"]["eps_placement"] == "keras" and m["optim"]["eps"] == 1e-7
     assert d["full_batches"] and d["scale_test_separately"]
 
@@ -149,7 +150,7 @@ def test_mnp_official_takes_every_official_switch(tmp_path, dataset):
 def test_mnp_keeps_the_paper_data_handling(tmp_path, dataset):
     cfg = OmegaConf.to_container(compose_train(tmp_path, ["model=mnp", f"dataset={dataset}"]), resolve=True)
     assert not cfg["dataset"]["full_batches"] and not cfg["dataset"]["scale_test_separately"]
-    assert cfg["model"]["memory_write"] == "after_step" and cfg["model"]["optim"]["eps_placement"] == "torch"
+    assert cfg["model"]["memory"]["write"] == "after_step" and cfg["model"]["optim"]["eps_placement"] == "torch"
 
 
 # ---------------------------------------------------------------------------- unconstrained l and σ_f

@@ -33,10 +33,10 @@ def wide_file(path, rows: int, compressed: bool):
                           r"array with shape \(1000, 100000\) and data type float64\): .*; use fewer rows or columns, or give the "
                           r"process more memory"),
     # d_e = 4096: the wide view's projection alone is 100,000 × 4096 float32 weights, 1.6 GB
-    ("the model", 60, ["model.d_e=4096"],
+    ("the model", 60, ["model.encoder.d_e=4096"],
      r"out of memory \(DefaultCPUAllocator: can't allocate memory: you tried to allocate 1638400000 bytes.*\) with 60 "
-     r"rows and views of \[100000, 3\] columns: reduce dataset\.batch_size=200, model\.d_e=4096, model\.memory_size=100, "
-     r"model\.num_samples=\d+ or the columns of the widest view \(view 1, 100000 columns\), or give the process more memory"),
+     r"rows and views of \[100000, 3\] columns: reduce dataset\.batch_size=200, model\.encoder\.d_e=4096, model\.memory\.size=100, "
+     r"model\.decoder\.num_samples=\d+ or the columns of the widest view \(view 1, 100000 columns\), or give the process more memory"),
 ])
 @pytest.mark.slow
 def test_a_run_out_of_memory_is_one_line_naming_the_sizes(tmp_path, case, rows, overrides, expected):
@@ -66,10 +66,10 @@ def test_allocation_failures_are_recognised_and_other_errors_are_not():
 
 
 def test_the_advice_names_the_sample_count_of_a_sampling_model():
-    """N88: `model.num_samples=1000000` ran out of memory with advice naming every key but that one."""
+    """N88: `model.decoder.num_samples=1000000` ran out of memory with advice naming every key but that one."""
     from omegaconf import OmegaConf
 
     from mnp.core.oom import _settings
-    cfg = OmegaConf.create({"dataset": {"batch_size": 200}, "model": {"d_e": 64, "memory_size": 100,
-                                                                      "num_samples": 1000000}})
-    assert _settings(cfg) == "dataset.batch_size=200, model.d_e=64, model.memory_size=100, model.num_samples=1000000"
+    cfg = OmegaConf.create({"dataset": {"batch_size": 200}, "model": {"encoder": {"d_e": 64}, "memory": {"size": 100},
+                                                                      "decoder": {"num_samples": 1000000}}})
+    assert _settings(cfg) == "dataset.batch_size=200, model.encoder.d_e=64, model.memory.size=100, model.decoder.num_samples=1000000"

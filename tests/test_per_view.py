@@ -9,6 +9,7 @@ from datamodules import TensorDataModule
 from mnp.core.eval_protocol import EvalProtocol
 from mnp.core.validate import ConfigError, check_eval
 from mnp.model import MNP
+from mnp_utils import flat_mnp
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # small models: one thread is fastest on 2 shared cores
 
@@ -29,7 +30,7 @@ def informative_view0(n: int = 240) -> TensorDataModule:
 def tiny_mnp(dm: TensorDataModule, epochs: int, **kw) -> MNP:
     pl.seed_everything(0, verbose=False)
     dm.setup()
-    model = MNP(dm.num_classes, dm.view_dims, **{"d_e": 32, "memory_size": 40, "num_samples": 3, **kw})
+    model = flat_mnp(dm.num_classes, dm.view_dims, **{"d_e": 32, "memory_size": 40, "num_samples": 3, **kw})
     quiet_trainer(max_epochs=epochs).fit(model, dm)
     return model.eval()
 
@@ -37,7 +38,7 @@ def tiny_mnp(dm: TensorDataModule, epochs: int, **kw) -> MNP:
 def test_mnp_view_prediction_is_the_views_posterior_decoded_by_hand():
     dm = informative_view0(80)
     model = tiny_mnp(dm, epochs=2, projection="linear")
-    views, s = [v[:10] for v in dm.test_views], model.hparams.num_samples
+    views, s = [v[:10] for v in dm.test_views], model.spec.decoder.num_samples
     with torch.no_grad():
         model.sample_generator = torch.Generator().manual_seed(3)
         per = model.view_predictions(views)

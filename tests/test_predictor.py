@@ -34,7 +34,7 @@ def evaluated(run_dir):
 
 @pytest.mark.parametrize("model, extra", [
     ("mcd", ["model.mc_samples=10"]),  # MC dropout and MNP sample at test time
-    ("mnp", ["model.d_e=32", "model.memory_size=50", "model.warmup_epochs=0"]),
+    ("mnp", ["model.encoder.d_e=32", "model.memory.size=50", "model.warmup.epochs=0"]),
     ("mlp", ["dataset.scale_test_separately=true"]),  # the official protocol: test rows scaled on their own
 ])
 def test_load_predicts_raw_rows_as_evaluate_does(tmp_path, model, extra, one_thread):

@@ -19,10 +19,10 @@ class Module:
     """What RunClock reads of MNP: its warm-up length and whether the current epoch is in it."""
 
     def __init__(self, warmup: int):
-        self.hparams, self.epoch = {"warmup_epochs": warmup}, 0
+        self.spec, self.epoch = SimpleNamespace(warmup=SimpleNamespace(epochs=warmup)), 0
 
     def _in_warmup(self) -> bool:
-        return self.epoch < self.hparams["warmup_epochs"]
+        return self.epoch < self.spec.warmup.epochs
 
 
 def run_epochs(clock: RunClock, fake: FakeClock, module: Module, seconds: list[float]) -> None:
@@ -55,8 +55,8 @@ def test_a_run_timed_in_the_main_stage_only_prices_warm_up_epochs_by_the_same_ra
     monkeypatch.setattr(progress.time, "perf_counter", fake)
     trainer, module, clock = SimpleNamespace(max_epochs=10), Module(warmup=4), RunClock()
     module.epoch = 1  # a fake clock: the stage is the module's, the epoch count what eta is told
-    module.hparams["warmup_epochs"] = 0
+    module.spec.warmup.epochs = 0
     run_epochs(clock, fake, module, [2.2])
-    module.hparams["warmup_epochs"] = 4
+    module.spec.warmup.epochs = 4
     assert clock.eta(trainer, module, 2) == pytest.approx(2 * 2.2 / MAIN_OVER_WARMUP + 6 * 2.2)
     assert clock.eta(SimpleNamespace(max_epochs=-1), module, 2) is None

@@ -102,8 +102,8 @@ def test_forty_views_train_and_test_in_little_memory(tmp_path):
 def test_forty_views_train_mnp_with_the_modality_mask_in_little_memory(tmp_path):
     """MNP's modality mask drew from the table of all 2^40 subsets of >= 2 views, built before training; it now
     draws a subset size, then the views, beyond 12 views (mnp.aggregation.random_modality_mask)."""
-    metrics = train_forty_views(tmp_path, "model=mnp", "model.modality_mask=true", "model.d_e=16",
-                                "model.warmup_epochs=1", "model.num_samples=2", "model.memory_size=30")
+    metrics = train_forty_views(tmp_path, "model=mnp", "model.aggregation.modality_mask=true", "model.encoder.d_e=16",
+                                "model.warmup.epochs=1", "model.decoder.num_samples=2", "model.memory.size=30")
     assert metrics["epochs"] == 2 and 0 <= metrics["test/acc"] <= 1 and math.isfinite(metrics["test/nll"])
 
 
@@ -200,11 +200,11 @@ def test_mnp_noisy_accuracy_batched_matches_one_call_per_subset(real_file, one_t
     the noisy accuracy agrees statistically (within 1.5 points), not bit for bit."""
     real_file("handwritten", "handwritten_6views.mat")
     from datamodules.features import FeatureDataModule
-    from mnp.model import MNP
+    from mnp_utils import flat_mnp
     pl.seed_everything(0, verbose=False)
     dm = FeatureDataModule("handwritten", os.environ["MNP_DATA_DIR"], download=False, batch_size=200)
     dm.setup()
-    model = MNP(num_classes=dm.num_classes, view_dims=dm.view_dims, d_e=32, memory_size=100, tau=0.25,
+    model = flat_mnp(num_classes=dm.num_classes, view_dims=dm.view_dims, d_e=32, memory_size=100, tau=0.25,
                 num_samples=3, optim={"lr": 3e-3})
     pl.Trainer(max_epochs=4, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                enable_model_summary=False, accelerator="cpu").fit(model, dm)

@@ -36,9 +36,9 @@ def test_a_row_that_is_not_finite_counts_as_an_error_in_the_accuracy():
 
 def test_distance_weighting_with_a_large_power_and_every_view_noised_gives_finite_noise_metrics(tmp_path):
     res = train(compose_train(tmp_path / "run", [
-        "model=mnp", "dataset.num_views=2", "dataset.n_train=200", "dataset.n_test=60", "model.d_e=16",
-        "model.resmlp_depth=1", "model.memory_size=20", "model.warmup_epochs=1", "trainer.max_epochs=3",
-        "model.num_samples=3", "model.view_weighting=distance", "model.distance_power=60", "skip_if_done=false",
+        "model=mnp", "dataset.num_views=2", "dataset.n_train=200", "dataset.n_test=60", "model.encoder.d_e=16",
+        "model.encoder.resmlp_depth=1", "model.memory.size=20", "model.warmup.epochs=1", "trainer.max_epochs=3",
+        "model.decoder.num_samples=3", "model.aggregation.view_weighting.mode=distance", "model.aggregation.view_weighting.power=60", "skip_if_done=false",
         "eval.noise_levels=[30]", "eval.noise_subset_size=2", "eval.missing=false"]))
     assert not [k for k in res if "nonfinite" in k], res
     assert math.isfinite(res["noise/ece@30"]) and math.isfinite(res["noise/acc@30"])
@@ -65,7 +65,7 @@ def test_a_checkpoint_with_nan_weights_scores_every_pass_as_errors_and_counts_th
 def test_predict_proba_with_an_infinite_cell_is_one_line(tmp_path, model, cell):
     """A18, N30, N31: MNP failed in sparsemax (`index -1 is out of bounds`), the other models returned a NaN row."""
     overrides = [f"model={model}", "dataset.num_views=2", "dataset.n_train=100", "dataset.n_test=20",
-                 "trainer.max_epochs=1", "model.warmup_epochs=0" if model == "mnp" else "eval.noise=false",
+                 "trainer.max_epochs=1", "model.warmup.epochs=0" if model == "mnp" else "eval.noise=false",
                  "eval.missing=false", "test=false"]
     train(compose_train(tmp_path / "run", overrides))
     from mnp.core.pipeline import load_run

@@ -105,9 +105,9 @@ def test_predict_proba_says_what_is_wrong_with_its_arguments(one_thread):
     """The Python API's errors are ValueErrors naming the problem, raised before any model code runs (they used to
     be a size mismatch deep in the model, ``torch.cat(): expected a non-empty list``, ``range() arg 3 must not be
     zero`` or an IndexError)."""
-    from mnp.model import MNP
+    from mnp_utils import flat_mnp
     rng = np.random.default_rng(0)
-    model = MNP(3, [5, 3], d_e=8, memory_size=6)
+    model = flat_mnp(3, [5, 3], d_e=8, memory_size=6)
     model.init_memory([torch.randn(12, 5), torch.randn(12, 3)], torch.arange(12) % 3)
     x0, x1 = rng.normal(size=(60, 5)), rng.normal(size=(60, 3))
     cases = [(([x0, x1[:30]], {}), r"^views\[1\] has 30 rows but views\[0\] has 60$"),

@@ -128,10 +128,10 @@ def test_a_resume_may_raise_max_epochs_of_an_mnp_run_with_its_derived_warmup(tmp
     4). A resume is compared by what the user set: raising max_epochs resumes (twice in a row), keeping the
     run's warm-up; a warm-up the user sets is still compared."""
     data, run = write_data(tmp_path / "data.npz"), tmp_path / "run"
-    small = ["model.d_e=16", "model.num_samples=2", "eval.noise=false"]
+    small = ["model.encoder.d_e=16", "model.decoder.num_samples=2", "eval.noise=false"]
     assert g(data, run, *small, "test=false", model="mnp").returncode == 0  # 2 epochs, then stopped before testing
-    line = error_line(g(data, run, *small, "model.warmup_epochs=1", model="mnp", epochs=4))
-    assert line.startswith(f"error: {run} holds a run of another config (differs at model.warmup_epochs)")
+    line = error_line(g(data, run, *small, "model.warmup.epochs=1", model="mnp", epochs=4))
+    assert line.startswith(f"error: {run} holds a run of another config (differs at model.warmup.epochs)")
     again = g(data, run, *small, "test=false", model="mnp", epochs=3)
     assert again.returncode == 0, again.stderr[-2000:]
     res = g(data, run, *small, model="mnp", epochs=4)
@@ -139,7 +139,7 @@ def test_a_resume_may_raise_max_epochs_of_an_mnp_run_with_its_derived_warmup(tmp
     assert f"resuming from {run / 'checkpoints' / 'last.ckpt'}" in res.stdout
     assert json.loads((run / "metrics.json").read_text())["epochs"] == 4
     saved = OmegaConf.load(run / "config.yaml")
-    assert saved.trainer.max_epochs == 4 and saved.model.warmup_epochs == 0  # the run's own warm-up
+    assert saved.trainer.max_epochs == 4 and saved.model.warmup.epochs == 0  # the run's own warm-up
     assert re.findall(r"main epoch (\d)/4", res.stdout) == ["4"]  # only the 4th epoch was trained here
     line = error_line(g(data, run, *small, model="mnp", epochs=6))  # a finished run is not extended
     assert line.startswith(f"error: {run} holds a run of another config (differs at trainer.max_epochs);")

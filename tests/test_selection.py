@@ -71,7 +71,7 @@ def _fake_run(root, name: str, seed: int, metrics: dict, variant: str | None = N
     d.mkdir(parents=True)
     (d / "metrics.json").write_text(json.dumps({"model": "mnp", "dataset": "cub", "seed": seed,
                                                 "experiment": "select", "eval_split": split, **metrics}))
-    (d / "config.yaml").write_text(yaml.safe_dump({"variant": variant, "model": {"memory_size": memory_size}}))
+    (d / "config.yaml").write_text(yaml.safe_dump({"variant": variant, "model": {"memory": {"size": memory_size}}}))
 
 
 def _sweep(tmp_path, nll: dict[str, list[float]]):
@@ -82,21 +82,21 @@ def _sweep(tmp_path, nll: dict[str, list[float]]):
 
 
 def test_decide_picks_the_best_validation_criterion_with_a_paired_test(tmp_path):
-    _sweep(tmp_path, {"default": [0.50, 0.52, 0.47], "model.memory_size=300": [0.45, 0.50, 0.46],
-                      "model.memory_size=400": [0.55, 0.51, 0.49], "model.projection=none": [0.1, 0.1, 0.1]})
+    _sweep(tmp_path, {"default": [0.50, 0.52, 0.47], "model.memory.size=300": [0.45, 0.50, 0.46],
+                      "model.memory.size=400": [0.55, 0.51, 0.49], "model.encoder.projection=none": [0.1, 0.1, 0.1]})
     out = tmp_path / "decisions" / "mnp_cub.csv"
     assert select.main(["decide", str(tmp_path), "--model", "mnp", "--dataset", "cub", "--decision",
-                        "memory_size", "--match", "memory_size", "--out", str(out)]) == 0
+                        "memory_size", "--match", "memory.size", "--out", str(out)]) == 0
     rows = {r["candidate"]: r for r in csv.DictReader(out.open())}
-    assert set(rows) == {"default", "model.memory_size=300", "model.memory_size=400"}  # not projection=none
-    assert [c for c, r in rows.items() if r["chosen"] == "True"] == ["model.memory_size=300"]
-    assert rows["default"]["setting"] == "model.memory_size=200"
+    assert set(rows) == {"default", "model.memory.size=300", "model.memory.size=400"}  # not projection=none
+    assert [c for c, r in rows.items() if r["chosen"] == "True"] == ["model.memory.size=300"]
+    assert rows["default"]["setting"] == "model.memory.size=200"
     assert "test/acc" not in rows["default"] and float(rows["default"]["val/acc"]) == pytest.approx(
         1 - np.mean([0.50, 0.52, 0.47]) / 10, rel=1e-5)
     d = np.array([0.45, 0.50, 0.46]) - np.array([0.50, 0.52, 0.47])  # the t-test by hand
     t = d.mean() / (d.std(ddof=1) / math.sqrt(3))
-    assert float(rows["model.memory_size=300"]["p_vs_default"]) == pytest.approx(2 * stats.t.sf(abs(t), 2), rel=1e-5)
-    assert float(rows["model.memory_size=300"]["diff_vs_default"]) == pytest.approx(d.mean(), rel=1e-5)
+    assert float(rows["model.memory.size=300"]["p_vs_default"]) == pytest.approx(2 * stats.t.sf(abs(t), 2), rel=1e-5)
+    assert float(rows["model.memory.size=300"]["diff_vs_default"]) == pytest.approx(d.mean(), rel=1e-5)
 
 
 def test_decide_keeps_default_on_a_tie_and_other_decisions_rows(tmp_path):
@@ -114,7 +114,7 @@ def test_select_refuses_test_metrics_and_test_split_runs(tmp_path, capsys):
     with pytest.raises(select.SelectionError, match="never chosen on test rows"):
         select.decide({"default": {0: {"test/acc": 1.0}}, "x=1": {0: {"test/acc": 0.0}}}, "test/acc", True)
     _fake_run(tmp_path, "default", 0, {"val/nll": 1.0})
-    _fake_run(tmp_path, "other", 0, {"test/nll": 1.0}, variant="model.memory_size=300", split="test")
+    _fake_run(tmp_path, "other", 0, {"test/nll": 1.0}, variant="model.memory.size=300", split="test")
     assert select.main(["decide", str(tmp_path), "--model", "mnp", "--dataset", "cub", "--decision", "m",
                         "--match", "memory", "--out", str(tmp_path / "o.csv")]) == 2
     err = capsys.readouterr().err

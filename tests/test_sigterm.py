@@ -16,7 +16,7 @@ from mnp.core.checkpointing import load_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 # MNP on 10,000 two-moons rows: about a second per epoch here, so a SIGTERM lands inside an epoch
-SLOW = ["model=mnp", "dataset=synthetic", "dataset.n_train=10000", "model.warmup_epochs=2", "trainer.max_epochs=4",
+SLOW = ["model=mnp", "dataset=synthetic", "dataset.n_train=10000", "model.warmup.epochs=2", "trainer.max_epochs=4",
         "trainer.enable_progress_bar=false", "eval.noise=false"]
 
 

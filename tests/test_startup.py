@@ -16,7 +16,7 @@ import json, sys
 sys.path[:0] = [{root!r}, {tests!r}]
 from cfg_utils import compose_train
 from mnp.core.pipeline import train
-results = train(compose_train({out!r}, ["model=mnp", "trainer.max_epochs=2", "model.warmup_epochs=1",
+results = train(compose_train({out!r}, ["model=mnp", "trainer.max_epochs=2", "model.warmup.epochs=1",
                                        "eval.noise=false", "callbacks.checkpoint.every_n_epochs=0"]))
 print(json.dumps({{"modules": sorted(sys.modules), "results": {{k: v for k, v in results.items()
                                                              if k.startswith(("time/", "accel/"))}}}}))

@@ -19,6 +19,7 @@ from mnp import step_graphs
 from mnp.core import accel
 from mnp.core.validate import ConfigError, check_accel
 from mnp.model import MNP
+from mnp_utils import flat_mnp
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -39,7 +40,7 @@ def build(**kw):
                 optim={"lr": 1e-2, "schedule": "piecewise", "milestones": [2], "values": [1e-2, 1e-3]})
     base.update(kw)
     torch.manual_seed(0)
-    return MNP(**base)
+    return flat_mnp(**base)
 
 
 def fit(graph, tmp_path, epochs=4, resume=None, ckpt=False, **kw):
@@ -161,8 +162,8 @@ def test_a_non_finite_loss_stops_an_emulated_run(tmp_path):
             return (loss * float("nan") if self.current_epoch >= 2 else loss), logs
 
     pl.seed_everything(0, verbose=False)
-    model = NaNFromEpoch2(num_classes=3, view_dims=list(DIMS), d_e=8, memory_size=6, warmup_epochs=1,
-                          projection="linear")
+    model = NaNFromEpoch2(3, list(DIMS), encoder={"d_e": 8, "projection": "linear"}, memory={"size": 6},
+                          warmup={"epochs": 1})
     model.cuda_graph, model.check_finite_every = "emulate", 3
     trainer = pl.Trainer(max_epochs=4, logger=False, enable_progress_bar=False, enable_model_summary=False,
                          enable_checkpointing=False, default_root_dir=tmp_path, accelerator="cpu")
@@ -189,7 +190,7 @@ def test_configure_sets_the_finite_check_period_and_the_switch():
 
 @pytest.mark.parametrize("model_kw, trainer_kw, accel_value, message", [
     ({}, {}, True, "needs a CUDA device, but the trainer runs on cpu"),
-    ({"memory_update": "random"}, {"device": "cuda"}, True, "memory_update=random"),
+    ({"memory_update": "random"}, {"device": "cuda"}, True, "memory.update=random"),
     ({"optim": {"lr": 1e-3, "eps_placement": "keras"}}, {}, "emulate", "eps_placement=keras"),
     ({"fast": False}, {}, "emulate", "model.fast=false"),
     ({}, {"world_size": 2}, "emulate", "2 processes"),
@@ -227,7 +228,7 @@ def test_matmul_precision_is_restored_after_the_run():
 def test_train_py_runs_with_the_emulated_graph(tmp_path):
     from mnp.core.pipeline import train
     from tests.cfg_utils import compose_train
-    cfg = compose_train(tmp_path, ["trainer.max_epochs=3", "model.warmup_epochs=1", "accel.cuda_graph=emulate",
+    cfg = compose_train(tmp_path, ["trainer.max_epochs=3", "model.warmup.epochs=1", "accel.cuda_graph=emulate",
                                    "callbacks.checkpoint.every_n_epochs=0", "eval.noise=false"])
     results = train(cfg)
     assert results["test/acc"] > 0.8  # the synthetic two moons

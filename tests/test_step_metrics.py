@@ -14,6 +14,7 @@ import torch
 
 from mnp.tools import bench, bench_cases, step_metrics
 from mnp.model import MNP
+from mnp_utils import flat_mnp
 from mnp.stacked import ParamStack
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -75,7 +76,7 @@ def test_every_memory_rule_and_switch_steps_without_host_syncs(switches):
     base = dict(num_classes=4, view_dims=[7, 5, 3], d_e=8, memory_size=12, projection="linear", clip_norm=0.1,
                 l2=1e-3, lengthscale_form="l")
     torch.manual_seed(0)
-    model = MNP(**{**base, **switches})
+    model = flat_mnp(**{**base, **switches})
     g = torch.Generator().manual_seed(0)
     y = torch.arange(40) % 4
     views = [torch.randn(40, d, generator=g) + y[:, None].float() for d in (7, 5, 3)]
@@ -149,7 +150,7 @@ def test_a_non_finite_loss_stops_training_at_the_periodic_read(tmp_path):
     views = [rng.normal(size=(60, d)) + y[:, None] for d in (4, 5)]
     dm = TensorDataModule(views, y, np.arange(0, 60, 2), np.arange(1, 60, 2), batch_size=10)  # 3 steps an epoch
     for every, match in ((1, r"\(nan\) at epoch 1, global step 3;"), (2, r"at epoch 1, one of global steps 3\.\.4;")):
-        model = NaNFromEpoch1(num_classes=3, view_dims=[4, 5], d_e=8, memory_size=6)
+        model = NaNFromEpoch1(3, [4, 5], encoder={"d_e": 8}, memory={"size": 6})
         model.check_finite_every = every
         trainer = pl.Trainer(max_epochs=3, logger=False, enable_progress_bar=False, enable_model_summary=False,
                              enable_checkpointing=False, default_root_dir=tmp_path)
@@ -162,8 +163,8 @@ def stacked_pair(norm="layer"):
     """A fast MNP whose encoders and projection biases run batched, and its straightforward twin."""
     kw = dict(num_classes=3, view_dims=[6, 4, 5], d_e=8, memory_size=6, projection="linear", l2=1e-3, norm=norm)
     torch.manual_seed(0)
-    fast = MNP(**kw)
-    ref = MNP(**kw, fast=False)
+    fast = flat_mnp(**kw)
+    ref = flat_mnp(**kw, fast=False)
     g = torch.Generator().manual_seed(1)
     y = torch.arange(30) % 3
     views = [torch.randn(30, d, generator=g) for d in (6, 4, 5)]

@@ -56,17 +56,17 @@ def options(value) -> list[str]:
 
 # ---------------------------------------------------------------------------- presets
 def test_select_preset_evaluates_on_validation_rows_in_its_own_sweep_dir():
-    cfg = compose_hydra(["experiment=select", "model=mnp", "dataset=cub", "model.memory_size=300"])
+    cfg = compose_hydra(["experiment=select", "model=mnp", "dataset=cub", "model.memory.size=300"])
     assert cfg.experiment_name == "select" and cfg.hydra.sweep.dir.endswith("/select/multiruns")
     assert not cfg.hydra.sweeper.params and cfg.eval.split == "val" and cfg.dataset.val_fraction == 0.2
-    assert cfg.callbacks.checkpoint.monitor is None and cfg.model.memory_size == 300
+    assert cfg.callbacks.checkpoint.monitor is None and cfg.model.memory.size == 300
 
 
 def test_switches_preset_writes_its_own_sweep_dir_named_by_the_switch():
-    cfg = compose_hydra(["experiment=switches", "model=mnp", "dataset=pie", "model.modality_mask=true"])
+    cfg = compose_hydra(["experiment=switches", "model=mnp", "dataset=pie", "model.aggregation.modality_mask=true"])
     assert cfg.experiment_name == "switches" and cfg.hydra.sweep.dir.endswith("/switches/multiruns")
     assert not cfg.hydra.sweeper.params  # the command line names the models, datasets, seeds and the switch
-    assert cfg.model.modality_mask is True
+    assert cfg.model.aggregation.modality_mask is True
 
 
 @pytest.mark.parametrize("name", SWEEPS)
@@ -97,12 +97,12 @@ def test_paper_presets_cover_the_paper_tables():
     assert options(params("paper_main").dataset) == ["handwritten", "cub", "pie", "caltech101", "scene15", "hmdb"]
     assert options(params("paper_ood").dataset) == ["cifar10c"]
     assert options(params("paper_speed").model) == ["mnp", "mgp"]
-    assert options(params("ablation_context")["model.memory_update"]) == ["mse", "ce", "fifo", "random"]
-    assert options(params("ablation_aggregation")["model.aggregation"]) == ["mba", "mean", "concat"]
+    assert options(params("ablation_context")["model.memory.update"]) == ["mse", "ce", "fifo", "random"]
+    assert options(params("ablation_aggregation")["model.aggregation.kind"]) == ["mba", "mean", "concat"]
     p = params("ablation_attention")
-    assert options(p["model.similarity"]) == ["rbf", "dot"]
-    assert options(p["model.attention_norm"]) == ["sparsemax", "softmax"]
-    assert [float(b) for b in options(params("ablation_rbf_loss")["model.beta"])] == [1.0, 0.0]
+    assert options(p["model.attention.similarity"]) == ["rbf", "dot"]
+    assert options(p["model.attention.normaliser"]) == ["sparsemax", "softmax"]
+    assert [float(b) for b in options(params("ablation_rbf_loss")["model.loss.beta"])] == [1.0, 0.0]
 
 
 @pytest.mark.parametrize("name", [p for p in SWEEPS if p.startswith(("ablation", "context"))])
@@ -124,7 +124,7 @@ def test_context_size_grid_per_dataset():
         assert PAPER_NM[d] in sizes, d
         step = sizes.index(PAPER_NM[d])
         cfg = compose_hydra(["experiment=context_size", "model=mlp", f"dataset={d}", f"context_step={step}"])
-        assert cfg.model.memory_size == PAPER_NM[d] and cfg.variant == PAPER_NM[d]
+        assert cfg.model.memory.size == PAPER_NM[d] and cfg.variant == PAPER_NM[d]
         assert cfg.hydra.sweep.subdir == f"mlp_{d}_Nm{PAPER_NM[d]}_s0"
 
 
@@ -193,7 +193,7 @@ def test_optuna_preset_composes():
     assert sw.storage == "sqlite:////tmp/x/optuna_mnp/multiruns/optuna.db"
     assert sw.study_name == "optuna_mnp_synthetic"
     assert cfg.optimized_metric == "val/nll" and cfg.dataset.val_fraction > 0 and cfg.skip_if_done is False
-    assert {"model.optim.lr", "model.tau", "model.alpha", "model.l2"} <= set(sw.params)
+    assert {"model.optim.lr", "model.loss.tau", "model.loss.alpha", "model.loss.l2"} <= set(sw.params)
 
 
 # ---------------------------------------------------------------------------- run_job (in process)

@@ -9,7 +9,7 @@ import torch
 
 from mnp.aggregation import random_modality_mask
 from mnp.decoder import sample_logits
-from mnp.model import MNP
+from mnp_utils import flat_mnp
 from mnp.tools import bench_cases, step_metrics
 from mnp.view_training import fusion_weights, view_dropout_mask
 
@@ -23,7 +23,7 @@ DIMS, K = (5, 7, 4), 3
 
 def tiny(**kw):
     torch.manual_seed(0)
-    model = MNP(**{**dict(num_classes=K, view_dims=list(DIMS), d_e=8, memory_size=9, projection="linear",
+    model = flat_mnp(**{**dict(num_classes=K, view_dims=list(DIMS), d_e=8, memory_size=9, projection="linear",
                           lengthscale_form="l"), **kw})
     g = torch.Generator().manual_seed(1)
     y = torch.arange(30) % K
@@ -38,7 +38,7 @@ def by_hand_view_nlls(model, views, y):
     _, _, r_star, s_star, u, q = model._attend(views)
     (mu, var), (mu_m, var_m) = model.aggregation.posteriors(r_star, s_star, u, q)
     logits = sample_logits(model.decoder, torch.cat([mu[None], mu_m]), torch.cat([var[None], var_m]),
-                           model.hparams.num_samples)  # (S·S, 1 + M, B, K): the training loss's one decoder call
+                           model.spec.decoder.num_samples)  # (S·S, 1 + M, B, K): the training loss's one decoder call
     p = logits.double().softmax(-1).mean(0)[1:]  # (M, B, K)
     return -p.gather(-1, y.expand(len(DIMS), -1).unsqueeze(-1)).squeeze(-1).log().mean(-1)  # (M,)
 
@@ -55,7 +55,7 @@ def test_view_loss_weight_adds_lambda_times_the_views_mean_nll_and_its_gradient(
     model.zero_grad()
     base.backward()
     g0 = grads(model)
-    model.hparams.view_loss_weight = lam
+    model.spec = model.spec.replace("loss", view_weight=lam)
     torch.manual_seed(5)
     loss, logs = model.training_loss(views, y)
     model.zero_grad()

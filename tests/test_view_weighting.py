@@ -10,9 +10,9 @@ from mnp.view_weighting import nearest_sq_dist, proximity, reference_sq_dist, vi
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-TWO_VIEWS = ["model=mnp", "dataset.num_views=2", "dataset.n_train=400", "dataset.n_test=400", "model.d_e=32",
-             "model.resmlp_depth=2", "model.memory_size=40", "trainer.max_epochs=15", "eval.noise=false",
-             "skip_if_done=false", "seed=3", "model.view_weighting=distance"]
+TWO_VIEWS = ["model=mnp", "dataset.num_views=2", "dataset.n_train=400", "dataset.n_test=400", "model.encoder.d_e=32",
+             "model.encoder.resmlp_depth=2", "model.memory.size=40", "trainer.max_epochs=15", "eval.noise=false",
+             "skip_if_done=false", "seed=3", "model.aggregation.view_weighting.mode=distance"]
 
 
 def test_nearest_distance_inverts_the_rbf_scores():
@@ -103,10 +103,10 @@ def test_reference_is_in_the_checkpoint_and_equals_a_recomputation(trained):
 def test_switch_errors_name_the_key(tmp_path):
     dm_cfg = compose_train(tmp_path, TWO_VIEWS)
     _, dm = build_datamodule(dm_cfg)
-    for override, match in [("model.view_weighting=kernel", "unknown view_weighting 'kernel'"),
-                            ("model.distance_quantile=1.5", r"model.distance_quantile must be in \(0, 1\], got 1.5"),
-                            ("model.distance_power=0", "model.distance_power must be > 0, got 0")]:
+    for override, match in [("model.aggregation.view_weighting.mode=kernel", "unknown model.aggregation.view_weighting.mode 'kernel'"),
+                            ("model.aggregation.view_weighting.quantile=1.5", r"model.aggregation.view_weighting.quantile must be in \(0, 1\], got 1.5"),
+                            ("model.aggregation.view_weighting.power=0", "model.aggregation.view_weighting.power must be > 0, got 0")]:
         with pytest.raises(ValueError, match=match):
             build_model(compose_train(tmp_path, [*TWO_VIEWS, override]), dm)
-    with pytest.raises(ValueError, match="view_weighting=distance needs similarity=rbf"):
-        build_model(compose_train(tmp_path, [*TWO_VIEWS, "model.similarity=dot", "model.warmup_epochs=0"]), dm)
+    with pytest.raises(ValueError, match="view_weighting.mode=distance needs model.attention.similarity=rbf"):
+        build_model(compose_train(tmp_path, [*TWO_VIEWS, "model.attention.similarity=dot", "model.warmup.epochs=0"]), dm)

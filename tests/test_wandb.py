@@ -62,8 +62,8 @@ def mnp_job(tmp) -> Path:
     y = np.repeat(np.arange(3), 40)
     data = tmp / "views.npz"
     np.savez(data, x1=rng.normal(size=(120, 6)) + 2.0 * y[:, None], x2=rng.normal(size=(120, 4)) + y[:, None], y=y)
-    train(tmp, "model=mnp", "dataset=custom", f"dataset.path={data}", "dataset.ood_classes=[2]", "model.d_e=16",
-          "model.warmup_epochs=1", "model.l2=1e-4", "trainer.max_epochs=3", "eval.noise_levels=[0.1,1.0]",
+    train(tmp, "model=mnp", "dataset=custom", f"dataset.path={data}", "dataset.ood_classes=[2]", "model.encoder.d_e=16",
+          "model.warmup.epochs=1", "model.loss.l2=1e-4", "trainer.max_epochs=3", "eval.noise_levels=[0.1,1.0]",
           "+variant=tiny")
     [job] = (tmp / "logs" / "wb" / "runs").glob("mnp_custom_s0_*")
     return job
@@ -106,7 +106,7 @@ def test_the_whole_resolved_config_is_logged_nested(mlp_jobs, mnp_job):
         assert config["dataset"]["batch_size"] == 200 and config["dataset"]["num_views"] == 2
         assert (config["seed"], config["experiment_name"], config["variant"]) == (seed, "wb", MLP_VARIANT)
     config = only_run(mnp_job).config
-    assert config["model"]["l2"] == 1e-4 and config["model"]["warmup_epochs"] == 1 and config["variant"] == "tiny"
+    assert config["model"]["loss"]["l2"] == 1e-4 and config["model"]["warmup"]["epochs"] == 1 and config["variant"] == "tiny"
     assert config["dataset"]["path"] == str(mnp_job.parents[3] / "views.npz")
     assert config["dataset"]["scaling"] == "standard"
 

@@ -90,7 +90,7 @@ class Session:
 def run_overrides(dataset: str, variant: str, cpu: bool) -> list[str]:
     """train.py's overrides of one whole run; on a CPU the emulated graph and a short run."""
     over = VARIANTS[variant] + (["accel.cuda_graph=emulate"] if cpu and variant != "eager" else [])
-    small = ["trainer.max_epochs=3", "model.warmup_epochs=1", "eval.noise_levels=[0.1,1.0]"] if cpu else []
+    small = ["trainer.max_epochs=3", "model.warmup.epochs=1", "eval.noise_levels=[0.1,1.0]"] if cpu else []
     return ["model=mnp", f"dataset={dataset}", "seed=0", "logger=none", "callbacks.checkpoint.every_n_epochs=0",
             "skip_if_done=false", "ckpt_path=null", *over, *small]
 

@@ -43,9 +43,9 @@ def datamodule() -> TensorDataModule:
 def train(graph, accelerator: str, epochs: int = 4) -> tuple[int, dict[str, torch.Tensor], float, int]:
     pl.seed_everything(0, verbose=False)
     torch.manual_seed(0)
-    model = MNP(num_classes=3, view_dims=list(DIMS), d_e=16, memory_size=9, projection="linear", warmup_epochs=1,
-                warmup_lr=1e-2, clip_norm=0.5, l2=1e-3, modality_mask=True,
-                optim={"lr": 1e-2, "schedule": "piecewise", "milestones": [2], "values": [1e-2, 1e-3]})
+    model = MNP(3, list(DIMS), encoder={"d_e": 16, "projection": "linear"}, memory={"size": 9},
+                warmup={"epochs": 1, "lr": 1e-2}, loss={"l2": 1e-3}, aggregation={"modality_mask": True},
+                optim={"lr": 1e-2, "schedule": "piecewise", "milestones": [2], "values": [1e-2, 1e-3], "clip_norm": 0.5})
     model.cuda_graph = graph
     trainer = pl.Trainer(max_epochs=epochs, logger=False, enable_progress_bar=False, enable_model_summary=False,
                          enable_checkpointing=False, accelerator=accelerator, devices=1, num_sanity_val_steps=0,

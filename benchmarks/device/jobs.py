@@ -15,13 +15,13 @@ MODELS = ("mnp", "mgp", "sngp", "etp", "mcd", "de_ef", "de_lf", "tmc", "mnp_offi
 DATASETS = ("scene15", "pie", "handwritten", "cub")  # the longest first
 # one-at-a-time candidates around today's defaults, per dataset: the decisions of results/decisions/open.csv
 CANDIDATES = {
-    "handwritten": ["", "model.modality_mask=false", "model.warmup_lr=0.001", "model.lengthscale_form=l2",
-                    "model.projection=none", "model.warmup_epochs=0"],
-    "pie": ["", "model.rbf_reduce=mean model.lengthscale_penalty=norm model.self_in_denominator=false",
-            "model.warmup_lr=0.001", "model.modality_mask=true", "model.lengthscale_form=l2", "model.projection=none",
-            "model.warmup_epochs=0"],
-    "scene15": ["", "model.modality_mask=false", "model.warmup_lr=0.001", "model.lengthscale_form=l2",
-                "model.projection=none", "model.warmup_epochs=0"],
+    "handwritten": ["", "model.aggregation.modality_mask=false", "model.warmup.lr=0.001", "model.attention.lengthscale_form=l2",
+                    "model.encoder.projection=none", "model.warmup.epochs=0"],
+    "pie": ["", "model.loss.rbf_reduce=mean model.loss.lengthscale_penalty=norm model.loss.self_in_denominator=false",
+            "model.warmup.lr=0.001", "model.aggregation.modality_mask=true", "model.attention.lengthscale_form=l2", "model.encoder.projection=none",
+            "model.warmup.epochs=0"],
+    "scene15": ["", "model.aggregation.modality_mask=false", "model.warmup.lr=0.001", "model.attention.lengthscale_form=l2",
+                "model.encoder.projection=none", "model.warmup.epochs=0"],
 }
 
 

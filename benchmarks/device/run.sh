@@ -17,7 +17,7 @@ git log -1 --format='commit %H' 2>/dev/null || true
 FAST=""
 if [ -z "$SKIP_CHECKS" ]; then
 if timeout 60 python3 train.py model=mnp dataset=handwritten experiment_name=smoke trainer.max_epochs=3 \
-     model.warmup_epochs=1 > $OUT/aux/smoke.log 2>&1; then el "smoke ok"; tail -12 $OUT/aux/smoke.log
+     model.warmup.epochs=1 > $OUT/aux/smoke.log 2>&1; then el "smoke ok"; tail -12 $OUT/aux/smoke.log
 else el "smoke FAILED, sweep with model.fast=false"; tail -30 $OUT/aux/smoke.log; FAST="model.fast=false"; fi
 timeout 50 python3 benchmarks/device/step_capture.py --json $OUT/step_capture.json 2>&1 | tee $OUT/aux/step_capture.log; el "step capture done"
 timeout 40 python3 -m mnp.tools.bench --dataset handwritten --models mnp mnp_ref mgp mlp --no-graph-breaks \

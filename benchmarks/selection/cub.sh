@@ -8,10 +8,10 @@
 set -euo pipefail
 stage=${1:?train, decide or views}; logs=${2:?log dir}
 export MNP_TORCH_THREADS=1
-screen=("" "model.lengthscale_form=l2" "model.projection=none" "model.warmup_epochs=0" "model.warmup_lr=0.001"
-        "model.memory_size=300" "model.memory_size=400" "model.modality_mask=true"
-        "model.rbf_reduce=sum model.lengthscale_penalty=half_sq model.self_in_denominator=true")
-joint="model.warmup_epochs=0 model.memory_size=400 model.modality_mask=true model.rbf_reduce=sum model.lengthscale_penalty=half_sq model.self_in_denominator=true"
+screen=("" "model.attention.lengthscale_form=l2" "model.encoder.projection=none" "model.warmup.epochs=0" "model.warmup.lr=0.001"
+        "model.memory.size=300" "model.memory.size=400" "model.aggregation.modality_mask=true"
+        "model.loss.rbf_reduce=sum model.loss.lengthscale_penalty=half_sq model.loss.self_in_denominator=true")
+joint="model.warmup.epochs=0 model.memory.size=400 model.aggregation.modality_mask=true model.loss.rbf_reduce=sum model.loss.lengthscale_penalty=half_sq model.loss.self_in_denominator=true"
 out=results/decisions/mnp_cub.csv
 if [ "$stage" = train ]; then
   for s in 0 1 2 3 4; do for c in "${screen[@]}" "$joint"; do
@@ -23,22 +23,27 @@ sel() { python -m mnp.tools.select decide "$logs" --model mnp --dataset cub --ou
 # views (issue 31, docs/method.md §1.9): today's defaults and the two single-view switches, seeds 0-3 (the
 # machine's load allowed no more: 10-16 min a run), then one decision each
 if [ "$stage" = views ]; then
-  for s in 0 1 2 3; do for c in "" "model.view_loss_weight=1.0" "model.view_dropout=0.25"; do
+  for s in 0 1 2 3; do for c in "" "model.loss.view_weight=1.0" "model.aggregation.view_dropout=0.25"; do
     echo "experiment=select model=mnp dataset=cub seed=$s paths.log_dir=$logs $c"
   done; done | xargs -P 2 -L 1 nice -n 10 python train.py
-  for d in view_loss_weight view_dropout; do sel --decision $d --match model.$d= --criterion val/nll; done
+  sel --decision view_loss_weight --match model.loss.view_weight= --criterion val/nll
+  sel --decision view_dropout --match model.aggregation.view_dropout= --criterion val/nll
   # eq. 8′ again, on the chosen view dropout's checkpoints (replaces the decide stage's view_weighting rows)
   python -m mnp.tools.select infer "$logs" --model mnp --dataset cub --decision view_weighting \
-    --base model.view_dropout=0.25 --criterion val/noise/acc_mean --higher --out $out
+    --base model.aggregation.view_dropout=0.25 --criterion val/noise/acc_mean --higher --out $out
   exit 0
 fi
-# stage 1: the screen (where a setting beats the defaults, stage 2 decides; the joint runs are not screen candidates)
-for d in lengthscale_form projection; do sel --decision $d --match model.$d= --exclude memory_size=400,model.modality; done
-for d in warmup_epochs warmup_lr memory_size modality_mask rbf_reduce; do
-  sel --decision $d --match model.$d= --exclude memory_size=400,model.modality --status "screen (stage 2 decides)"; done
+# stage 1: the screen (where a setting beats the defaults, stage 2 decides; the joint runs are not screen candidates:
+# their variant, cut to 100 characters and a hash, is the only one that starts with the joint prefix)
+joint_prefix="model.aggregation.modality_mask=true,model.loss"
+sel --decision lengthscale_form --match model.attention.lengthscale_form= --exclude $joint_prefix
+sel --decision projection --match model.encoder.projection= --exclude $joint_prefix
+for d in warmup_epochs:warmup.epochs warmup_lr:warmup.lr memory_size:memory.size \
+         modality_mask:aggregation.modality_mask rbf_reduce:loss.rbf_reduce; do
+  sel --decision ${d%%:*} --match model.${d#*:}= --exclude $joint_prefix --status "screen (stage 2 decides)"; done
 # stage 2: the screen's winners together against the defaults
-sel --decision joint --match "model.memory_size=400,model.modality_mask=true"
+sel --decision joint --match $joint_prefix
 # eq. 8′ on the chosen training setting's checkpoints
 python -m mnp.tools.select infer "$logs" --model mnp --dataset cub --decision view_weighting \
-  --base "$(ls $logs/select/runs | grep -m1 'mnp_cub_s0_model.lengthscale_penalty=half_sq,model.memory_size=400' | sed 's/^mnp_cub_s0_//')" \
+  --base "$(ls $logs/select/runs | grep -m1 "mnp_cub_s0_$joint_prefix" | sed 's/^mnp_cub_s0_//')" \
   --criterion val/noise/acc_mean --higher --out $out

@@ -101,7 +101,7 @@ def not_a_model_key(line: str) -> str:
     if not found:
         return line
     key = found.group(1)
-    hint = "; MNP's warm-up follows a shorter trainer.max_epochs by itself" if key == "model.warmup_epochs" else ""
+    hint = "; MNP's warm-up follows a shorter trainer.max_epochs by itself" if key == "model.warmup.epochs" else ""
     return (f"{key} is not a key of the model ({found.group(2)}; in a sweep, of every model it runs): check its "
             f"spelling (the models' keys: docs/usage.md), and give a key only some models of a sweep have in a "
             f"command of its own for those; +{key} would pass it to a model that does not take it{hint}")

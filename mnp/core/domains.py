@@ -4,7 +4,7 @@ Each model class declares next to its constructor ``domains``: {argument: :class
 domains for a dict-valued argument (``optim``: :data:`mnp.optim.OPTIM_DOMAINS`). :func:`check_domains`
 is called by every constructor (the Python API) and by :mod:`mnp.core.validate` on the config, before
 anything is built, so both refuse the same values in the same one line, e.g.
-``model.clip_norm must be > 0 (or null), got -0.1``. The table of model keys in docs/usage.md is generated
+``model.optim.clip_norm must be > 0 (or null), got -0.1``. The table of model keys in docs/usage.md is generated
 from the same declarations (``python -m mnp.tools.docgen``).
 """
 from __future__ import annotations

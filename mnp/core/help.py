@@ -27,7 +27,7 @@ Examples:
 Common keys: seed=0  trainer.max_epochs=N  trainer=gpu  dataset.batch_size=200  ckpt_path=last|null|<file>
              paths.log_dir=logs  eval.noise_levels=[0.1,1]  eval.noise_max_subsets=64 (noised view subsets,
              drawn from eval.noise_seed where there are more)  model.<switch>=<value> (docs/switches.md)
-Model keys and the values they accept (model.clip_norm > 0 or null, model.l2 >= 0, model.optim.lr > 0, ...):
+Model keys and the values they accept (model.optim.clip_norm > 0 or null, model.loss.l2 >= 0, model.optim.lr > 0, ...):
              docs/usage.md, "Model keys and the values they accept"
 """
 

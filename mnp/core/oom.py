@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Mapping
 from contextvars import ContextVar
 
 from mnp.core.errors import OutOfMemory
@@ -15,7 +16,7 @@ _ALLOCATION = re.compile(r"DefaultCPUAllocator|can't allocate memory|not enough 
                          re.IGNORECASE)
 _DATA: ContextVar[list | None] = ContextVar("mnp_oom_data", default=None)
 # the config keys that set a run's memory, where its model or dataset has them
-MODEL_KEYS = ("d_e", "memory_size", "num_samples", "hidden", "num_inducing", "num_features", "members")
+MODEL_KEYS = ("encoder.d_e", "memory.size", "decoder.num_samples", "hidden", "num_inducing", "num_features", "members")
 DATA_KEYS = ("batch_size", "eval_batch_size")
 
 
@@ -36,9 +37,16 @@ def record_data(cfg, dm) -> None:
         held.append((cfg, dm))
 
 
+def _dotted(node, key: str):
+    """``node``'s value at the dotted ``key`` (an MNP part's setting: ``memory.size``), or None."""
+    for part in key.split("."):
+        node = node.get(part) if isinstance(node, Mapping) else None
+    return node
+
+
 def _settings(cfg) -> str:
     keys = [f"dataset.{k}={cfg.dataset[k]}" for k in DATA_KEYS if k in (cfg.get("dataset") or {})]
-    keys += [f"model.{k}={cfg.model[k]}" for k in MODEL_KEYS if k in (cfg.get("model") or {})]
+    keys += [f"model.{k}={value}" for k in MODEL_KEYS if (value := _dotted(cfg.get("model"), k)) is not None]
     return ", ".join(keys)
 
 

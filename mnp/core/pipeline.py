@@ -69,26 +69,26 @@ def _split_name(node: DictConfig) -> tuple[str, DictConfig]:
     return name, OmegaConf.create(node)
 
 
-def make_datamodule(cfg: DictConfig) -> tuple[str, pl.LightningDataModule]:
-    """The dataset's name and datamodule, not set up yet (nothing read)."""
+def make_datamodule(cfg: DictConfig, protocol: EvalProtocol | None = None) -> tuple[str, pl.LightningDataModule]:
+    """The dataset's name and datamodule, not set up yet (nothing read); ``protocol``: the run's, once built."""
     name, node = _split_name(cfg.dataset)
     dm = build("dataset", node)
     record_data(cfg, dm)
-    dm.eval_split = eval_protocol(cfg).split  # val: the selection protocol reads no test row
+    dm.eval_split = (protocol or eval_protocol(cfg)).split  # val: the selection protocol reads no test row
     return name, dm
 
 
-def build_datamodule(cfg: DictConfig) -> tuple[str, pl.LightningDataModule]:
-    name, dm = make_datamodule(cfg)
+def build_datamodule(cfg: DictConfig, protocol: EvalProtocol | None = None) -> tuple[str, pl.LightningDataModule]:
+    name, dm = make_datamodule(cfg, protocol)
     dm.setup("fit")
     return name, dm
 
 
-def build_model(cfg: DictConfig, dm) -> tuple[str, pl.LightningModule]:
+def build_model(cfg: DictConfig, dm, protocol: EvalProtocol | None = None) -> tuple[str, pl.LightningModule]:
     resolve_auto(cfg)
     name, node = _split_name(cfg.model)
     model = build("model", node, num_classes=dm.num_classes, view_dims=dm.view_dims, _convert_="all")
-    model.configure_evaluation(eval_protocol(cfg))
+    model.configure_evaluation(protocol or eval_protocol(cfg))
     return name, model
 
 
@@ -232,7 +232,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     out_dir = Path(cfg.paths.output_dir)
     metrics_path = out_dir / "metrics.json"
     resume_from, resumed = resume_checkpoint(cfg.get("ckpt_path"), out_dir)  # read once for the checks below
-    dataset_name, dm = loaded or make_datamodule(cfg)
+    protocol = eval_protocol(cfg)  # built once, read by the datamodule (its split) and the model
+    dataset_name, dm = loaded or make_datamodule(cfg, protocol)
     record = finished_record(metrics_path)
     if metrics_path.exists() or resume_from:  # a finished or resumable run of another config is never reused
         check_run_dir(cfg, out_dir, resumed, record is not None, dm.data_files())
@@ -255,7 +256,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     with open_dict(cfg):  # the sha256 of every data file read: config.yaml and the checkpoints record it
         cfg.data_hash = data_hashes(dm.data_files(), dm.read_sha256)
     check_train_batches(cfg.trainer, len(dm.train_dataloader()))  # a fraction of them that rounds to none
-    model_name, model = build_model(cfg, dm)
+    model_name, model = build_model(cfg, dm, protocol)
     try:  # a dry run: Lightning calls it in fit, after config.yaml is written
         model.configure_optimizers()
     except ValueError as e:
@@ -337,13 +338,14 @@ def load_run(ckpt_path: str | Path, data_dir: str | None = None, eval_overrides=
         run_cfg.eval = OmegaConf.merge(run_cfg.get("eval") or {}, eval_overrides)
     check_stored(run_cfg, ckpt_path)
     pl.seed_everything(int(run_cfg.get("seed", 0)), workers=True, verbose=False)
-    dataset_name, dm = build_datamodule(run_cfg)
+    protocol = eval_protocol(run_cfg)
+    dataset_name, dm = build_datamodule(run_cfg, protocol)
     model_name = run_cfg.model.get("name")
     model = restore_model(ckpt, run_cfg.model._target_, ckpt_path)
     if list(model.view_dims) != list(dm.view_dims) or model.num_classes != dm.num_classes:
         raise ValueError(f"checkpoint {ckpt_path} was trained on view dims {model.view_dims} and "
                          f"{model.num_classes} classes, but the data has {dm.view_dims} and {dm.num_classes}")
-    model.configure_evaluation(eval_protocol(run_cfg))
+    model.configure_evaluation(protocol)
     return run_cfg, model_name, dataset_name, dm, model, ckpt
 
 

@@ -46,8 +46,8 @@ class RunClock:
 
     @staticmethod
     def warmup_epochs(module) -> int:
-        hp = getattr(module, "hparams", {})
-        return int(hp.get("warmup_epochs", 0) or 0) if hasattr(hp, "get") else 0
+        spec = getattr(module, "spec", None)  # MNP's parts (mnp.parts); the other models have no warm-up
+        return int(spec.warmup.epochs) if spec is not None else 0
 
     def epoch_started(self) -> None:
         self._epoch_start = time.perf_counter()

@@ -1,8 +1,8 @@
 """Run directories: one per result-changing set of overrides, never reused for another config.
 
 A job's directory is ``<model>_<dataset>_s<seed>`` plus, when the command line changes anything that
-can change the result, ``_<those overrides>`` (``model.tau=0.5``, ``trainer.max_epochs=10``): a sweep
-``model.tau=0.1,0.5`` gets two directories, not one overwritten or skipped. Overrides that cannot
+can change the result, ``_<those overrides>`` (``model.loss.tau=0.5``, ``trainer.max_epochs=10``): a sweep
+``model.loss.tau=0.1,0.5`` gets two directories, not one overwritten or skipped. Overrides that cannot
 change a result (where logs go, progress bars, launcher, logger, device, whether MNP's step is replayed
 as a CUDA graph) are left out of the name, so the paper sweeps keep their plain names.
 
@@ -23,6 +23,7 @@ from typing import Any, Iterable
 
 from omegaconf import OmegaConf
 
+from mnp.core.migrations import upgrade_run_config
 from mnp.core.resources import gpu_jobs
 from mnp.core.runrecord import pending_subdir
 
@@ -274,9 +275,9 @@ def stored_config(out_dir, inside_checkpoint: dict | None = None) -> dict | None
     :class:`RunDirConflict`: it cannot be shown to be this job's."""
     path = Path(out_dir) / "config.yaml"
     if not path.is_file():
-        return inside_checkpoint
+        return upgrade_run_config(inside_checkpoint)
     try:
-        return OmegaConf.to_container(OmegaConf.load(path)) or {}
+        return upgrade_run_config(OmegaConf.to_container(OmegaConf.load(path)) or {})  # MNP's flat keys: nested
     except Exception as e:  # noqa: BLE001 - yaml and OmegaConf raise assorted types for a damaged file
         raise RunDirConflict(f"{path} cannot be read ({' '.join(str(e).split())[:160]}), so {out_dir} cannot be shown "
                              "to hold a run of this job; it was left as it is. Move it away to re-run") from None

@@ -21,6 +21,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from mnp.core.checkpointing import CheckpointError, weights_diff
+from mnp.core.migrations import upgrade_hparams
 from mnp.core.validate import check_eval, check_seed
 
 # Every class the project's configs (conf/model*, conf/dataset) instantiate; tests/test_stored_config.py
@@ -118,6 +119,7 @@ def restore_model(ckpt: dict, target: str, path: Path):
     if not isinstance(hparams, dict):
         raise CheckpointError(f"checkpoint {path} holds no constructor arguments; it was not written by train.py")
     _check_stored(dict(hparams), "hyper_parameters", path)
+    hparams = upgrade_hparams(target, hparams)  # MNP: flat arguments from before its parts
     known = set(init_keys(cls))
     if unknown := sorted(set(hparams) - known):
         raise CheckpointError(f"checkpoint {path}: {cls.__name__} takes no argument {unknown[0]!r}; it was written "

@@ -5,7 +5,7 @@ naming the full key, what it must be and what it got. Checked:
 
 * mandatory values left at ``???`` (``dataset=custom`` without ``dataset.path``);
 * the type of every ``model.*`` and ``dataset.*`` value against the annotation of the constructor
-  argument it feeds (``model.tau=oops``);
+  argument it feeds (``model.loss.tau=oops``);
 * the model's numeric values against the domains its class declares (:mod:`mnp.core.domains`, the same
   check its constructor makes);
 * ranges: epochs, seed, batch size, fractions, the evaluation protocol (:func:`check_eval`, which
@@ -19,6 +19,7 @@ the run when the dataset has no config of its own, or scaled to a run shortened 
 """
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import logging
 import math
@@ -45,7 +46,7 @@ class ConfigError(ValueError):
 
 # ---------------------------------------------------------------------------- derived values
 def resolve_auto(cfg: DictConfig) -> None:
-    """``model.warmup_epochs: null`` means ``round(model.warmup_fraction × trainer.max_epochs)``; a dataset's
+    """``model.warmup.epochs: null`` means ``round(model.warmup.fraction × trainer.max_epochs)``; a dataset's
     ``${mnp_warmup:W,E}`` is W, or its share of a ``trainer.max_epochs`` that leaves no epoch after it
     (:func:`mnp.core.rundir.scaled_warmup`), said in one line. Both become plain numbers here.
 
@@ -54,28 +55,31 @@ def resolve_auto(cfg: DictConfig) -> None:
     """
     register_resolver()
     model = cfg.get("model") or {}
-    raw = OmegaConf.to_container(model, resolve=False).get("warmup_epochs") if isinstance(model, DictConfig) else None
+    warmup = model.get("warmup") if isinstance(model, DictConfig) else None
+    if not isinstance(warmup, DictConfig):  # a model without a warm-up part (the baselines)
+        return
+    raw = OmegaConf.to_container(warmup, resolve=False).get("epochs")
     scaled = SCALED.fullmatch(raw.strip()) if isinstance(raw, str) else None
     if scaled:
         with open_dict(cfg):
-            cfg.model.warmup_epochs = value = int(cfg.model.warmup_epochs)
-        warmup, of = (int(g) for g in scaled.groups())
-        if value != warmup:  # scaled to a shortened run: a resume with more epochs compares what the config gave
+            warmup.epochs = value = int(warmup.epochs)
+        first, of = (int(g) for g in scaled.groups())
+        if value != first:  # scaled to a shortened run: a resume with more epochs compares what the config gave
             with open_dict(cfg):
-                cfg.declared = {"model.warmup_epochs": raw.strip()}
+                cfg.declared = {"model.warmup.epochs": raw.strip()}
             log.info("trainer.max_epochs=%d leaves no epoch after the dataset's %d warm-up epochs: the warm-up keeps "
-                     "its share of the run, model.warmup_epochs=%d (%d of %d by default; set model.warmup_epochs to "
-                     "choose)", cfg.trainer.max_epochs, warmup, value, warmup, of)
-    if "warmup_fraction" not in model:
+                     "its share of the run, model.warmup.epochs=%d (%d of %d by default; set model.warmup.epochs to "
+                     "choose)", cfg.trainer.max_epochs, first, value, first, of)
+    if "fraction" not in warmup:
         return
     with open_dict(cfg):
-        frac = cfg.model.pop("warmup_fraction")
-        declared = {"model.warmup_fraction": frac}
-        if cfg.model.get("warmup_epochs") is None:
-            _check_fraction("model.warmup_fraction", frac, upper_open=True)
+        frac = warmup.pop("fraction")
+        declared = {"model.warmup.fraction": frac}
+        if warmup.get("epochs") is None:
+            _check_fraction("model.warmup.fraction", frac, upper_open=True)
             epochs = cfg.trainer.get("max_epochs")
-            declared["model.warmup_epochs"] = None
-            cfg.model.warmup_epochs = int(round(frac * epochs)) if isinstance(epochs, int) and epochs > 0 else 0
+            declared["model.warmup.epochs"] = None
+            warmup.epochs = int(round(frac * epochs)) if isinstance(epochs, int) and epochs > 0 else 0
         cfg.declared = declared
 
 
@@ -155,6 +159,29 @@ def _hints(cls: type) -> dict:
     return hints
 
 
+def _part_class(hint) -> type | None:
+    """The dataclass among ``hint``'s types (a model part, mnp.parts), if any."""
+    options = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+    return next((h for h in options if dataclasses.is_dataclass(h)), None)
+
+
+def _check_part(where: str, hint, value) -> None:
+    """A part's config node (``model.memory``): only its own settings, each of its declared type."""
+    cls = _part_class(hint)
+    if cls is None or not isinstance(value, Mapping):
+        return
+    hints = typing.get_type_hints(cls)
+    known = [f.name for f in dataclasses.fields(cls)]
+    for key, item in value.items():
+        if key in getattr(cls, "config_only", ()):  # resolved into other settings before the model is built
+            continue
+        if key not in known:
+            raise ConfigError(f"{where} has no setting {key!r}; it takes {', '.join(known)}")
+        if not conforms(item, hints[key]):
+            raise ConfigError(f"{where}.{key} must be {_type_name(hints[key])}, got {item!r}")
+        _check_part(f"{where}.{key}", hints[key], item)
+
+
 def check_types(group: str, node: Mapping) -> None:
     """Each value against its constructor argument's annotation, then against the class's declared domains."""
     target = node.get("_target_")
@@ -170,6 +197,7 @@ def check_types(group: str, node: Mapping) -> None:
             continue
         if not conforms(value, hints[key]):
             raise ConfigError(f"{group}.{key} must be {_type_name(hints[key])}, got {value!r}")
+        _check_part(f"{group}.{key}", hints[key], value)
     try:
         check_domains(getattr(cls, "domains", {}), node, f"{group}.")
     except ValueError as e:
@@ -210,11 +238,11 @@ def check_ranges(c: dict) -> None:
         _check_fraction("dataset.val_fraction", data["val_fraction"])
     if "test_fraction" in data:
         _check_fraction("dataset.test_fraction", data["test_fraction"], lower_open=True)
-    w = model.get("warmup_epochs")  # its domain (an integer >= 0) is checked with the model's types
+    w = (model.get("warmup") or {}).get("epochs")  # its domain (an integer >= 0) is checked with the model's types
     if _is_int(w) and w >= epochs:
-        raise ConfigError(f"model.warmup_epochs={w} >= trainer.max_epochs={epochs}: every epoch would be warm-up "
+        raise ConfigError(f"model.warmup.epochs={w} >= trainer.max_epochs={epochs}: every epoch would be warm-up "
                           f"and the classifier never trains; set trainer.max_epochs > {w} "
-                          f"(e.g. trainer.max_epochs={w + max(epochs, 20)}) or model.warmup_epochs < {epochs}")
+                          f"(e.g. trainer.max_epochs={w + max(epochs, 20)}) or model.warmup.epochs < {epochs}")
     check_eval(ev)
     if ev.get("split") == "val" and not data.get("val_fraction"):
         raise ConfigError("eval.split=val evaluates on the validation rows: set dataset.val_fraction > 0 "
@@ -296,7 +324,7 @@ def check_manual_optimization(trainer: Mapping, model_name: str, automatic: bool
                           "dataset.batch_size gives each step more samples)")
     for key in ("gradient_clip_val", "gradient_clip_algorithm"):
         if trainer.get(key) not in (None, 0, 0.0):
-            raise ConfigError(f"trainer.{key}={trainer[key]} {why}; remove it and set model.clip_norm=<max norm> "
+            raise ConfigError(f"trainer.{key}={trainer[key]} {why}; remove it and set model.optim.clip_norm=<max norm> "
                               "instead (each gradient tensor clipped to that norm)")
 
 

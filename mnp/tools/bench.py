@@ -10,7 +10,7 @@ Every model is built from its per-dataset config (``conf/model_dataset/<model>_<
 
 * **Training**: one epoch = a Lightning ``fit`` pass over the training set in batches of 200, through
   the model's own ``training_step`` (MNP: manual optimisation; its main stage, i.e. with
-  ``warmup_epochs=0``; the warm-up stage only trains the projection on L_RBF). For the synthetic
+  ``warmup.epochs=0``; the warm-up stage only trains the projection on L_RBF). For the synthetic
   shapes (and every dataset under ``--quick``) an epoch is bounded to ``--max-batches`` batches and
   extrapolated to the full epoch (the output says so).
 * **Test**: the clean test set through ``predict`` in batches of 1000 (no noise protocol), with
@@ -65,7 +65,7 @@ from pathlib import Path
 
 import torch
 
-from mnp.tools.bench_cases import BATCH, DATASETS, EVAL_BATCH, MODELS, OPTIONAL_MODELS, SHAPES, Case, build_model, load_case
+from mnp.tools.bench_cases import BATCH, DATASETS, EVAL_BATCH, MODELS, OPTIONAL_MODELS, SHAPES, Case, build_model, load_case, set_dotted
 from mnp.tools.bench_measure import (epoch_batches, extrapolate_test, matmul_gflops, memory_peaks, step_metrics_of,
                                test_flops, test_pass, train_epoch, training_flops)
 from mnp.tools.bench_profile import profile_case
@@ -183,7 +183,7 @@ def parse_args(argv=None):
     p.add_argument("--sweep", action="store_true",
                    help="also estimate the paper_main MNP sweep (real datasets, 5 seeds, 2 parallel jobs) from measured parts")
     p.add_argument("--set", action="append", default=[], metavar="MODEL.KEY=VALUE",
-                   help="override a model's config, e.g. mnp.d_e=256 (the MLP floor follows mnp's widths)")
+                   help="override a model's config, e.g. mnp.encoder.d_e=256 (the MLP floor follows mnp's widths)")
     p.add_argument("--data-dir", default=None)
     p.add_argument("--no-step-metrics", dest="step_metrics", action="store_false",
                    help="skip the ops / host syncs / graph breaks of one training step (mnp.tools.step_metrics)")
@@ -199,10 +199,10 @@ def parse_args(argv=None):
         model, _, name = key.partition(".")
         if model not in args.model_extra or not name or not eq:
             p.error(f"--set {item}: expected MODEL.KEY=VALUE with MODEL one of {', '.join(args.model_extra)}")
-        args.model_extra[model][name] = yaml.safe_load(value)
+        set_dotted(args.model_extra[model], name, yaml.safe_load(value))
         if model == "mnp":
             for twin in ("mnp_ref", "mnp_graph"):
-                args.model_extra[twin].setdefault(name, yaml.safe_load(value))
+                set_dotted(args.model_extra[twin], name, yaml.safe_load(value))
     if args.compile:
         args.model_extra["mnp"]["compile"] = True
     return args

@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from mnp.core.migrations import nest_flat
 from mnp.decoder import Decoder
 from mnp.encoders import LEAKY_SLOPE
 from mnp.optim import make_optimizer
@@ -90,15 +91,36 @@ def build_model(name: str, dataset: str, num_classes: int, view_dims, extra: dic
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
     if name == "mlp":
-        m = {**compose_model_cfg("mnp", dataset), **(extra or {})}
-        return MLPFloor(num_classes, view_dims, d_e=m["d_e"], norm=m["norm"], norm_eps=m["norm_eps"],
-                        bn_momentum=m["bn_momentum"], optim=m.get("optim"))
+        m = nest_flat(merged(compose_model_cfg("mnp", dataset), extra))  # mnp's widths; flat names of old are read too
+        enc = m["encoder"]
+        return MLPFloor(num_classes, view_dims, d_e=enc["d_e"], norm=enc["norm"], norm_eps=enc["norm_eps"],
+                        bn_momentum=enc["bn_momentum"], optim={k: v for k, v in m["optim"].items()
+                                                               if k not in ("clip_norm", "lengthscale_lr_scale")})
     node = compose_model_cfg("mnp" if name in ("mnp_ref", "mnp_graph") else name, dataset)
     if name in ("mnp", "mnp_ref", "mnp_graph"):
-        node["warmup_epochs"] = 0  # time the main stage
+        node["warmup"]["epochs"] = 0  # time the main stage
         node["fast"] = name != "mnp_ref"
-    node.update(extra or {})
+        node = nest_flat(merged(node, extra))
+    else:
+        node = merged(node, extra)
     return instantiate(OmegaConf.create(node), num_classes=num_classes, view_dims=list(view_dims), _convert_="all")
+
+
+def merged(node: dict, extra: dict | None) -> dict:
+    """``node`` with the (nested) settings of ``extra`` put in, depth first."""
+    out = dict(node)
+    for key, value in (extra or {}).items():
+        out[key] = merged(out.get(key) or {}, value) if isinstance(value, dict) and isinstance(out.get(key), dict) \
+            else value
+    return out
+
+
+def set_dotted(node: dict, key: str, value) -> None:
+    """``node[a][b] = value`` for the dotted ``key`` ``a.b`` (``--set mnp.encoder.d_e=256``)."""
+    *parents, last = key.split(".")
+    for p in parents:
+        node = node.setdefault(p, {})
+    node[last] = value
 
 
 def first_optimizer(model: Routine):

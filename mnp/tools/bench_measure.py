@@ -166,7 +166,7 @@ def manual_step(model: Routine, opt, views, y, precision: str, device: torch.dev
         loss, _ = model.training_loss(views, y)
     opt.zero_grad(set_to_none=True)
     loss.backward()
-    clip = model.hparams.get("clip_norm")
+    clip = model.spec.optim.clip_norm if hasattr(model, "spec") else model.hparams.get("clip_norm")  # MNP | others
     if clip:
         model.configure_gradient_clipping(opt, clip)
     opt.step()

@@ -19,7 +19,7 @@ def profile_case(case: Case, device: torch.device, steps: int = 3) -> str:
     model.init_memory(dm.train_views, dm.train_y)
     opt = model.configure_optimizers()["optimizer"]
     views, y = [v[:BATCH].to(device) for v in dm.train_views], dm.train_y[:BATCH].to(device)
-    clip = model.hparams.clip_norm
+    clip = model.spec.optim.clip_norm
 
     def step():
         with record_function("step.forward"):

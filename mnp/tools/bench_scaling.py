@@ -39,7 +39,7 @@ def scaling(args, device: torch.device) -> dict:
 
     def measure(n_m, n_t):
         torch.manual_seed(0)
-        model = build_model("mnp", args.scaling_shape, k, dims, {**args.model_extra["mnp"], "memory_size": n_m}).to(device)
+        model = build_model("mnp", args.scaling_shape, k, dims, {**args.model_extra["mnp"], "memory": {**args.model_extra["mnp"].get("memory", {}), "size": n_m}}).to(device)
         model.init_memory([v[max(n_ts):] for v in views], y[max(n_ts):])
         opt = first_optimizer(model)
         tv, ty = [v[:n_t] for v in views], y[:n_t]

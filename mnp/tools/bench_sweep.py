@@ -11,7 +11,8 @@ import pytorch_lightning as pl
 import torch
 
 from mnp.core.eval_protocol import EvalProtocol
-from mnp.tools.bench_cases import CONF, REAL, compose_cfg, load_case
+from mnp.core.migrations import nest_flat
+from mnp.tools.bench_cases import CONF, REAL, compose_cfg, load_case, merged
 from mnp.tools.bench_measure import train_epoch
 
 log = logging.getLogger("mnp.tools.bench")
@@ -41,8 +42,8 @@ def sweep_estimate(args, device: torch.device, cases: list[dict]) -> dict:
         cfg = compose_cfg("mnp", name)
         node = dict(cfg["model"])
         node.pop("name", None)
-        node.update(args.model_extra["mnp"])
-        epochs, warm = int(cfg["trainer"]["max_epochs"]), int(node.get("warmup_epochs", 0))
+        node = nest_flat(merged(node, args.model_extra["mnp"]))
+        epochs, warm = int(cfg["trainer"]["max_epochs"]), int(node["warmup"].get("epochs") or 0)
         torch.manual_seed(0)
         model = instantiate(OmegaConf.create(node), num_classes=case.dm.num_classes, view_dims=case.dm.view_dims,
                             _convert_="all")

@@ -48,7 +48,8 @@ def _probs(model, r_star, s_star, u, q, weights=None, seed: int = 0):
     devices = [mu.device] if mu.device.type == "cuda" else []
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(seed)
-        logits = sample_logits(model.decoder, mu_all, var_all, model.hparams.num_samples, model.hparams.sigma_as_std)
+        logits = sample_logits(model.decoder, mu_all, var_all, model.spec.decoder.num_samples,
+                               model.spec.decoder.sigma_as_std)
     probs = logits.float().softmax(-1).mean(0)
     return probs[0], probs[1:]
 
@@ -69,7 +70,7 @@ def measure(model, views: list[torch.Tensor], y: torch.Tensor, subset: tuple[int
     if weights is not None:
         precision = precision * weights.t()  # eq. 8′
     share = precision[list(subset)].sum(0) / precision.sum(0) if subset else torch.zeros_like(y, dtype=torch.float)
-    mba = model.hparams.aggregation == "mba"
+    mba = model.spec.aggregation.kind == "mba"
     return {"acc": (p.argmax(-1) == y).float().mean().item(),
             "acc_uniform": (p_u.argmax(-1) == y).float().mean().item(),
             "uni_acc": (p_m.argmax(-1) == y).float().mean(-1).tolist(),

@@ -28,6 +28,7 @@ import re
 import sys
 from pathlib import Path
 
+from mnp.core.migrations import modern_variant
 from mnp.tools import docgen_decisions, docgen_results, docgen_speed, noise_figure
 from mnp.tools.docgen_results import DATASETS, MAIN
 from mnp.tools.report_records import claims, read_runs
@@ -97,7 +98,7 @@ def render_switches(src: dict) -> str:
         if variants == [""] or not variants:
             continue
         for v in variants:
-            rows.append(f"| {dataset_label(d)} | {v.replace(',', ', ') if v else 'defaults'} | " +
+            rows.append(f"| {dataset_label(d)} | {modern_variant(v).replace(',', ', ') if v else 'defaults'} | " +
                         " | ".join(cell(res, "mnp", d, k, s, g, variant=v) for k, _, s, g in MAIN) +
                         f" | {seeds(res, 'mnp', d, v)} |")
     return "\n".join(rows)
@@ -159,14 +160,14 @@ def render_model_keys(src: dict) -> str:
     for name, node in confs.items():  # a config without a target extends the first of its defaults (mnp_official)
         target = node.get("_target_") or confs[node.defaults[0]]["_target_"]
         names.setdefault(get_class(target), []).append(f"`{name}`")
+    def flat(domains: Mapping, prefix: str = ""):  # a part's domains (MNP, mnp.parts) as dotted keys
+        for key, domain in domains.items():
+            yield from flat(domain, f"{prefix}{key}.") if isinstance(domain, Mapping) else [(prefix + key, domain)]
+
     rows = ["| model | key | accepts |", "|---|---|---|"]
     for cls, models in names.items():
-        for i, (key, domain) in enumerate(cls.domains.items()):
-            if isinstance(domain, Mapping):
-                text = ", ".join(f"`{k}` {d.text()}" for k, d in domain.items())
-                rows.append(f"| {', '.join(models) if i == 0 else ''} | `{key}.*` | {text} |")
-            else:
-                rows.append(f"| {', '.join(models) if i == 0 else ''} | `{key}` | {domain.text()} |")
+        for i, (key, domain) in enumerate(flat(cls.domains)):
+            rows.append(f"| {', '.join(models) if i == 0 else ''} | `{key}` | {domain.text()} |")
     return "\n".join(rows)
 
 

@@ -28,8 +28,8 @@ from mnp.core.pipeline import build_datamodule, build_model  # noqa: E402
 
 CONF = str(Path(__file__).resolve().parents[2] / "conf")
 VARIANTS = {
-    "dot product": ["model.similarity=dot"],
-    "RBF without L_RBF": ["model.beta=0.0"],
+    "dot product": ["model.attention.similarity=dot"],
+    "RBF without L_RBF": ["model.loss.beta=0.0"],
     "RBF with L_RBF": [],
 }
 OOD_POINT = (-2.0, 2.0)  # far from both moons (top-left corner of the mesh)

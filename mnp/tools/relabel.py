@@ -2,7 +2,7 @@
 
 A run's label normally comes from the command that made it: its experiment and the result-changing
 overrides it was given. After a default changes, that label goes stale: a run made with
-``model.warmup_lr=0.01`` as an override is a default run once 0.01 is the default, and an old default
+``model.warmup.lr=0.01`` as an override is a default run once 0.01 is the default, and an old default
 run is now a variant. With ``--relabel`` the report labels each run by its saved ``config.yaml``
 instead: its variant is the result keys where that config differs from today's composed defaults for
 its model, dataset and seed (``mnp.core.rundir.config_drift``, the same comparison that guards run
@@ -17,6 +17,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from mnp.core.migrations import upgrade_run_config
 from mnp.core.rundir import flatten, config_drift
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
@@ -49,6 +50,7 @@ def variant_of(config: dict, model: str, dataset: str, seed: int) -> str | None:
     """``"k=v,..."`` of the result keys where ``config`` (a run's saved one) differs from today's
     defaults, with the run's values; ``None`` when it is a default run."""
     current = defaults(model, dataset, seed)
+    config = upgrade_run_config(config)  # a run from before MNP's parts: its flat keys nested
     saved = {k: config[k] for k in current if k in config}
     flat = flatten(saved)
     return ",".join(f"{k}={flat[k]}" for k in config_drift(saved, current)) or None

@@ -12,6 +12,7 @@ from typing import Iterable
 import numpy as np
 from omegaconf import OmegaConf
 
+from mnp.core.migrations import upgrade_run_config
 from mnp.core.naming import data_label
 from mnp.tools.stats import t_interval
 
@@ -153,6 +154,7 @@ def load(dirs: Iterable[str | Path], relabel: bool = False) -> tuple[list[Run], 
             cfg = _config_or_unreadable(mpath.parent, jobs)
             if cfg is None:
                 continue
+            cfg = upgrade_run_config(cfg)  # a run from before MNP's parts: its flat keys nested
             variant = cfg.get("variant")
             experiment = str(m.get("experiment") or cfg.get("experiment_name") or "default")
             if relabel and cfg:

@@ -6,7 +6,7 @@ criterion, declared up front, picks among them. This module reads ``val/`` metri
 test split, or a criterion that is not a ``val/`` metric, is refused.
 
     python -m mnp.tools.select decide logs/select --model mnp --dataset cub --decision memory_size \\
-        --match model.memory_size --criterion val/nll --out results/decisions/mnp_cub.csv
+        --match model.memory.size --criterion val/nll --out results/decisions/mnp_cub.csv
     python -m mnp.tools.select infer logs/select --model mnp --dataset cub --decision view_weighting \\
         --criterion val/noise/acc_mean --higher --out results/decisions/mnp_cub.csv
 
@@ -23,13 +23,17 @@ import argparse
 import csv
 import math
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
+from mnp.core.migrations import modern_key, nest_flat
+from mnp.parts import ViewWeightingPart
 from mnp.tools.report_runs import Run, load
 from mnp.tools.stats import paired_test
 
 DEFAULT = "default"
+VIEW_WEIGHTING = "aggregation.view_weighting"  # the part the infer mode varies
 FIELDS = ["model", "dataset", "decision", "candidate", "setting", "seeds", "n", "criterion", "goal", "score", "diff_vs_default",
           "p_vs_default", "chosen", "status", "note"]
 QUANTILES, POWERS = (0.9, 0.99, 1.0), (0.5, 1.0, 2.0)
@@ -131,7 +135,8 @@ def overrides(run: Run) -> list[str]:
 
     path = run.path / ".hydra" / "overrides.yaml"
     items = yaml.safe_load(path.read_text()) if path.is_file() else (run.variant or "").split(",")
-    return [i.split("=", 1)[0] for i in items if "=" in i and i.startswith(("model.", "dataset."))]
+    keys = [i.split("=", 1)[0] for i in items if "=" in i and i.startswith(("model.", "dataset."))]
+    return [modern_key(k) for k in keys]
 
 
 def settings(candidates: list[str], runs: list[Run]) -> dict[str, str]:
@@ -150,11 +155,10 @@ def _lookup(config: dict, key: str):
 
 def view_weighting_variants() -> dict[str, dict]:
     """eq. 8 (``none``) and eq. 8′ over the grid of reference quantile q and power p."""
-    out = {"view_weighting=none": {"view_weighting": "none"}}
+    out = {"view_weighting=none": {"mode": "none"}}
     for q in QUANTILES:
         for p in POWERS:
-            out[f"view_weighting=distance q={q:g} p={p:g}"] = {
-                "view_weighting": "distance", "distance_quantile": q, "distance_power": p}
+            out[f"view_weighting=distance q={q:g} p={p:g}"] = {"mode": "distance", "quantile": q, "power": p}
     return out
 
 
@@ -174,8 +178,8 @@ def infer_candidates(runs: list[Run], current: dict) -> dict[str, dict[int, dict
         if not hasattr(model, "distance_ref"):
             model.register_buffer("distance_ref", torch.full((len(model.view_dims),), float("nan")))
         for name, settings in view_weighting_variants().items():
-            model.hparams.update(settings)
-            if settings["view_weighting"] == "distance":
+            model.spec = model.spec.replace(VIEW_WEIGHTING, **settings)
+            if settings["mode"] == "distance":
                 model.update_distance_reference(dm.train_views)
             pl.Trainer(logger=False, enable_progress_bar=False, enable_model_summary=False,
                        enable_checkpointing=False, accelerator="cpu").test(model, datamodule=dm, verbose=False)
@@ -186,10 +190,10 @@ def infer_candidates(runs: list[Run], current: dict) -> dict[str, dict[int, dict
 
 
 def current_view_weighting(runs: list[Run]) -> dict:
-    model = next((r.config.get("model") or {} for r in runs), {})
-    keys = ("view_weighting", "distance_quantile", "distance_power")
-    current = {k: model.get(k) for k in keys}
-    return {"view_weighting": "none"} if current["view_weighting"] == "none" else current
+    """The view weighting of ``runs``' own config (a config from before the parts read through nest_flat)."""
+    model = nest_flat(next((r.config.get("model") or {} for r in runs), {}))
+    current = {**asdict(ViewWeightingPart()), **(model.get("aggregation") or {}).get("view_weighting", {})}
+    return {"mode": "none"} if current["mode"] == "none" else current
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -223,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
                 raise SelectionError(f"no runs of variant {args.base or '(the defaults)'} to score")
             current = current_view_weighting(base)
             candidates = infer_candidates(base, current)
-            setting = {name: ",".join(f"model.{k}={v}" for k, v in values.items())
+            setting = {name: ",".join(f"model.{VIEW_WEIGHTING}.{k}={v}" for k, v in values.items())
                        for name, values in [*view_weighting_variants().items(), (DEFAULT, current)]}
         rows = decide(candidates, args.criterion, args.higher)
         for r in rows:

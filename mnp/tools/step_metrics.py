@@ -171,7 +171,7 @@ def step_function(model, opt, views: Sequence[Tensor], y: Tensor,
             loss, _ = model.training_loss(views, y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        if clip := model.hparams.get("clip_norm"):
+        if clip := model.hparams.get("clip_norm"):  # baselines: none; an MNP from before the parts: flat
             model.configure_gradient_clipping(opt, clip)
         opt.step()
         if hasattr(model, "_update_memory"):

@@ -1,0 +1,92 @@
+"""Configs and checkpoints written by older versions of the project, read as today's.
+
+MNP took 50 flat constructor arguments (``memory_size``, ``view_weighting``, ...) before it was built from its parts
+(:mod:`mnp.parts`, issue 33). A checkpoint's constructor arguments and a run directory's ``config.yaml`` from then
+hold the flat keys; :func:`nest_flat` moves each into its part's node (``memory_size`` -> ``memory.size``), so an old
+checkpoint loads (:mod:`mnp.core.stored_config`) and an old run directory compares equal to today's job of the same
+settings (:mod:`mnp.core.rundir`, ``--relabel``). The mapping is data about the registered class ``mnp.model.MNP``,
+named by its target as :mod:`mnp.core.stored_config` names it, so the framework needs no import of the model.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+MNP_TARGET = "mnp.model.MNP"
+# MNP's part nodes (mnp.parts.PARTS), and each flat argument of before the parts -> (its part's node, setting)
+PART_NODES = ("encoder", "attention", "aggregation", "memory", "decoder", "loss", "optim", "warmup")
+FLAT = {
+    **{k: ("encoder", k) for k in ("d_e", "projection", "resmlp_depth", "merge", "y_embed_dim", "norm", "norm_eps",
+                                   "bn_momentum", "prior")},
+    **{k: ("attention", k) for k in ("similarity", "lengthscale_init", "lengthscale_param", "lengthscale_form",
+                                     "amplitude")},
+    "attention_norm": ("attention", "normaliser"), "aggregation": ("aggregation", "kind"),
+    "view_weighting": ("aggregation.view_weighting", "mode"),
+    "distance_quantile": ("aggregation.view_weighting", "quantile"),
+    "distance_power": ("aggregation.view_weighting", "power"),
+    "modality_mask": ("aggregation", "modality_mask"), "view_dropout": ("aggregation", "view_dropout"),
+    "sigma_as_std": ("decoder", "sigma_as_std"), "num_samples": ("decoder", "num_samples"),
+    "train_decoder": ("decoder", "train"), "ty_loss": ("loss", "ty"), "view_loss_weight": ("loss", "view_weight"),
+    **{k: ("loss", k) for k in ("alpha", "beta", "tau", "rbf_reduce", "lengthscale_penalty", "self_in_denominator",
+                                "l2")},
+    **{f"memory_{k}": ("memory", k) for k in ("size", "init", "trainable", "update", "jstar", "write")},
+    **{f"warmup_{k}": ("warmup", k) for k in ("epochs", "lr", "end_factor", "fraction")},
+    "clip_norm": ("optim", "clip_norm"), "lengthscale_lr_scale": ("optim", "lengthscale_lr_scale"),
+}
+
+
+def _is_flat(key: str, value) -> bool:  # ``aggregation`` is a flat key (its kind) and a part's node
+    return key in FLAT and not (key in PART_NODES and isinstance(value, Mapping))
+
+
+def _merge(into: dict, node: Mapping) -> None:
+    for key, value in node.items():
+        if isinstance(value, Mapping):
+            _merge(into.setdefault(key, {}), value)
+        else:
+            into[key] = value
+
+
+def nest_flat(node: Mapping) -> dict:
+    """An MNP node (constructor arguments or a run config's ``model``) written before the parts, with its flat keys
+    moved into their parts' nodes (``memory_size`` -> ``memory.size``); a node without flat keys is returned as is."""
+    if not any(_is_flat(k, v) for k, v in node.items()):
+        return dict(node)
+    out = {k: v for k, v in node.items() if not _is_flat(k, v) and k not in PART_NODES}
+    for key, value in node.items():  # the part nodes first, so that a flat key given beside its part wins
+        if key in PART_NODES and not _is_flat(key, value):
+            if isinstance(value, Mapping) or value is None:
+                _merge(out.setdefault(key, {}), value or {})
+            else:  # a part object: as given
+                out[key] = value
+    for key, value in node.items():
+        if _is_flat(key, value):
+            path, setting = FLAT[key]
+            target = out
+            for p in path.split("."):
+                target = target.setdefault(p, {})
+            target[setting] = value
+    return out
+
+
+def modern_key(key: str) -> str:
+    """A flat MNP key of a run from before the parts as today's (``model.memory_size`` -> ``model.memory.size``)."""
+    flat = key.removeprefix("model.")
+    return f"model.{'.'.join(FLAT[flat])}" if key.startswith("model.") and flat in FLAT else key
+
+
+def modern_variant(variant: str) -> str:
+    """A recorded variant label (``k=v,k2=v2``) with today's keys, for display."""
+    return ",".join(modern_key(k) + eq + v for k, eq, v in (item.partition("=") for item in variant.split(",")))
+
+
+def upgrade_run_config(config: dict) -> dict:
+    """A run's saved config with an MNP ``model`` node of before the parts nested (other models: as it is)."""
+    model = config.get("model") if isinstance(config, dict) else None
+    if not isinstance(model, Mapping) or model.get("_target_") != MNP_TARGET:
+        return config
+    return {**config, "model": nest_flat(model)}
+
+
+def upgrade_hparams(target: str, hparams: Mapping) -> dict:
+    """A checkpoint's constructor arguments for the model class ``target``, as today's constructor takes them."""
+    return nest_flat(hparams) if target == MNP_TARGET else dict(hparams)
