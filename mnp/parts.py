@@ -22,7 +22,6 @@ from torch import nn
 
 from mnp.aggregation import AGGREGATIONS, build_aggregation
 from mnp.attention import NORMALISERS, POSITIVE_PARAMS, SIMILARITIES, build_similarity, choice
-from mnp.core.migrations import FLAT, nest_flat  # noqa: F401 - re-exported: the parts' flat names
 from mnp.core.domains import COUNT, NATURAL, NON_NEGATIVE, POSITIVE, UNIT, Domain, check_domains, optional
 from mnp.decoder import Decoder
 from mnp.encoders import MERGES, NORMS, PRIORS, PROJECTIONS, ModalityEncoder

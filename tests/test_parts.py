@@ -18,7 +18,8 @@ import torch
 import mnp
 from mnp.core.validate import ConfigError, check_types
 from mnp.model import MNP
-from mnp.parts import FLAT, PARTS, AggregationPart, MemoryPart, MNPSpec, ViewWeightingPart, as_part, nest_flat, plain
+from mnp.core.migrations import FLAT, nest_flat
+from mnp.parts import PARTS, AggregationPart, MemoryPart, MNPSpec, ViewWeightingPart, as_part, plain
 
 OLD = Path(__file__).parent / "data" / "mnp_flat_checkpoint"
 

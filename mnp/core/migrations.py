@@ -38,10 +38,11 @@ def _is_flat(key: str, value) -> bool:  # ``aggregation`` is a flat key (its kin
     return key in FLAT and not (key in PART_NODES and isinstance(value, Mapping))
 
 
-def _merge(into: dict, node: Mapping) -> None:
+def merge_into(into: dict, node: Mapping) -> None:
+    """``node``'s settings put into ``into``, depth first (a nested mapping merges, anything else replaces)."""
     for key, value in node.items():
-        if isinstance(value, Mapping):
-            _merge(into.setdefault(key, {}), value)
+        if isinstance(value, Mapping) and isinstance(into.get(key, {}), dict):
+            merge_into(into.setdefault(key, {}), value)
         else:
             into[key] = value
 
@@ -55,7 +56,7 @@ def nest_flat(node: Mapping) -> dict:
     for key, value in node.items():  # the part nodes first, so that a flat key given beside its part wins
         if key in PART_NODES and not _is_flat(key, value):
             if isinstance(value, Mapping) or value is None:
-                _merge(out.setdefault(key, {}), value or {})
+                merge_into(out.setdefault(key, {}), value or {})
             else:  # a part object: as given
                 out[key] = value
     for key, value in node.items():

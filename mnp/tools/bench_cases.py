@@ -2,6 +2,7 @@
 shapes of the large ones), the models built from their per-dataset configs, and the MLP floor."""
 from __future__ import annotations
 
+import copy
 import math
 import os
 import sys
@@ -14,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from mnp.core.migrations import nest_flat
+from mnp.core.migrations import merge_into, nest_flat
 from mnp.decoder import Decoder
 from mnp.encoders import LEAKY_SLOPE
 from mnp.optim import make_optimizer
@@ -107,11 +108,9 @@ def build_model(name: str, dataset: str, num_classes: int, view_dims, extra: dic
 
 
 def merged(node: dict, extra: dict | None) -> dict:
-    """``node`` with the (nested) settings of ``extra`` put in, depth first."""
-    out = dict(node)
-    for key, value in (extra or {}).items():
-        out[key] = merged(out.get(key) or {}, value) if isinstance(value, dict) and isinstance(out.get(key), dict) \
-            else value
+    """A copy of ``node`` with the (nested) settings of ``extra`` put in, depth first."""
+    out = copy.deepcopy(node)
+    merge_into(out, extra or {})
     return out
 
 
