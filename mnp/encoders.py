@@ -201,3 +201,12 @@ def project_stacked(weights: Sequence[Tensor], bias: Tensor, xs: Sequence[Tensor
         return t if t.shape[-1] == width else F.pad(t, (0, width - t.shape[-1]))
     x, w = torch.stack([pad(x) for x in xs]), torch.stack([pad(w) for w in weights])
     return F.leaky_relu(torch.baddbmm(bias.unsqueeze(1), x, w.transpose(1, 2)), LEAKY_SLOPE)
+
+
+def glorot_(module: nn.Module) -> None:
+    """Keras' Dense initialisation: Glorot-uniform kernels, zero biases."""
+    for m in module.modules():
+        if isinstance(m, nn.Linear):
+            nn.init.xavier_uniform_(m.weight)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)

@@ -27,6 +27,7 @@ import logging
 from typing import Sequence
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from mnp.attention import choice
@@ -207,3 +208,23 @@ class ContextMemory(nn.Module):
             rows = self.rows(m).view(self.size, -1)
             rows.copy_(torch.where(written, v[writer.clamp_min(0)].to(rows.dtype), rows))
         self.fifo_ptr.copy_((self.fifo_ptr + count) % n)
+
+
+def gather_candidates(all_gather, world_size: int, views: list[Tensor], y: Tensor, attn_sum: Tensor,
+                      err: Tensor | None):
+    """Every rank's DCM update candidates (identity on one process), so all ranks apply the same update;
+    ``all_gather``: the LightningModule's.
+
+    Batches may differ in size across ranks: they are padded to the largest, gathered, and the
+    padding (label −1) is dropped. Attention sums are added over ranks.
+    """
+    if world_size == 1:
+        return views, y, attn_sum, err
+    n = y.shape[0]
+    pad = int(all_gather(torch.tensor(n, device=y.device)).max()) - n
+    views = [v.flatten(0, 1) for v in all_gather([F.pad(v, (0, 0, 0, pad)) for v in views])]
+    y = all_gather(F.pad(y, (0, pad), value=-1)).flatten()
+    keep = y >= 0
+    if err is not None:
+        err = all_gather(F.pad(err, (0, pad))).permute(1, 0, 2).flatten(1)[:, keep]
+    return [v[keep] for v in views], y[keep], all_gather(attn_sum).sum(0), err

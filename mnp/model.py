@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import Mapping, Sequence
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.profiler import record_function
 
@@ -21,8 +20,9 @@ from mnp.aggregation import modality_draws
 from mnp.attention import choice, normalise, topk_hint
 from mnp.context_cache import ContextCache
 from mnp.decoder import sample_logits
-from mnp.encoders import encode_stacked, project_stacked, stacked_groups, stacked_roles
+from mnp.encoders import encode_stacked, glorot_, project_stacked, stacked_groups, stacked_roles
 from mnp.losses import predictive_nll, unimodal_error
+from mnp.memory import gather_candidates
 from mnp.model_training import MNPTraining
 from mnp.core.routine import Routine
 from mnp.parts import (PARTS, AggregationPart, AttentionPart, DecoderPart, EncoderPart, LossPart, MemoryPart, MNPSpec,
@@ -32,14 +32,6 @@ from mnp.step_graphs import StepGraphs, blockers
 from mnp.view_predictions import ViewPredictions
 from mnp.view_training import fusion_weights, predictive_loss
 from mnp.view_weighting import ViewWeighting, check_view_weighting
-
-def glorot_(module: nn.Module) -> None:
-    """Keras' Dense initialisation: Glorot-uniform kernels, zero biases."""
-    for m in module.modules():
-        if isinstance(m, nn.Linear):
-            nn.init.xavier_uniform_(m.weight)
-            if m.bias is not None:
-                nn.init.zeros_(m.bias)
 
 
 class MNP(ContextCache, ViewWeighting, ViewPredictions, MNPTraining, Routine):
@@ -322,21 +314,5 @@ class MNP(ContextCache, ViewWeighting, ViewPredictions, MNPTraining, Routine):
     def _update_memory(self) -> None:
         cached, self._dcm_batch = self._dcm_batch, None
         if cached is not None:
-            self.memory.update(*self._gather_candidates(*cached))
-
-    def _gather_candidates(self, views: list[Tensor], y: Tensor, attn_sum: Tensor, err: Tensor | None):
-        """Every rank's update candidates (identity on one process), so all ranks apply the same update.
-
-        Batches may differ in size across ranks: they are padded to the largest, gathered, and the
-        padding (label −1) is dropped. Attention sums are added over ranks.
-        """
-        if self._trainer is None or self.trainer.world_size == 1:
-            return views, y, attn_sum, err
-        n = y.shape[0]
-        pad = int(self.all_gather(torch.tensor(n, device=y.device)).max()) - n
-        views = [v.flatten(0, 1) for v in self.all_gather([F.pad(v, (0, 0, 0, pad)) for v in views])]
-        y = self.all_gather(F.pad(y, (0, pad), value=-1)).flatten()
-        keep = y >= 0
-        if err is not None:
-            err = self.all_gather(F.pad(err, (0, pad))).permute(1, 0, 2).flatten(1)[:, keep]
-        return [v[keep] for v in views], y[keep], self.all_gather(attn_sum).sum(0), err
+            world = 1 if self._trainer is None else self.trainer.world_size
+            self.memory.update(*gather_candidates(self.all_gather, world, *cached))

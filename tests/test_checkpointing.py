@@ -21,7 +21,8 @@ from baselines.mlp import MLP
 from cfg_utils import ROOT, compose_train
 from mnp.core.checkpointing import AtomicCheckpointIO
 from mnp.core.cli import run_guarded
-from mnp.core.pipeline import build_datamodule, build_model, eval_protocol, evaluate, train
+from mnp.core.builders import build_datamodule, build_model, eval_protocol
+from mnp.core.pipeline import evaluate, train
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

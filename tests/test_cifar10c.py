@@ -167,7 +167,7 @@ def test_ood_is_the_positive_class_of_the_auroc(tmp_path, sign):
 def test_dataset_config_instantiates(tmp_path):
     from hydra import compose, initialize_config_dir
 
-    from mnp.core.pipeline import build_datamodule
+    from mnp.core.builders import build_datamodule
 
     write_cache(tmp_path)
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):

@@ -8,7 +8,8 @@ import pytorch_lightning as pl
 import torch
 
 from cfg_utils import compose_train
-from mnp.core.pipeline import build_datamodule, build_model, train
+from mnp.core.builders import build_datamodule, build_model
+from mnp.core.pipeline import train
 
 # two-view two moons, a small MNP with the warm-up, the memory update and the noise protocol all active
 MNP_RUN = ["model=mnp", "dataset.num_views=2", "dataset.n_train=200", "dataset.n_test=100", "model.encoder.d_e=16",

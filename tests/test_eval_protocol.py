@@ -9,7 +9,8 @@ import torch
 from cfg_utils import compose_train
 from mnp.core.checkpointing import CFG_KEY
 from mnp.core.eval_protocol import EvalProtocol
-from mnp.core.pipeline import build_datamodule, build_model, evaluate, train
+from mnp.core.builders import build_datamodule, build_model
+from mnp.core.pipeline import evaluate, train
 from mnp.core.protocols import default_noise_levels
 from mnp.core.validate import ConfigError, check_eval
 from test_checkpointing import eval_cfg

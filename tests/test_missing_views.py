@@ -16,7 +16,8 @@ from datamodules import TensorDataModule
 from mnp.core import metrics
 from mnp.core.checkpointing import check_fits
 from mnp.core.eval_protocol import EvalProtocol
-from mnp.core.pipeline import build_model, load_run, train
+from mnp.core.builders import build_model
+from mnp.core.pipeline import load_run, train
 from mnp.core.validate import ConfigError, validate
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # small models: one thread is fastest on 2 shared cores

@@ -8,7 +8,7 @@ import pytorch_lightning as pl
 import torch
 
 from datamodules import TensorDataModule
-from mnp.memory import ContextMemory, sample_per_class
+from mnp.memory import ContextMemory, gather_candidates, sample_per_class
 from mnp.model import MNP
 from mnp_utils import flat_mnp
 
@@ -228,9 +228,6 @@ def test_memory_survives_a_checkpoint_round_trip(tmp_path, trainable):
 
 def test_gather_candidates_merges_every_rank_and_drops_the_padding():
     """DDP: with a fake two-rank all_gather, every rank sees both ranks' targets, unpadded, in rank order."""
-    from types import SimpleNamespace
-
-    model = flat_mnp(num_classes=K, view_dims=DIMS, d_e=8, memory_size=K * NK)
     local = ([torch.randn(5, 2), torch.randn(5, 3)], torch.tensor([0, 1, 2, 0, 1]), torch.rand(2, K * NK),
              torch.rand(2, 5))
     remote = ([torch.randn(3, 2), torch.randn(3, 3)], torch.tensor([2, 2, 1]), torch.rand(2, K * NK), torch.rand(2, 3))
@@ -240,12 +237,9 @@ def test_gather_candidates_merges_every_rank_and_drops_the_padding():
                     torch.stack([local[1], pad(remote[1], (0, 2), value=-1)]),
                     torch.stack([local[3], pad(remote[3], (0, 2))]),
                     torch.stack([local[2], remote[2]])])
-    model._trainer = SimpleNamespace(world_size=2)
-    model.all_gather = lambda data: next(answers)
-    views, y, attn_sum, err = model._gather_candidates(*local)
+    views, y, attn_sum, err = gather_candidates(lambda data: next(answers), 2, *local)
     for m in range(2):
         assert torch.equal(views[m], torch.cat([local[0][m], remote[0][m]]))
     assert torch.equal(y, torch.cat([local[1], remote[1]]))
     assert torch.equal(err, torch.cat([local[3], remote[3]], 1))
     assert torch.allclose(attn_sum, local[2] + remote[2])
-    model._trainer = None

@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 
 from cfg_utils import compose_train
 from datamodules import TensorDataModule
-from datamodules.base import EpochBatchSampler
+from datamodules.loaders import EpochBatchSampler
 from mnp_utils import flat_mnp
 from mnp.optim import keras_eps_, make_optimizer
 

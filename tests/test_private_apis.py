@@ -42,7 +42,7 @@ def test_lightning_private_apis_the_project_uses(tmp_path):
     # models and baselines: LightningModule._trainer is None before a Trainer attaches (self.trainer raises)
     assert pl.LightningModule()._trainer is None
 
-    # mnp.core.checkpointing.keep_csv_history: the CSV writer deletes metrics.csv as it opens, and appends
+    # mnp.core.csv_history.keep_csv_history: the CSV writer deletes metrics.csv as it opens, and appends
     # with the header in its metrics_keys
     from lightning_fabric.loggers.csv_logs import _ExperimentWriter
     from pytorch_lightning.loggers import CSVLogger

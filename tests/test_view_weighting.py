@@ -5,7 +5,8 @@ import torch
 
 from cfg_utils import compose_train
 from mnp.aggregation import mba_posterior
-from mnp.core.pipeline import build_datamodule, build_model, load_run, train
+from mnp.core.builders import build_datamodule, build_model
+from mnp.core.pipeline import load_run, train
 from mnp.view_weighting import nearest_sq_dist, proximity, reference_sq_dist, view_weights
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -186,7 +186,7 @@ def test_wandb_mode_decides_the_mode_and_no_anonymous_setting_reaches_wandb(tmp_
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from mnp.core.pipeline import build_loggers
+    from mnp.core.builders import build_loggers
     monkeypatch.setenv("WANDB_MODE", "disabled")
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):

@@ -1,7 +1,7 @@
 """``mnp.load(run)``: a trained run as a predictor on raw rows, with the run's own preprocessing.
 
 The pipeline stores the preprocessing in every checkpoint (``PREP_KEY``, written by
-:class:`~mnp.core.pipeline.StoreConfig` from :meth:`~datamodules.base.MultiViewDataModule.preprocessing`): each
+:class:`~mnp.core.builders.StoreConfig` from :meth:`~datamodules.base.MultiViewDataModule.preprocessing`): each
 view's scaler fitted on the training rows, the file's label of each class index, and the evaluation batch size.
 :meth:`Predictor.predict_proba` scales raw rows with it and predicts in the test loop's batches, each sampling
 from the test loop's generator, so on the run's test rows it gives ``predictions.npz``'s numbers exactly.

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import inspect
 import logging
-import random
 import statistics
 import time
 from typing import Sequence
@@ -35,27 +34,9 @@ from mnp.core.missing import missing_results, present_mask, without
 from mnp.core.per_view import PerView
 from mnp.core.protocols import (add_noise, noise_generator, noise_results, noisy_copies, predict_in_chunks,
                                 resolve_noise_batch_rows, sample_generator, sigma_key, validation_names)
+from mnp.core.rng import rng_states, set_rng_states
 
 log = logging.getLogger(__name__)
-
-
-def rng_states() -> dict:
-    """Every RNG a training step may draw from, so a resumed run continues the same streams."""
-    name, keys, pos, has_gauss, gauss = np.random.get_state()
-    states = {"torch": torch.get_rng_state(), "numpy": [name, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, gauss],
-              "python": random.getstate()}  # plain types and tensors: loadable with weights_only=True
-    if torch.cuda.is_available():
-        states["cuda"] = torch.cuda.get_rng_state_all()
-    return states
-
-
-def set_rng_states(states: dict) -> None:
-    torch.set_rng_state(states["torch"])
-    name, keys, pos, has_gauss, gauss = states["numpy"]
-    np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
-    random.setstate(states["python"])
-    if "cuda" in states and torch.cuda.is_available() and len(states["cuda"]) == torch.cuda.device_count():
-        torch.cuda.set_rng_state_all(states["cuda"])
 
 
 class Routine(pl.LightningModule):
