@@ -1,4 +1,5 @@
 """Re-run the full evaluation of a checkpoint: ``python evaluate.py ckpt_path=<path/to/last.ckpt>``."""
+
 import sys
 from pathlib import Path
 
@@ -14,12 +15,14 @@ register_resolver()  # run directory names in conf/hydra/default.yaml; here, so 
 @hydra.main(version_base="1.3", config_path=str(Path(__file__).resolve().parent / "conf"), config_name="evaluate")
 def main(cfg: DictConfig):
     from mnp.core.pipeline import evaluate
+
     return run_guarded(evaluate, cfg)
 
 
 def cli() -> None:
     """The command (``python evaluate.py`` or ``mnp-eval``): help, or the guarded Hydra run."""
     from mnp.core.help import evaluate_help, wants_help
+
     if wants_help(sys.argv[1:]):
         print(evaluate_help(), end="")
         sys.exit(0)

@@ -1,4 +1,5 @@
 """Train and test one model on one dataset: ``python train.py model=mnp dataset=pie seed=0``."""
+
 import sys
 from pathlib import Path
 
@@ -14,12 +15,14 @@ register_resolver()  # run directory names in conf/hydra/default.yaml; here, so 
 @hydra.main(version_base="1.3", config_path=str(Path(__file__).resolve().parent / "conf"), config_name="train")
 def main(cfg: DictConfig):
     from mnp.core.pipeline import train
+
     return run_guarded(train, cfg)
 
 
 def cli() -> None:
     """The command (``python train.py`` or ``mnp-train``): help, or the guarded Hydra run."""
     from mnp.core.help import train_help, wants_help
+
     if wants_help(sys.argv[1:]):
         print(train_help(), end="")
         sys.exit(0)

@@ -1,5 +1,6 @@
 """Vectorised stacks of independent layers: E members (ensemble members or per-view heads) run as
 one batched matmul, each member with its own initialisation and its own fan-in."""
+
 from __future__ import annotations
 
 import math
@@ -38,8 +39,15 @@ class BatchedLinear(nn.Module):
 class BatchedMLP(nn.Module):
     """E independent MLPs (FC → ReLU (→ Dropout) blocks, then a linear output), as ``baselines.mlp.mlp``."""
 
-    def __init__(self, members: int, d_in: int, hidden: Sequence[int], d_out: int, dropout: float = 0.0,
-                 fan_in: Sequence[int] | None = None):
+    def __init__(
+        self,
+        members: int,
+        d_in: int,
+        hidden: Sequence[int],
+        d_out: int,
+        dropout: float = 0.0,
+        fan_in: Sequence[int] | None = None,
+    ):
         super().__init__()
         layers: list[nn.Module] = []
         for h in hidden:

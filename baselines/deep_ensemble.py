@@ -12,6 +12,7 @@ as the sample axis (E, B, K); the routine averages them.
 Missing views: DE(EF) imputes a missing view's training means; DE(LF) averages the members of the
 views present (an absent view's member is replaced by that mean, so the routine's average is it).
 """
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -50,8 +51,16 @@ class DeepEnsemble(MeanImputation, Routine):
     OPTIM = {}  # optim's defaults, as conf/model/ states them
     domains = dict(members=COUNT, hidden=each(COUNT), optim=OPTIM_DOMAINS)  # mnp.core.domains
 
-    def __init__(self, num_classes: int, view_dims: Sequence[int], fusion: str = "early", members: int = 5,
-                 hidden: Sequence[int] = (512, 256), uncertainty: str = "variance", optim: dict | None = None):
+    def __init__(
+        self,
+        num_classes: int,
+        view_dims: Sequence[int],
+        fusion: str = "early",
+        members: int = 5,
+        hidden: Sequence[int] = (512, 256),
+        uncertainty: str = "variance",
+        optim: dict | None = None,
+    ):
         super().__init__(num_classes, view_dims)
         self.save_hyperparameters()
         check_domains(self.domains, self.hparams)
@@ -63,8 +72,7 @@ class DeepEnsemble(MeanImputation, Routine):
         if fusion == "early":
             self.net = BatchedMLP(members, sum(self.view_dims), hidden, num_classes)
         else:  # one classifier per view, each initialised for its own input width
-            self.net = BatchedMLP(len(self.view_dims), max(self.view_dims), hidden, num_classes,
-                                  fan_in=self.view_dims)
+            self.net = BatchedMLP(len(self.view_dims), max(self.view_dims), hidden, num_classes, fan_in=self.view_dims)
         self.optim_cfg = {**self.OPTIM, **(optim or {})}
         if fusion == "early":
             self.init_imputation()
@@ -93,5 +101,6 @@ class DeepEnsemble(MeanImputation, Routine):
         return {"entropy": metrics.entropy(probs.mean(0)), "variance": member_variance(probs)}
 
     def configure_optimizers(self):
-        return make_optimizer(self.parameters(), max_epochs=self.trainer.max_epochs if self._trainer else 100,
-                              **self.optim_cfg)
+        return make_optimizer(
+            self.parameters(), max_epochs=self.trainer.max_epochs if self._trainer else 100, **self.optim_cfg
+        )

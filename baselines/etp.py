@@ -13,6 +13,7 @@ architecture and a context memory of 200 rows.
 Prediction draws ``samples`` memory samples in one batched pass (S, B, K); uncertainty is the
 entropy of the mean prediction.
 """
+
 from __future__ import annotations
 
 import math
@@ -33,14 +34,33 @@ LOGIT_MIN = -15.0  # numerical guard (not in the official code): keeps α = exp(
 
 class ETP(MeanImputation, Routine):
     """Early fusion: a missing view takes its training means."""
+
     # mnp.core.domains; the memory update uses n in [3, max_context) targets per batch
     OPTIM = {"lr": 1e-2}  # optim's defaults, as conf/model/ states them
-    domains = dict(memory_size=COUNT, memory_lr=UNIT, memory_std=NON_NEGATIVE, kl_weight=NON_NEGATIVE,
-                   max_context=Domain(4, integer=True), logit_max=POSITIVE, samples=COUNT, optim=OPTIM_DOMAINS)
+    domains = dict(
+        memory_size=COUNT,
+        memory_lr=UNIT,
+        memory_std=NON_NEGATIVE,
+        kl_weight=NON_NEGATIVE,
+        max_context=Domain(4, integer=True),
+        logit_max=POSITIVE,
+        samples=COUNT,
+        optim=OPTIM_DOMAINS,
+    )
 
-    def __init__(self, num_classes: int, view_dims: Sequence[int], memory_size: int = 200, memory_lr: float = 0.99,
-                 memory_std: float = 0.1, kl_weight: float = 1e-3, max_context: int = 50, logit_max: float = 15.0,
-                 samples: int = 10, optim: dict | None = None):
+    def __init__(
+        self,
+        num_classes: int,
+        view_dims: Sequence[int],
+        memory_size: int = 200,
+        memory_lr: float = 0.99,
+        memory_std: float = 0.1,
+        kl_weight: float = 1e-3,
+        max_context: int = 50,
+        logit_max: float = 15.0,
+        samples: int = 10,
+        optim: dict | None = None,
+    ):
         super().__init__(num_classes, view_dims)
         self.save_hyperparameters()
         check_domains(self.domains, self.hparams)
@@ -56,8 +76,9 @@ class ETP(MeanImputation, Routine):
 
     def memory_sample(self, n: int) -> Tensor:
         """(n, R, K) Gaussian samples around the memory (from ``sample_generator`` in the test loops)."""
-        return self.memory + self.memory_std * torch.randn(n, *self.memory.shape, device=self.memory.device,
-                                                           dtype=self.memory.dtype, generator=self.sample_generator)
+        return self.memory + self.memory_std * torch.randn(
+            n, *self.memory.shape, device=self.memory.device, dtype=self.memory.dtype, generator=self.sample_generator
+        )
 
     def attention_weights(self, h: Tensor, memory: Tensor) -> Tensor:
         """softmax over memory rows of h · key(M̃)ᵀ / √K: (B, K), (S, R, K) -> (S, B, R)."""
@@ -96,5 +117,6 @@ class ETP(MeanImputation, Routine):
         return probs, metrics.entropy(probs.mean(0))
 
     def configure_optimizers(self):
-        return make_optimizer(self.parameters(), max_epochs=self.trainer.max_epochs if self._trainer else 100,
-                              **self.optim_cfg)
+        return make_optimizer(
+            self.parameters(), max_epochs=self.trainer.max_epochs if self._trainer else 100, **self.optim_cfg
+        )

@@ -1,4 +1,5 @@
 """MC Dropout (Gal & Ghahramani 2016) on the concatenated views (docs/method.md §3, paper appendix "MC Dropout")."""
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -24,11 +25,19 @@ class MCDropout(MeanImputation, Routine):
 
     # mnp.core.domains; mc_samples 0: one deterministic pass with dropout off
     OPTIM = {}  # optim's defaults, as conf/model/ states them
-    domains = dict(hidden=each(COUNT), dropout=Domain(0, 1, low_open=True, high_open=True), mc_samples=NATURAL,
-                   optim=OPTIM_DOMAINS)
+    domains = dict(
+        hidden=each(COUNT), dropout=Domain(0, 1, low_open=True, high_open=True), mc_samples=NATURAL, optim=OPTIM_DOMAINS
+    )
 
-    def __init__(self, num_classes: int, view_dims: Sequence[int], hidden: Sequence[int] = (512, 256),
-                 dropout: float = 0.2, mc_samples: int = 100, optim: dict | None = None):
+    def __init__(
+        self,
+        num_classes: int,
+        view_dims: Sequence[int],
+        hidden: Sequence[int] = (512, 256),
+        dropout: float = 0.2,
+        mc_samples: int = 100,
+        optim: dict | None = None,
+    ):
         super().__init__(num_classes, view_dims)
         self.save_hyperparameters()
         check_domains(self.domains, self.hparams)
@@ -62,5 +71,6 @@ class MCDropout(MeanImputation, Routine):
         return probs, metrics.entropy(probs.mean(0))
 
     def configure_optimizers(self):
-        return make_optimizer(self.parameters(), max_epochs=self.trainer.max_epochs if self._trainer else 100,
-                              **self.optim_cfg)
+        return make_optimizer(
+            self.parameters(), max_epochs=self.trainer.max_epochs if self._trainer else 100, **self.optim_cfg
+        )

@@ -26,6 +26,7 @@ Inducing points (trainable) are drawn from the training data (random rows or k-m
 ``on_fit_start`` from the datamodule, or in plain Python by ``init_from_data(train_views)``.
 The paper's "ten warm-up epochs" are not in the official MGP code and are not reproduced.
 """
+
 from __future__ import annotations
 
 import math
@@ -64,8 +65,9 @@ def entropy_weights(neg_entropy: Tensor) -> Tensor:
     return magnitude / magnitude.sum(0)
 
 
-def fuse_experts(means: Tensor, variances: Tensor, weighting: str,
-                 present: Tensor | None = None) -> tuple[Tensor, Tensor]:
+def fuse_experts(
+    means: Tensor, variances: Tensor, weighting: str, present: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
     """Weighted product of Gaussian experts over axis 0: (M, B, K) -> (B, K) mean and variance; with
     ``present`` (B, M), of the experts present in each row (the weights renormalised over them)."""
     if weighting == "poe":
@@ -112,8 +114,9 @@ class ViewGP(gpytorch.models.ApproximateGP):
 
     def __init__(self, num_inducing: int, dim: int, num_classes: int):
         q = gpytorch.variational.CholeskyVariationalDistribution(num_inducing, batch_shape=torch.Size([num_classes]))
-        strategy = gpytorch.variational.VariationalStrategy(self, torch.zeros(num_inducing, dim), q,
-                                                            learn_inducing_locations=True)
+        strategy = gpytorch.variational.VariationalStrategy(
+            self, torch.zeros(num_inducing, dim), q, learn_inducing_locations=True
+        )
         super().__init__(strategy)
         self.mean_module = gpytorch.means.ZeroMean()
         self.covar_module = gpytorch.kernels.ScaleKernel(gpytorch.kernels.RBFKernel(ard_num_dims=dim))
@@ -124,15 +127,32 @@ class ViewGP(gpytorch.models.ApproximateGP):
 
 class MGP(Routine):
     OPTIM = {"lr": 0.1, "schedule": "linear", "values": [1e-3]}  # optim's defaults, as conf/model/ states them
-    domains = dict(num_inducing=COUNT, lengthscale_init=Domain(0, low_open=True, words=("data",)),  # mnp.core.domains
-                   outputscale_init=POSITIVE, alpha_eps=POSITIVE, kl_beta=NON_NEGATIVE, mc_samples=COUNT,
-                   optim=OPTIM_DOMAINS)
+    domains = dict(
+        num_inducing=COUNT,
+        lengthscale_init=Domain(0, low_open=True, words=("data",)),  # mnp.core.domains
+        outputscale_init=POSITIVE,
+        alpha_eps=POSITIVE,
+        kl_beta=NON_NEGATIVE,
+        mc_samples=COUNT,
+        optim=OPTIM_DOMAINS,
+    )
 
-    def __init__(self, num_classes: int, view_dims: Sequence[int], num_inducing: int = 200,
-                 inducing_init: str = "random", lengthscale_init: float | str = "data", outputscale_init: float = 1.0,
-                 alpha_eps: float = 1e-7, kl_beta: float = 1.0, train_weighting: str = "uniform",
-                 test_weighting: str = "entropy", mc_samples: int = 100, uncertainty: str = "predictive",
-                 optim: dict | None = None):
+    def __init__(
+        self,
+        num_classes: int,
+        view_dims: Sequence[int],
+        num_inducing: int = 200,
+        inducing_init: str = "random",
+        lengthscale_init: float | str = "data",
+        outputscale_init: float = 1.0,
+        alpha_eps: float = 1e-7,
+        kl_beta: float = 1.0,
+        train_weighting: str = "uniform",
+        test_weighting: str = "entropy",
+        mc_samples: int = 100,
+        uncertainty: str = "predictive",
+        optim: dict | None = None,
+    ):
         super().__init__(num_classes, view_dims)
         self.save_hyperparameters()
         check_domains(self.domains, self.hparams)
@@ -157,6 +177,7 @@ class MGP(Routine):
         n, m = x.shape[0], self.num_inducing
         if self.inducing_init == "kmeans":
             from sklearn.cluster import KMeans
+
             seed = int(torch.randint(0, 2**31 - 1, ()).item())
             km = KMeans(n_clusters=min(m, n), n_init=1, random_state=seed).fit(x.double().cpu().numpy())
             centres = torch.as_tensor(km.cluster_centers_, dtype=x.dtype)
@@ -187,8 +208,10 @@ class MGP(Routine):
             return
         dm = self.trainer.datamodule
         if dm is None or not hasattr(dm, "train_views"):
-            raise ValueError("MGP needs its training data to place inducing points: fit with a datamodule "
-                             "that has train_views, or call model.init_from_data(train_views) first")
+            raise ValueError(
+                "MGP needs its training data to place inducing points: fit with a datamodule "
+                "that has train_views, or call model.init_from_data(train_views) first"
+            )
         self.init_from_data(dm.train_views)
 
     # ------------------------------------------------------------------ posterior per view and fused
@@ -223,5 +246,6 @@ class MGP(Routine):
         return probs, unc
 
     def configure_optimizers(self):
-        return make_optimizer(self.parameters(), max_epochs=self.trainer.max_epochs if self._trainer else 100,
-                              **self.optim_cfg)
+        return make_optimizer(
+            self.parameters(), max_epochs=self.trainer.max_epochs if self._trainer else 100, **self.optim_cfg
+        )

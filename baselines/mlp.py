@@ -1,4 +1,5 @@
 """Early-fusion MLP: the simplest model, proving the pipeline end to end."""
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -31,8 +32,14 @@ class MLP(MeanImputation, Routine):
     OPTIM = {}  # optim's defaults, as conf/model/ states them
     domains = dict(hidden=each(COUNT), dropout=Domain(0, 1, high_open=True), optim=OPTIM_DOMAINS)  # mnp.core.domains
 
-    def __init__(self, num_classes: int, view_dims: Sequence[int], hidden: Sequence[int] = (512, 256),
-                 dropout: float = 0.0, optim: dict | None = None):
+    def __init__(
+        self,
+        num_classes: int,
+        view_dims: Sequence[int],
+        hidden: Sequence[int] = (512, 256),
+        dropout: float = 0.0,
+        optim: dict | None = None,
+    ):
         super().__init__(num_classes, view_dims)
         self.save_hyperparameters()
         check_domains(self.domains, self.hparams)
@@ -56,5 +63,6 @@ class MLP(MeanImputation, Routine):
         return probs, -(probs[0] * probs[0].clamp_min(1e-12).log()).sum(-1)
 
     def configure_optimizers(self):
-        return make_optimizer(self.parameters(), max_epochs=self.trainer.max_epochs if self._trainer else 100,
-                              **self.optim_cfg)
+        return make_optimizer(
+            self.parameters(), max_epochs=self.trainer.max_epochs if self._trainer else 100, **self.optim_cfg
+        )

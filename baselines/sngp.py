@@ -13,6 +13,7 @@ Follows edward2's ``RandomFeatureGaussianProcess`` + ``LaplaceRandomFeatureCovar
 * mean-field logits logit / √(1 + λ σ²), λ = π/8;
 * uncertainty (Dempster-Shafer): u = K / (K + Σ_k exp(logit_k)) of the mean-field logits.
 """
+
 from __future__ import annotations
 
 import math
@@ -40,16 +41,32 @@ def dempster_shafer(logits: Tensor) -> Tensor:
 
 class SNGP(MeanImputation, Routine):
     """Early fusion: a missing view takes its training means."""
+
     OPTIM = {"lr": 1e-2}  # optim's defaults, as conf/model/ states them
     # mnp.core.domains; cov_momentum <= 0: the precision summed over each epoch, in (0, 1): a moving average
-    domains = dict(num_features=COUNT, kernel_scale=optional(POSITIVE), ridge=POSITIVE,
-                   cov_momentum=Domain(high=1, high_open=True), mean_field_factor=NON_NEGATIVE, l2=NON_NEGATIVE,
-                   optim=OPTIM_DOMAINS)
+    domains = dict(
+        num_features=COUNT,
+        kernel_scale=optional(POSITIVE),
+        ridge=POSITIVE,
+        cov_momentum=Domain(high=1, high_open=True),
+        mean_field_factor=NON_NEGATIVE,
+        l2=NON_NEGATIVE,
+        optim=OPTIM_DOMAINS,
+    )
 
-    def __init__(self, num_classes: int, view_dims: Sequence[int], num_features: int = 1024,
-                 kernel_scale: float | None = None, normalize_input: bool = True, ridge: float = 1.0,
-                 cov_momentum: float = -1.0, mean_field_factor: float = math.pi / 8, l2: float = 1e-6,
-                 optim: dict | None = None):
+    def __init__(
+        self,
+        num_classes: int,
+        view_dims: Sequence[int],
+        num_features: int = 1024,
+        kernel_scale: float | None = None,
+        normalize_input: bool = True,
+        ridge: float = 1.0,
+        cov_momentum: float = -1.0,
+        mean_field_factor: float = math.pi / 8,
+        l2: float = 1e-6,
+        optim: dict | None = None,
+    ):
         super().__init__(num_classes, view_dims)
         self.save_hyperparameters()
         check_domains(self.domains, self.hparams)
@@ -116,5 +133,6 @@ class SNGP(MeanImputation, Routine):
         return logits.softmax(-1)[None], dempster_shafer(logits)
 
     def configure_optimizers(self):
-        return make_optimizer(self.parameters(), max_epochs=self.trainer.max_epochs if self._trainer else 100,
-                              **self.optim_cfg)
+        return make_optimizer(
+            self.parameters(), max_epochs=self.trainer.max_epochs if self._trainer else 100, **self.optim_cfg
+        )

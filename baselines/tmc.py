@@ -9,6 +9,7 @@ Prediction: α/S of the fused opinion (one sample); uncertainty u = K/S of the f
 The per-view linear layers run as one batched layer over zero-padded views. A missing view gives the
 vacuous opinion (α = 1: no belief, u = 1), the identity of Dempster's rule, so the views present are fused.
 """
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -54,8 +55,12 @@ def kl_to_uniform_dirichlet(alpha: Tensor) -> Tensor:
     """KL(Dir(α) ‖ Dir(1, …, 1)) per row."""
     k = alpha.shape[-1]
     s = alpha.sum(-1)
-    return (torch.lgamma(s) - torch.lgamma(alpha).sum(-1) - torch.lgamma(torch.tensor(float(k), device=alpha.device))
-            + ((alpha - 1) * (torch.digamma(alpha) - torch.digamma(s)[..., None])).sum(-1))
+    return (
+        torch.lgamma(s)
+        - torch.lgamma(alpha).sum(-1)
+        - torch.lgamma(torch.tensor(float(k), device=alpha.device))
+        + ((alpha - 1) * (torch.digamma(alpha) - torch.digamma(s)[..., None])).sum(-1)
+    )
 
 
 def evidential_loss(alpha: Tensor, onehot: Tensor, annealing: float) -> Tensor:
@@ -70,8 +75,9 @@ class TMC(Routine):
     OPTIM = {"lr": 3e-3, "weight_decay": 1e-5}  # optim's defaults, as conf/model/ states them
     domains = dict(annealing_epochs=COUNT, optim=OPTIM_DOMAINS)  # mnp.core.domains
 
-    def __init__(self, num_classes: int, view_dims: Sequence[int], annealing_epochs: int = 10,
-                 optim: dict | None = None):
+    def __init__(
+        self, num_classes: int, view_dims: Sequence[int], annealing_epochs: int = 10, optim: dict | None = None
+    ):
         super().__init__(num_classes, view_dims)
         self.save_hyperparameters()
         check_domains(self.domains, self.hparams)
@@ -92,7 +98,10 @@ class TMC(Routine):
         annealing = min(1.0, (self.current_epoch + 1) / self.annealing_epochs)
         per_opinion = evidential_loss(torch.cat([alphas, fused[None]]), onehot, annealing)  # (M + 1, B)
         loss = per_opinion.sum(0).mean()
-        return loss, {"acc": (fused.argmax(-1) == y).float().mean(), "annealing": torch.tensor(annealing, device=y.device)}
+        return loss, {
+            "acc": (fused.argmax(-1) == y).float().mean(),
+            "annealing": torch.tensor(annealing, device=y.device),
+        }
 
     def predict(self, views, present=None):
         alphas = self.view_alphas(views)
@@ -103,5 +112,6 @@ class TMC(Routine):
         return (fused / s)[None], (self.num_classes / s).squeeze(-1)
 
     def configure_optimizers(self):
-        return make_optimizer(self.parameters(), max_epochs=self.trainer.max_epochs if self._trainer else 100,
-                              **self.optim_cfg)
+        return make_optimizer(
+            self.parameters(), max_epochs=self.trainer.max_epochs if self._trainer else 100, **self.optim_cfg
+        )

@@ -6,6 +6,7 @@ split, train-fitted scaling) and lists, per view, the columns whose training val
 the fix in ``baselines/mgp.py:data_lengthscales`` those started at lengthscale 1e-3 and never trained, so
 MGP runs on a dataset with any such column must be re-run (docs/method.md §3).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,8 +26,13 @@ def view_report(x) -> dict:
     std = x.std(0)
     floored = int(((std * math.sqrt(x.shape[1])) < 1e-3).sum())
     ratio = round(float(std[varies].min() / std[varies].median()), 3) if varies.any() else None
-    return {"dim": int(x.shape[1]), "n_constant": int((~varies).sum()), "constant": (~varies).nonzero().ravel().tolist(),
-            "n_floored_before": floored, "min_std_over_median": ratio}
+    return {
+        "dim": int(x.shape[1]),
+        "n_constant": int((~varies).sum()),
+        "constant": (~varies).nonzero().ravel().tolist(),
+        "n_floored_before": floored,
+        "min_std_over_median": ratio,
+    }
 
 
 def dataset_report(name: str, seed: int) -> dict:
@@ -54,8 +60,14 @@ def main(argv: list[str] | None = None) -> int:
         seeds = {str(s): dataset_report(name, s) for s in args.seeds}
         affected = [int(s) for s, r in seeds.items() if any(v["n_constant"] for v in r["views"])]
         out[name] = {"rerun_mgp_seeds": affected, "seeds": seeds}
-        print(name, "constant columns per view (seed 0):",
-              [v["n_constant"] for v in seeds[str(args.seeds[0])]["views"]], "re-run seeds:", affected, flush=True)
+        print(
+            name,
+            "constant columns per view (seed 0):",
+            [v["n_constant"] for v in seeds[str(args.seeds[0])]["views"]],
+            "re-run seeds:",
+            affected,
+            flush=True,
+        )
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
     return 0
 

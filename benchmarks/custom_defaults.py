@@ -7,6 +7,7 @@ on each with nothing but ``dataset=custom dataset.path=<file>`` (a run sized by 
 ``--before`` also with the fixed epochs those defaults replaced (60 for mnp, 20 for the others), and records
 test accuracy, ECE, noisy accuracy, epochs and wall time. One thread per run (``MNP_TORCH_THREADS=1``).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -53,8 +54,12 @@ def digits_two_views() -> dict[str, np.ndarray]:
     return {"x1": img[:, :, :4].reshape(-1, 32), "x2": img[:, :, 4:].reshape(-1, 32), "y": d.target}
 
 
-DATASETS = {"wine_2view_3class_178": wine, "iris_2view_3class_150": iris,
-            "breast_cancer_3view_2class_569": breast_cancer, "digits_2view_10class_1797": digits_two_views}
+DATASETS = {
+    "wine_2view_3class_178": wine,
+    "iris_2view_3class_150": iris,
+    "breast_cancer_3view_2class_569": breast_cancer,
+    "digits_2view_10class_1797": digits_two_views,
+}
 
 
 def run(model: str, path: Path, out_dir: Path, overrides: tuple[str, ...] = ()) -> dict:
@@ -63,15 +68,29 @@ def run(model: str, path: Path, out_dir: Path, overrides: tuple[str, ...] = ()) 
     import subprocess
 
     t0 = time.perf_counter()
-    cmd = [sys.executable, str(ROOT / "train.py"), f"model={model}", "dataset=custom", f"dataset.path={path}",
-           f"hydra.run.dir={out_dir}", "logger=none", "trainer.enable_progress_bar=false", *overrides]
+    cmd = [
+        sys.executable,
+        str(ROOT / "train.py"),
+        f"model={model}",
+        "dataset=custom",
+        f"dataset.path={path}",
+        f"hydra.run.dir={out_dir}",
+        "logger=none",
+        "trainer.enable_progress_bar=false",
+        *overrides,
+    ]
     env = {**os.environ, "MNP_TORCH_THREADS": os.environ.get("MNP_TORCH_THREADS", "1"), "WANDB_MODE": "disabled"}
     done = subprocess.run(cmd, capture_output=True, cwd=ROOT, env=env, text=True)
     if done.returncode:
         raise RuntimeError(f"{' '.join(cmd[1:])} failed: {done.stderr.strip().splitlines()[-1:]}")
     m = json.loads((out_dir / "metrics.json").read_text())
-    return {"acc": m["test/acc"], "ece": m["test/ece"], "noisy_acc": m.get("noise/acc_mean"), "epochs": m["epochs"],
-            "wall_s": round(time.perf_counter() - t0, 1)}
+    return {
+        "acc": m["test/acc"],
+        "ece": m["test/ece"],
+        "noisy_acc": m.get("noise/acc_mean"),
+        "epochs": m["epochs"],
+        "wall_s": round(time.perf_counter() - t0, 1),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -80,8 +99,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--models", nargs="+", default=MODELS)
     ap.add_argument("--before", action="store_true", help="also the fixed epochs of the defaults before")
     ap.add_argument("--override", action="append", default=[], help="extra train.py override for every run")
-    ap.add_argument("--update", action="store_true",
-                    help="replace only the --models' rows of --out, keep the others (the command is added to updated_by)")
+    ap.add_argument(
+        "--update",
+        action="store_true",
+        help="replace only the --models' rows of --out, keep the others (the command is added to updated_by)",
+    )
     args = ap.parse_args(argv)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:

@@ -7,6 +7,7 @@ torchmetrics' ECE (15 bins, as runs computed it before), the owned ECE, their di
 exactly 1 (torchmetrics' 16th bin) and the probabilities' range; then the largest absolute difference, and whether
 the owned accuracy equals torchmetrics' bit for bit everywhere. ``--out`` writes that summary as JSON.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,17 +34,33 @@ def main(roots: list[str], out: str | None = None) -> None:
         k = probs.shape[-1]
         old = multiclass_calibration_error(probs.float(), labels, num_classes=k, n_bins=15, norm="l1").item()
         new = metrics.ece(probs, labels)
-        same_acc &= metrics.accuracy(probs, labels) == multiclass_accuracy(probs, labels, num_classes=k,
-                                                                            average="micro").item()
+        same_acc &= (
+            metrics.accuracy(probs, labels) == multiclass_accuracy(probs, labels, num_classes=k, average="micro").item()
+        )
         ones = int((probs.max(-1).values == 1).sum())
-        print(f"{path.parent} {split}  stored {stored:.6f}  torchmetrics {old:.6f}  owned {new:.6f}  diff {new - old:+.2e}  "
-              f"conf=1: {ones}/{len(labels)}  range [{probs.min().item():.3g}, {probs.max().item():.9g}]")
+        print(
+            f"{path.parent} {split}  stored {stored:.6f}  torchmetrics {old:.6f}  owned {new:.6f}  diff {new - old:+.2e}  "
+            f"conf=1: {ones}/{len(labels)}  range [{probs.min().item():.3g}, {probs.max().item():.9g}]"
+        )
         worst, n = max(worst, (abs(new - old), str(path.parent))), n + 1
-    print(f"{n} runs; largest |owned - torchmetrics| = {worst[0]:.3e} ({worst[1]}); "
-          f"accuracy bit-identical to torchmetrics: {same_acc}")
+    print(
+        f"{n} runs; largest |owned - torchmetrics| = {worst[0]:.3e} ({worst[1]}); "
+        f"accuracy bit-identical to torchmetrics: {same_acc}"
+    )
     if out:
-        Path(out).write_text(json.dumps({"runs": n, "max_abs_diff": worst[0], "worst_run": Path(worst[1]).name,
-                                         "accuracy_bit_identical": same_acc, "roots": roots}, indent=1) + "\n")
+        Path(out).write_text(
+            json.dumps(
+                {
+                    "runs": n,
+                    "max_abs_diff": worst[0],
+                    "worst_run": Path(worst[1]).name,
+                    "accuracy_bit_identical": same_acc,
+                    "roots": roots,
+                },
+                indent=1,
+            )
+            + "\n"
+        )
 
 
 if __name__ == "__main__":

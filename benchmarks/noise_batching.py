@@ -7,6 +7,7 @@ pass (clean, noise protocol) once per ``--rows`` value on the same model, and re
 noisy accuracy of each. On the CPU this is the measurement behind ``auto`` = 0 there; on a GPU, the
 batching's speed-up.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,10 +28,19 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def compose(dataset: str, epochs: int):
     from hydra import compose as hydra_compose, initialize_config_dir
+
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        cfg = hydra_compose("train", overrides=["model=mnp", f"dataset={dataset}", f"trainer.max_epochs={epochs}",
-                                                "model.warmup.epochs=1", "paths.output_dir=/nonexistent"],
-                            return_hydra_config=False)
+        cfg = hydra_compose(
+            "train",
+            overrides=[
+                "model=mnp",
+                f"dataset={dataset}",
+                f"trainer.max_epochs={epochs}",
+                "model.warmup.epochs=1",
+                "paths.output_dir=/nonexistent",
+            ],
+            return_hydra_config=False,
+        )
     resolve_auto(cfg)
     return cfg
 
@@ -49,8 +59,14 @@ def main(argv=None) -> int:
     _, dm = build_datamodule(cfg)
     _, model = build_model(cfg, dm)
     accelerator = "gpu" if torch.cuda.is_available() else "cpu"
-    trainer_kw = dict(accelerator=accelerator, devices=1, logger=False, enable_checkpointing=False,
-                      enable_progress_bar=False, enable_model_summary=False)
+    trainer_kw = dict(
+        accelerator=accelerator,
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
     pl.Trainer(max_epochs=args.epochs, num_sanity_val_steps=0, **trainer_kw).fit(model, datamodule=dm)
     runs = []
     for rows in args.rows:
@@ -58,13 +74,34 @@ def main(argv=None) -> int:
         t = time.perf_counter()
         pl.Trainer(**trainer_kw).test(model, datamodule=dm, verbose=False)
         seconds = time.perf_counter() - t
-        runs.append({"noise_batch_rows": rows, "test_pass_s": round(seconds, 2),
-                     "noise_acc_mean": model.test_results["noise/acc_mean"], "test_acc": model.test_results["test/acc"]})
+        runs.append(
+            {
+                "noise_batch_rows": rows,
+                "test_pass_s": round(seconds, 2),
+                "noise_acc_mean": model.test_results["noise/acc_mean"],
+                "test_acc": model.test_results["test/acc"],
+            }
+        )
         print(json.dumps(runs[-1]), flush=True)
-    device = torch.cuda.get_device_name() if accelerator == "gpu" else f"cpu ({platform.processor() or 'x86_64'}, " \
-        f"{args.threads} thread)"
-    args.out.write_text(json.dumps({"dataset": args.dataset, "model": "mnp", "epochs": args.epochs, "device": device,
-                                    "command": "python benchmarks/noise_batching.py", "runs": runs}, indent=1) + "\n")
+    device = (
+        torch.cuda.get_device_name()
+        if accelerator == "gpu"
+        else f"cpu ({platform.processor() or 'x86_64'}, {args.threads} thread)"
+    )
+    args.out.write_text(
+        json.dumps(
+            {
+                "dataset": args.dataset,
+                "model": "mnp",
+                "epochs": args.epochs,
+                "device": device,
+                "command": "python benchmarks/noise_batching.py",
+                "runs": runs,
+            },
+            indent=1,
+        )
+        + "\n"
+    )
     print(f"wrote {args.out}")
     return 0
 

@@ -3,6 +3,7 @@
 
     python benchmarks/same_runs.py <runs of commit A> <runs of commit B> --out benchmarks/parts_bit_identity.json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -20,12 +21,17 @@ def metrics(run: Path) -> dict:
 def compare(a: Path, b: Path) -> dict:
     ma, mb = metrics(a), metrics(b)
     pa, pb = np.load(a / "predictions.npz"), np.load(b / "predictions.npz")
-    return {"run": a.name, "metrics": len(ma), "metrics_differing": sorted(k for k in ma.keys() | mb.keys()
-                                                                          if ma.get(k) != mb.get(k)),
-            "prediction_arrays": len(pa.files),
-            "arrays_differing": sorted(k for k in set(pa.files) | set(pb.files)
-                                       if k not in pa.files or k not in pb.files
-                                       or not np.array_equal(pa[k], pb[k], equal_nan=True))}
+    return {
+        "run": a.name,
+        "metrics": len(ma),
+        "metrics_differing": sorted(k for k in ma.keys() | mb.keys() if ma.get(k) != mb.get(k)),
+        "prediction_arrays": len(pa.files),
+        "arrays_differing": sorted(
+            k
+            for k in set(pa.files) | set(pb.files)
+            if k not in pa.files or k not in pb.files or not np.array_equal(pa[k], pb[k], equal_nan=True)
+        ),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,8 +46,10 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"error: {args.b} has no run {missing[0]}")
     rows = [compare(args.a / r, args.b / r) for r in runs]
     for r in rows:
-        print(f"{r['run']}: {r['metrics']} metrics, {len(r['metrics_differing'])} differ; "
-              f"{r['prediction_arrays']} prediction arrays, {len(r['arrays_differing'])} differ")
+        print(
+            f"{r['run']}: {r['metrics']} metrics, {len(r['metrics_differing'])} differ; "
+            f"{r['prediction_arrays']} prediction arrays, {len(r['arrays_differing'])} differ"
+        )
     same = all(not r["metrics_differing"] and not r["arrays_differing"] for r in rows)
     if args.out:
         args.out.write_text(json.dumps({"note": args.note, "identical": same, "runs": rows}, indent=1) + "\n")

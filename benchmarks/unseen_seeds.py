@@ -8,6 +8,7 @@ set against the new seeds: their mean with its 95 % t-interval, whether the comm
 interval, and Welch's two-sample t-test of the two groups (seeds are independent draws; a p-value below 0.05
 would say the committed cell does not describe a fresh seed). The JSON is rendered in docs/results.md.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -42,10 +43,15 @@ def committed(path: Path) -> dict[tuple[str, str, str], list[float]]:
 def compare(old: list[float], new: list[float]) -> dict:
     lo_hi = t_interval(new)
     welch = st.ttest_ind(new, old, equal_var=False).pvalue if len(new) > 1 and len(old) > 1 else None
-    return {"committed_mean": float(np.mean(old)), "committed_n": len(old), "new_values": new,
-            "new_mean": float(np.mean(new)), "new_ci95": lo_hi,
-            "committed_mean_in_new_ci": bool(lo_hi and lo_hi[0] <= np.mean(old) <= lo_hi[1]),
-            "welch_p": None if welch is None or np.isnan(welch) else float(welch)}
+    return {
+        "committed_mean": float(np.mean(old)),
+        "committed_n": len(old),
+        "new_values": new,
+        "new_mean": float(np.mean(new)),
+        "new_ci95": lo_hi,
+        "committed_mean_in_new_ci": bool(lo_hi and lo_hi[0] <= np.mean(old) <= lo_hi[1]),
+        "welch_p": None if welch is None or np.isnan(welch) else float(welch),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -66,13 +72,22 @@ def main(argv: list[str] | None = None) -> int:
     for (model, dataset, metric), values in sorted(new.items()):
         if (model, dataset, metric) not in cells:
             raise SystemExit(f"error: {args.runs} has no default-variant runs of {model} on {dataset}")
-        rows.append({"model": model, "dataset": dataset, "metric": metric,
-                     "seeds": sorted(seeds[(model, dataset)]), **compare(cells[(model, dataset, metric)], values)})
+        rows.append(
+            {
+                "model": model,
+                "dataset": dataset,
+                "metric": metric,
+                "seeds": sorted(seeds[(model, dataset)]),
+                **compare(cells[(model, dataset, metric)], values),
+            }
+        )
     command = "python benchmarks/unseen_seeds.py " + " ".join(args.dirs) + f" --runs {args.runs} --out {args.out}"
     args.out.write_text(json.dumps({"command": command, "rows": rows}, indent=1) + "\n")
     for r in rows:
-        print(f"{r['model']:5s} {r['dataset']:8s} {r['metric']:15s} committed {r['committed_mean']:.4f} "
-              f"(n={r['committed_n']})  new {r['new_mean']:.4f} {r['new_ci95']}  Welch p {r['welch_p']}")
+        print(
+            f"{r['model']:5s} {r['dataset']:8s} {r['metric']:15s} committed {r['committed_mean']:.4f} "
+            f"(n={r['committed_n']})  new {r['new_mean']:.4f} {r['new_ci95']}  Welch p {r['welch_p']}"
+        )
     return 0
 
 

@@ -10,6 +10,7 @@ training set, and tested with the full protocol (clean, noise, missing views) by
 Each run directory needs ``checkpoints/last.ckpt`` (``callbacks.checkpoint.every_n_epochs`` a divisor of the
 run's epochs). The JSON holds every seed's metrics per variant; docs/switches.md is generated from it.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -48,12 +49,21 @@ def evaluate_variants(run_dir: Path) -> dict:
         model.spec = model.spec.replace("aggregation.view_weighting", **settings)
         if settings["mode"] == "distance":
             model.update_distance_reference(dm.train_views)
-        trainer = pl.Trainer(logger=False, enable_progress_bar=False, enable_model_summary=False,
-                             enable_checkpointing=False, accelerator="cpu")
+        trainer = pl.Trainer(
+            logger=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            enable_checkpointing=False,
+            accelerator="cpu",
+        )
         trainer.test(model, datamodule=dm, verbose=False)
         r = model.test_results
         out[name] = {k: v for k, v in r.items() if k in KEPT or k.startswith("noise/acc@")}
-    return {"dataset": dataset, "seed": int(json.loads((run_dir / "metrics.json").read_text())["seed"]), "variants": out}
+    return {
+        "dataset": dataset,
+        "seed": int(json.loads((run_dir / "metrics.json").read_text())["seed"]),
+        "variants": out,
+    }
 
 
 def summary(runs: list[dict]) -> dict:
@@ -76,12 +86,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{d}: done", flush=True)
     if len({r["dataset"] for r in runs}) != 1:
         raise SystemExit("error: the runs are of several datasets; give one dataset's runs")
-    result = {"dataset": runs[0]["dataset"], "seeds": sorted(r["seed"] for r in runs),
-              "command": "python benchmarks/view_weighting.py " + " ".join(str(d) for d in args.runs),
-              "mean": summary(runs), "runs": runs}
+    result = {
+        "dataset": runs[0]["dataset"],
+        "seeds": sorted(r["seed"] for r in runs),
+        "command": "python benchmarks/view_weighting.py " + " ".join(str(d) for d in args.runs),
+        "mean": summary(runs),
+        "runs": runs,
+    }
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     for name, m in result["mean"].items():
-        print(f"{name:24s} acc {100 * m['test/acc']:.2f}  ECE {m['test/ece']:.3f}  noisy {100 * m['noise/acc_mean']:.2f}")
+        print(
+            f"{name:24s} acc {100 * m['test/acc']:.2f}  ECE {m['test/ece']:.3f}  noisy {100 * m['noise/acc_mean']:.2f}"
+        )
     return 0
 
 

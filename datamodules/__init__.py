@@ -1,4 +1,5 @@
 """LightningDataModules for multi-view feature datasets."""
+
 from datamodules.base import MultiViewDataModule, RawData, TensorDataModule
 from datamodules.errors import DataError
 

@@ -4,6 +4,7 @@ A batch is ``(views: list[Tensor], y: Tensor)``. Data is held as in-memory tenso
 index (no per-sample collation). Subclasses implement :meth:`load` returning a :class:`RawData`;
 everything else (validation, splits, held-out-class OOD, train-only scaling) happens here.
 """
+
 from __future__ import annotations
 
 import logging
@@ -17,8 +18,17 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader
 
-from datamodules.checks import (check_numeric, describe_absent, empty_test_hint, fraction, positive_int,
-                                split_indices, validate_arrays, warn_constant_views, warn_duplicates)
+from datamodules.checks import (
+    check_numeric,
+    describe_absent,
+    empty_test_hint,
+    fraction,
+    positive_int,
+    split_indices,
+    validate_arrays,
+    warn_constant_views,
+    warn_duplicates,
+)
 from datamodules.errors import DataError
 from datamodules.loaders import index_loader
 
@@ -88,10 +98,21 @@ class MultiViewDataModule(pl.LightningDataModule):
 
     name = "multiview"
 
-    def __init__(self, batch_size: int = 200, eval_batch_size: int = 1000, scaling: str = "minmax",
-                 scale_test_separately: bool = False, val_fraction: float = 0.0, test_fraction: float = 0.2,
-                 use_split_files: bool = True, ood_classes: Sequence[int] | None = None, seed: int = 0,
-                 shuffle: bool = True, full_batches: bool = False, val_seed: int = 0):
+    def __init__(
+        self,
+        batch_size: int = 200,
+        eval_batch_size: int = 1000,
+        scaling: str = "minmax",
+        scale_test_separately: bool = False,
+        val_fraction: float = 0.0,
+        test_fraction: float = 0.2,
+        use_split_files: bool = True,
+        ood_classes: Sequence[int] | None = None,
+        seed: int = 0,
+        shuffle: bool = True,
+        full_batches: bool = False,
+        val_seed: int = 0,
+    ):
         super().__init__()
         self.full_batches = bool(full_batches)  # official: N // batch_size full batches per epoch from a stream
         self.batch_size = positive_int("batch_size", batch_size)
@@ -124,7 +145,9 @@ class MultiViewDataModule(pl.LightningDataModule):
         if self._ready:
             return
         raw = self.load()
-        self.read_sha256 = dict(raw.sha256)  # the run records these: the data it parsed, not the files as they are later
+        self.read_sha256 = dict(
+            raw.sha256
+        )  # the run records these: the data it parsed, not the files as they are later
         views = [np.asarray(v) for v in raw.views]
         for v, x in enumerate(views):
             check_numeric(x, raw.source, str(v + 1))
@@ -141,11 +164,20 @@ class MultiViewDataModule(pl.LightningDataModule):
         classes, y_class = np.unique(y, return_inverse=True)
         absent = describe_absent(classes)
         if absent:
-            log.warning("%s: labels %s never occur (labels span 0..%d); the %d classes present are renumbered "
-                        "0..%d in sorted order", raw.source, absent, classes[-1], len(classes), len(classes) - 1)
+            log.warning(
+                "%s: labels %s never occur (labels span 0..%d); the %d classes present are renumbered "
+                "0..%d in sorted order",
+                raw.source,
+                absent,
+                classes[-1],
+                len(classes),
+                len(classes) - 1,
+            )
         unknown = sorted(set(self.ood_classes) - set(classes.tolist()))
         if unknown:
-            raise DataError(f"{raw.source}: ood_classes {unknown} are not labels of this dataset ({classes.min()}..{classes.max()})")
+            raise DataError(
+                f"{raw.source}: ood_classes {unknown} are not labels of this dataset ({classes.min()}..{classes.max()})"
+            )
         is_ood, keep = np.isin(y, self.ood_classes), ~np.isin(classes, self.ood_classes)
         ood_idx = np.flatnonzero(is_ood)
         rank = np.full(len(classes), -1)
@@ -154,8 +186,10 @@ class MultiViewDataModule(pl.LightningDataModule):
         train_idx, test_idx = train_idx[~is_ood[train_idx]], test_idx[~is_ood[test_idx]]
         missing = np.setdiff1d(classes[keep], y[train_idx])
         if len(missing):
-            raise DataError(f"{raw.source}: class(es) {missing.tolist()} have no training samples; "
-                            "check the labels or the split files")
+            raise DataError(
+                f"{raw.source}: class(es) {missing.tolist()} have no training samples; "
+                "check the labels or the split files"
+            )
         val_idx = np.empty(0, dtype=np.int64)
         if self.val_fraction > 0:
             # selection protocol (docs/method.md §5.4): a stratified share of the training rows, drawn from
@@ -190,11 +224,15 @@ class MultiViewDataModule(pl.LightningDataModule):
         self.ood_sets: dict[str, tuple[list[Tensor], Tensor]] = {}
         if len(ood_idx):
             ood = scaled(ood_idx)
-            self.ood_sets["heldout"] = ([torch.cat([a, b]) for a, b in zip(self.test_views, ood)],
-                                        torch.cat([torch.zeros(len(test_idx)), torch.ones(len(ood_idx))]).long())
+            self.ood_sets["heldout"] = (
+                [torch.cat([a, b]) for a, b in zip(self.test_views, ood)],
+                torch.cat([torch.zeros(len(test_idx)), torch.ones(len(ood_idx))]).long(),
+            )
         for name, ood_views in raw.external_ood.items():
-            ov = [self._tensor(np.asarray(x, dtype=np.float64), sc, f"{raw.source} (OOD set {name})", v)
-                  for v, (x, sc) in enumerate(zip(ood_views, scalers))]
+            ov = [
+                self._tensor(np.asarray(x, dtype=np.float64), sc, f"{raw.source} (OOD set {name})", v)
+                for v, (x, sc) in enumerate(zip(ood_views, scalers))
+            ]
             self.ood_sets[name] = self.build_external_ood(name, ov)
         self._ready = True
 
@@ -203,28 +241,39 @@ class MultiViewDataModule(pl.LightningDataModule):
         rows = f"{len(self.train_idx)} train / {len(self.test_idx)} test rows"
         rows += f" / {len(self.val_idx)} validation" if len(self.val_idx) else ""
         rows += f" (+ {n_ood} of the held-out classes, OOD)" if n_ood else ""
-        split = raw.split if from_files else \
-            f"drawn per class from seed {self.seed} (dataset.test_fraction={self.test_fraction:g})"
+        split = (
+            raw.split
+            if from_files
+            else f"drawn per class from seed {self.seed} (dataset.test_fraction={self.test_fraction:g})"
+        )
         base = " (1-based in the file, renumbered from 0)" if raw.label_offset else ""
-        return (f"loaded {raw.source}: {rows}, {len(self.view_dims)} views of dims {self.view_dims}, "
-                f"{self.num_classes} classes{base}; split: {split}")
+        return (
+            f"loaded {raw.source}: {rows}, {len(self.view_dims)} views of dims {self.view_dims}, "
+            f"{self.num_classes} classes{base}; split: {split}"
+        )
 
     def _tensor(self, x: np.ndarray, sc: Scaler, source: str, v: int) -> Tensor:
         """One view's rows scaled to float32; a DataError names the view if scaling overflowed."""
         t = torch.as_tensor(sc.transform(x), dtype=torch.float32)
         if not (sc.finite() and torch.isfinite(t).all()):
-            raise DataError(f"{source}: view {v + 1} overflowed in scaling (dataset.scaling={self.scaling}): its "
-                            f"values, up to {np.abs(x).max(initial=0):.3g} in magnitude, are too large for the scaler "
-                            "or for float32; divide the view by a constant before saving it")
+            raise DataError(
+                f"{source}: view {v + 1} overflowed in scaling (dataset.scaling={self.scaling}): its "
+                f"values, up to {np.abs(x).max(initial=0):.3g} in magnitude, are too large for the scaler "
+                "or for float32; divide the view by a constant before saving it"
+            )
         return t
 
     def preprocessing(self) -> dict:
         """What predicting on raw rows needs (:mod:`mnp.core.predictor`), as tensors and plain values that a
         checkpoint stores: each view's scaler fitted on the training rows and the file's label of each class."""
-        return {"scaling": self.scaling, "scale_test_separately": bool(self.scale_test_separately),
-                "shift": [torch.as_tensor(s.shift) for s in self.scalers],
-                "scale": [torch.as_tensor(s.scale) for s in self.scalers],
-                "labels": torch.as_tensor(self.class_labels), "eval_batch_size": self.eval_batch_size}
+        return {
+            "scaling": self.scaling,
+            "scale_test_separately": bool(self.scale_test_separately),
+            "shift": [torch.as_tensor(s.shift) for s in self.scalers],
+            "scale": [torch.as_tensor(s.scale) for s in self.scalers],
+            "labels": torch.as_tensor(self.class_labels),
+            "eval_batch_size": self.eval_batch_size,
+        }
 
     def build_external_ood(self, name: str, ood_views: list[Tensor]) -> tuple[list[Tensor], Tensor]:
         """ID test samples followed by OOD samples; subclasses may subsample (CIFAR10-C)."""
@@ -243,8 +292,16 @@ class MultiViewDataModule(pl.LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:
         rank, world = self._dist()
-        return index_loader(self.train_views, self.train_y, self.batch_size, self.shuffle,
-                            seed=self.seed, rank=rank, world_size=world, stream=self.full_batches)
+        return index_loader(
+            self.train_views,
+            self.train_y,
+            self.batch_size,
+            self.shuffle,
+            seed=self.seed,
+            rank=rank,
+            world_size=world,
+            stream=self.full_batches,
+        )
 
     def val_dataloader(self):
         if len(self.val_y) == 0:
@@ -261,9 +318,15 @@ class MultiViewDataModule(pl.LightningDataModule):
         return loaders
 
     def describe(self) -> dict:
-        return {"name": self.name, "num_classes": self.num_classes, "view_dims": self.view_dims,
-                "n_train": len(self.train_y), "n_val": len(self.val_y), "n_test": len(self.test_y),
-                "ood": {k: int(v[1].sum()) for k, v in self.ood_sets.items()}}
+        return {
+            "name": self.name,
+            "num_classes": self.num_classes,
+            "view_dims": self.view_dims,
+            "n_train": len(self.train_y),
+            "n_val": len(self.val_y),
+            "n_test": len(self.test_y),
+            "ood": {k: int(v[1].sum()) for k, v in self.ood_sets.items()},
+        }
 
 
 class TensorDataModule(MultiViewDataModule):

@@ -1,6 +1,7 @@
 """Checks of a datamodule's inputs: its config values, the dtypes and values of views and labels.
 Each failure is a one-line :class:`DataError` naming the key, file, view or row and what to do; odd but
 usable data (a constant view) gets a one-line warning."""
+
 from __future__ import annotations
 
 import errno
@@ -19,8 +20,12 @@ from datamodules.npz import ACCEPTED
 
 log = logging.getLogger(__name__)
 
-SPECIAL_FILES = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
-                 (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+SPECIAL_FILES = (
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
 
 
 def positive_int(key: str, value) -> int:
@@ -45,8 +50,11 @@ def check_regular_file(path: Path) -> None:
         try:
             os.stat(path)
         except OSError as e:
-            what = "a loop of symbolic links" if e.errno == errno.ELOOP else \
-                f"a symbolic link to {os.readlink(path)}, which does not exist"
+            what = (
+                "a loop of symbolic links"
+                if e.errno == errno.ELOOP
+                else f"a symbolic link to {os.readlink(path)}, which does not exist"
+            )
             raise DataError(f"{path} is {what}; point it at the data file") from None
     if path.is_dir():
         raise DataError(f"{path} is a directory, not a data file; accepted: {ACCEPTED}")
@@ -61,8 +69,10 @@ def check_numeric(x: np.ndarray, source: str, name: str) -> None:
     if x.dtype.hasobject:
         raise DataError(f"{source}: view {name} holds Python objects (dtype object); save numeric arrays")
     if np.issubdtype(x.dtype, np.complexfloating):
-        raise DataError(f"{source}: view {name} is complex-valued (dtype {x.dtype}); its imaginary part would be "
-                        "lost: save real features (e.g. the real and imaginary parts as separate columns)")
+        raise DataError(
+            f"{source}: view {name} is complex-valued (dtype {x.dtype}); its imaginary part would be "
+            "lost: save real features (e.g. the real and imaginary parts as separate columns)"
+        )
     if not (np.issubdtype(x.dtype, np.number) or x.dtype == bool):
         raise DataError(f"{source}: view {name} has non-numeric dtype {x.dtype}")
 
@@ -82,11 +92,16 @@ def validate_arrays(views: Sequence[np.ndarray], y: np.ndarray, source: str) -> 
         bad = ~np.isfinite(x)
         if bad.any():
             r, c = np.argwhere(bad)[0]
-            raise DataError(f"{source}: view {v + 1} has {int(bad.sum())} NaN/inf values (first at row {r}, column {c}); "
-                            "clean or impute the features first")
+            raise DataError(
+                f"{source}: view {v + 1} has {int(bad.sum())} NaN/inf values (first at row {r}, column {c}); "
+                "clean or impute the features first"
+            )
     yf = np.asarray(y)
-    if not np.issubdtype(yf.dtype, np.number) or not np.all(np.isfinite(yf.astype(float))) or \
-            not np.all(yf.astype(float) == np.round(yf.astype(float))):
+    if (
+        not np.issubdtype(yf.dtype, np.number)
+        or not np.all(np.isfinite(yf.astype(float)))
+        or not np.all(yf.astype(float) == np.round(yf.astype(float)))
+    ):
         raise DataError(f"{source}: labels must be integers (got dtype {yf.dtype}, e.g. {yf.ravel()[:3].tolist()})")
     if yf.min() < 0:
         raise DataError(f"{source}: labels must be non-negative, found {int(yf.min())}")
@@ -99,8 +114,14 @@ def warn_constant_views(views: Sequence[np.ndarray], source: str) -> list[int]:
     for v in constant:
         x = views[v - 1]
         what = "all zero" if not x[0].any() else f"constant (all {len(x)} rows the same)"
-        log.warning("%s: view %d (%d columns) is %s: it carries no information, so the model learns nothing from "
-                    "it; it is kept", source, v, x.shape[1], what)
+        log.warning(
+            "%s: view %d (%d columns) is %s: it carries no information, so the model learns nothing from "
+            "it; it is kept",
+            source,
+            v,
+            x.shape[1],
+            what,
+        )
     return constant
 
 
@@ -122,12 +143,16 @@ def split_indices(train, test, n: int, source: str, empty_test: bool = False) ->
         if not np.issubdtype(idx.dtype, np.integer):
             raise DataError(f"{source}: {name} indices must be integers, got dtype {idx.dtype}")
         if idx.min() < 0 or idx.max() >= n:
-            raise DataError(f"{source}: {name} indices span {idx.min()}..{idx.max()} but there are {n} samples "
-                            f"(expected 0-based indices in 0..{n - 1}; a negative one is not counted from the end)")
+            raise DataError(
+                f"{source}: {name} indices span {idx.min()}..{idx.max()} but there are {n} samples "
+                f"(expected 0-based indices in 0..{n - 1}; a negative one is not counted from the end)"
+            )
         values, counts = np.unique(idx, return_counts=True)
         if (counts > 1).any():
-            raise DataError(f"{source}: {int((counts > 1).sum())} samples occur more than once in the {name} indices "
-                            f"(e.g. {values[counts > 1][0]}, {counts.max()} times); give each sample once")
+            raise DataError(
+                f"{source}: {int((counts > 1).sum())} samples occur more than once in the {name} indices "
+                f"(e.g. {values[counts > 1][0]}, {counts.max()} times); give each sample once"
+            )
         out.append(idx.astype(np.int64))
     both = np.intersect1d(*out)
     if len(both):
@@ -153,8 +178,10 @@ def empty_test_hint(from_files: bool, largest: int, test_fraction: float) -> str
         return "the split's test indices hold no sample outside dataset.ood_classes; give test samples"
     if largest < 2:
         return "every class has one sample, which stays in training; add samples"
-    return (f"dataset.test_fraction={test_fraction} of at most {largest} samples per class rounds to 0; "
-            "add samples or raise it (+dataset.test_fraction=...)")
+    return (
+        f"dataset.test_fraction={test_fraction} of at most {largest} samples per class rounds to 0; "
+        "add samples or raise it (+dataset.test_fraction=...)"
+    )
 
 
 def row_keys(views: Sequence[np.ndarray]) -> list[bytes]:
@@ -177,7 +204,13 @@ def warn_duplicates(views: Sequence[np.ndarray], source: str, train_idx: np.ndar
     if repeats:
         seen = {keys[i] for i in train_idx}
         leaked = sum(keys[i] in seen for i in test_idx)
-        log.warning("%s: %d samples duplicate an earlier sample in every view (%d of the %d test rows equal a "
-                    "training row%s); they are kept", source, repeats, leaked, len(test_idx),
-                    ", so the test scores are inflated by that leakage" if leaked else "")
+        log.warning(
+            "%s: %d samples duplicate an earlier sample in every view (%d of the %d test rows equal a "
+            "training row%s); they are kept",
+            source,
+            repeats,
+            leaked,
+            len(test_idx),
+            ", so the test scores are inflated by that leakage" if leaked else "",
+        )
     return repeats

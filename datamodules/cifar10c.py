@@ -6,6 +6,7 @@ Each OOD set holds ``ood_n_id`` ID test samples plus ``ood_n_ood`` OOD samples, 
 replacement (the official code draws with replacement), and every OOD feature is copied into all
 views; metrics.json then carries ``ood/<name>/auroc`` with OOD as the positive class.
 """
+
 from __future__ import annotations
 
 import json
@@ -38,10 +39,17 @@ class CIFAR10C(MultiViewDataModule):
 
     name = "cifar10c"
 
-    def __init__(self, feature_dir: str, corruptions: Sequence[str] = PAPER_CORRUPTIONS,
-                 severities: Sequence[int] = PAPER_SEVERITIES, ood: dict[str, str] | None = None,
-                 ood_n_id: int | None = 5000, ood_n_ood: int | None = 5000, extractor: dict | None = None,
-                 **kwargs):
+    def __init__(
+        self,
+        feature_dir: str,
+        corruptions: Sequence[str] = PAPER_CORRUPTIONS,
+        severities: Sequence[int] = PAPER_SEVERITIES,
+        ood: dict[str, str] | None = None,
+        ood_n_id: int | None = 5000,
+        ood_n_ood: int | None = 5000,
+        extractor: dict | None = None,
+        **kwargs,
+    ):
         kwargs.setdefault("scaling", "standard")
         super().__init__(**kwargs)
         if len(corruptions) != len(severities):
@@ -54,9 +62,11 @@ class CIFAR10C(MultiViewDataModule):
 
     # ---------------------------------------------------------------- reading
     def build_hint(self) -> str:
-        return (f"build them with `python -m mnp.tools.build_features dataset.feature_dir={self.feature_dir} "
-                f"'dataset.corruptions=[{','.join(self.corruptions)}]' "
-                f"'dataset.severities=[{','.join(map(str, self.severities))}]'`")
+        return (
+            f"build them with `python -m mnp.tools.build_features dataset.feature_dir={self.feature_dir} "
+            f"'dataset.corruptions=[{','.join(self.corruptions)}]' "
+            f"'dataset.severities=[{','.join(map(str, self.severities))}]'`"
+        )
 
     def _read(self, path: Path) -> np.ndarray:
         if not path.exists():
@@ -90,18 +100,23 @@ class CIFAR10C(MultiViewDataModule):
         if not meta.exists():
             log.warning("%s has no cache.json; cannot check which extractor made these features", self.feature_dir)
             return
-        want = inception_description(self.extractor.get("weights"), self.extractor.get("input_size", 299),
-                                     self.extractor.get("seed", 0))
+        want = inception_description(
+            self.extractor.get("weights"), self.extractor.get("input_size", 299), self.extractor.get("seed", 0)
+        )
         have = json.loads(meta.read_text())["settings"]["extractor"]
         if have != want:
-            raise DataError(f"{meta}: features were extracted with {have}, but dataset.extractor asks for {want}; "
-                            "rebuild into another feature_dir or fix dataset.extractor")
+            raise DataError(
+                f"{meta}: features were extracted with {have}, but dataset.extractor asks for {want}; "
+                "rebuild into another feature_dir or fix dataset.extractor"
+            )
 
     def data_files(self) -> list[Path]:
         pairs = list(zip(self.corruptions, self.severities))
-        return [*(feature_path(self.feature_dir, split, c, s) for split in ("train", "test") for c, s in pairs),
-                *(labels_path(self.feature_dir, split) for split in ("train", "test")),
-                *(ood_feature_path(self.feature_dir, folder) for folder in self.ood.values())]
+        return [
+            *(feature_path(self.feature_dir, split, c, s) for split in ("train", "test") for c, s in pairs),
+            *(labels_path(self.feature_dir, split) for split in ("train", "test")),
+            *(ood_feature_path(self.feature_dir, folder) for folder in self.ood.values()),
+        ]
 
     def load(self) -> RawData:
         self.check_settings()
@@ -110,8 +125,10 @@ class CIFAR10C(MultiViewDataModule):
         test = [self._read(feature_path(self.feature_dir, "test", c, s)) for c, s in pairs]
         for split, views in (("train", train), ("test", test)):
             if len({v.shape[0] for v in views}) != 1:
-                raise DataError(f"{self.feature_dir}/{split}: views have {[v.shape[0] for v in views]} rows; "
-                                "every corruption must cover the same images")
+                raise DataError(
+                    f"{self.feature_dir}/{split}: views have {[v.shape[0] for v in views]} rows; "
+                    "every corruption must cover the same images"
+                )
         n_train, n_test = train[0].shape[0], test[0].shape[0]
         y = np.concatenate([self._labels("train", n_train), self._labels("test", n_test)])
         views = [np.concatenate([a, b]) for a, b in zip(train, test)]
@@ -119,12 +136,21 @@ class CIFAR10C(MultiViewDataModule):
         for name, folder in self.ood.items():
             x = self._read(ood_feature_path(self.feature_dir, folder))
             if x.shape[1] != views[0].shape[1]:
-                raise DataError(f"{ood_feature_path(self.feature_dir, folder)}: {x.shape[1]} features, "
-                                f"the views have {views[0].shape[1]}")
+                raise DataError(
+                    f"{ood_feature_path(self.feature_dir, folder)}: {x.shape[1]} features, "
+                    f"the views have {views[0].shape[1]}"
+                )
             ood[name] = [x] * len(views)  # the OOD image's features copied into every view
         idx = np.arange(n_train + n_test)
-        return RawData(views, y, idx[:n_train], idx[n_train:], source=str(self.feature_dir), external_ood=ood,
-                       split="the cache's train / test features")
+        return RawData(
+            views,
+            y,
+            idx[:n_train],
+            idx[n_train:],
+            source=str(self.feature_dir),
+            external_ood=ood,
+            split="the cache's train / test features",
+        )
 
     # ---------------------------------------------------------------- OOD sets
     def build_external_ood(self, name: str, ood_views: list[Tensor]) -> tuple[list[Tensor], Tensor]:
@@ -133,18 +159,28 @@ class CIFAR10C(MultiViewDataModule):
         The generator depends on the seed only, so every OOD set shares the same ID half.
         """
         if self.scale_test_separately:  # own statistics; refitting after the train scaling equals fitting raw features
-            ood_views = [torch.as_tensor(Scaler(self.scaling).fit(v.double().numpy()).transform(v.double().numpy()),
-                                         dtype=torch.float32) for v in ood_views]
+            ood_views = [
+                torch.as_tensor(
+                    Scaler(self.scaling).fit(v.double().numpy()).transform(v.double().numpy()), dtype=torch.float32
+                )
+                for v in ood_views
+            ]
         g = torch.Generator().manual_seed(self.seed)
         return ood_mix(self.test_views, ood_views, self.ood_n_id, self.ood_n_ood, g)
 
 
-def ood_mix(id_views: Sequence[Tensor], ood_views: Sequence[Tensor], n_id: int | None, n_ood: int | None,
-            generator: torch.Generator) -> tuple[list[Tensor], Tensor]:
+def ood_mix(
+    id_views: Sequence[Tensor],
+    ood_views: Sequence[Tensor],
+    n_id: int | None,
+    n_ood: int | None,
+    generator: torch.Generator,
+) -> tuple[list[Tensor], Tensor]:
     """Concatenate ID and OOD samples, each subsampled *without* replacement to the given size.
 
     Returns views and ``is_ood`` (1 for OOD, the positive class of the AUROC).
     """
+
     def take(views: Sequence[Tensor], n: int | None) -> list[Tensor]:
         total = views[0].shape[0]
         if n is None or n >= total:

@@ -5,6 +5,7 @@ Accepted files: ``.npz`` with ``x1..xM`` (N×d), ``y`` (N,) and optional ``train
 Without split indices (or with ``split="stratified"``) an 80/20 per-class split is drawn from the seed.
 1-based labels are renumbered 0..K−1 with a warning (the paper's files are 1-based and load without one).
 """
+
 from __future__ import annotations
 
 import logging
@@ -34,6 +35,10 @@ class CustomDataModule(MultiViewDataModule):
         raw = read_file(self.path)
         if raw.label_offset:  # your file's labels are not the ones predictions.npz holds: said once, as for gaps
             k = int(raw.y.max()) + 1
-            log.warning("%s: labels are 1-based (1..%d); they are renumbered 0..%d, the labels of predictions.npz",
-                        raw.source, k, k - 1)
+            log.warning(
+                "%s: labels are 1-based (1..%d); they are renumbered 0..%d, the labels of predictions.npz",
+                raw.source,
+                k,
+                k - 1,
+            )
         return raw

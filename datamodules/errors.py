@@ -20,5 +20,7 @@ def torchvision(module: str, needed_for: str):
     try:
         return importlib.import_module(f"torchvision.{module}")
     except ImportError as e:
-        raise DataError(f"{needed_for} needs torchvision ({e}): pip install -e '.[images]' (on a CPU-only machine "
-                        f"with --extra-index-url {CPU_INDEX})") from None
+        raise DataError(
+            f"{needed_for} needs torchvision ({e}): pip install -e '.[images]' (on a CPU-only machine "
+            f"with --extra-index-url {CPU_INDEX})"
+        ) from None

@@ -15,6 +15,7 @@ so the same ``dataset.*`` overrides serve this command and ``train.py``)::
 The command resumes where it stopped: every array is computed in chunks written atomically to
 ``<array>.partial/rows_<start>_<stop>.npy``; a rerun skips finished arrays and finished chunks.
 """
+
 from __future__ import annotations
 
 import functools
@@ -55,9 +56,11 @@ def ood_feature_path(root: str | Path, subdir: str) -> Path:
 
 def save_npy(path: Path, array: np.ndarray) -> None:
     """np.save through a temporary file and an atomic rename: never half-written."""
+
     def write(tmp):
         with open(tmp, "wb") as f:
             np.save(f, array)
+
     atomic_write(path, write)
 
 
@@ -84,8 +87,14 @@ class FeatureExtractor:
     first call, so a fully cached run never needs the weights.
     """
 
-    def __init__(self, model_fn: Callable[[], nn.Module], input_size: int, batch_size: int = 256,
-                 device: str | torch.device = "auto", description: dict | None = None):
+    def __init__(
+        self,
+        model_fn: Callable[[], nn.Module],
+        input_size: int,
+        batch_size: int = 256,
+        device: str | torch.device = "auto",
+        description: dict | None = None,
+    ):
         self.model_fn, self.input_size, self.batch_size = model_fn, int(input_size), int(batch_size)
         self.device = resolve_device(device)
         self.description = dict(description or {})
@@ -105,11 +114,12 @@ class FeatureExtractor:
         std = torch.tensor(IMAGENET_STD, device=self.device).view(1, 3, 1, 1)
         out = []
         for i in range(0, len(images), self.batch_size):
-            x = torch.as_tensor(np.array(images[i:i + self.batch_size]), device=self.device)
+            x = torch.as_tensor(np.array(images[i : i + self.batch_size]), device=self.device)
             x = x.permute(0, 3, 1, 2).float().div_(255.0)
             if x.shape[-2:] != (self.input_size, self.input_size):
-                x = nn.functional.interpolate(x, size=(self.input_size, self.input_size), mode="bilinear",
-                                              align_corners=False)
+                x = nn.functional.interpolate(
+                    x, size=(self.input_size, self.input_size), mode="bilinear", align_corners=False
+                )
             x = ((x - mean) / std).contiguous(memory_format=torch.channels_last)
             out.append(self.model(x).flatten(1).float().cpu().numpy())
             if on_batch is not None:
@@ -124,7 +134,8 @@ def weights_error(weights, err: Exception) -> MissingData:
         f"Inception-v3 {weights} weights are not in the torch cache ({target}) and cannot be downloaded "
         f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}); download {url} where there is "
         f"network and copy it to {target} (or set TORCH_HOME, or pass dataset.extractor.weights=<path to the "
-        ".pth>); weights=null (random init) is only for tests and the offline digits_c demo")
+        ".pth>); weights=null (random init) is only for tests and the offline digits_c demo"
+    )
 
 
 def inception_v3(weights: str | None = "IMAGENET1K_V1", seed: int = 0) -> nn.Module:
@@ -157,12 +168,22 @@ def inception_v3(weights: str | None = "IMAGENET1K_V1", seed: int = 0) -> nn.Mod
     return model.eval()
 
 
-def inception_extractor(weights: str | None = "IMAGENET1K_V1", input_size: int = 299, seed: int = 0,
-                        batch_size: int = 256, device: str = "auto") -> FeatureExtractor:
+def inception_extractor(
+    weights: str | None = "IMAGENET1K_V1",
+    input_size: int = 299,
+    seed: int = 0,
+    batch_size: int = 256,
+    device: str = "auto",
+) -> FeatureExtractor:
     if int(input_size) < INCEPTION_MIN_SIZE:
         raise ValueError(f"Inception-v3 needs inputs of at least {INCEPTION_MIN_SIZE} px, got input_size={input_size}")
-    return FeatureExtractor(functools.partial(inception_v3, weights, seed), input_size, batch_size, device,
-                            inception_description(weights, input_size, seed))
+    return FeatureExtractor(
+        functools.partial(inception_v3, weights, seed),
+        input_size,
+        batch_size,
+        device,
+        inception_description(weights, input_size, seed),
+    )
 
 
 # ---------------------------------------------------------------------------- resumable cache
@@ -197,8 +218,10 @@ def extract_cached(job: Job, extractor: FeatureExtractor, chunk_size: int, root:
             x = images[a:b] if job.transform is None else job.transform(images[a:b], a)
             feats = extractor(x, on_batch=bar.update)
             if feats.shape[0] != b - a or not np.isfinite(feats).all():
-                raise RuntimeError(f"{name}: rows {a}:{b} gave features of shape {feats.shape} "
-                                   f"with {int((~np.isfinite(feats)).sum())} non-finite values")
+                raise RuntimeError(
+                    f"{name}: rows {a}:{b} gave features of shape {feats.shape} "
+                    f"with {int((~np.isfinite(feats)).sum())} non-finite values"
+                )
             save_npy(f, feats.astype(np.float32))
     save_npy(job.path, np.concatenate([np.load(f) for f in chunk.values()]))
     shutil.rmtree(part)
@@ -210,8 +233,10 @@ def update_cache_meta(root: Path, settings: dict, provenance: dict[str, str]) ->
     path = Path(root) / "cache.json"
     meta = json.loads(path.read_text()) if path.exists() else {"settings": settings, "arrays": {}}
     if meta["settings"] != settings:
-        raise DataError(f"{root} holds features built with {meta['settings']}, not {settings}; "
-                        "delete that directory or choose another feature_dir")
+        raise DataError(
+            f"{root} holds features built with {meta['settings']}, not {settings}; "
+            "delete that directory or choose another feature_dir"
+        )
     meta["arrays"].update(provenance)
     atomic_write(path, lambda tmp: Path(tmp).write_text(json.dumps(meta, indent=2, sort_keys=True)))
 
@@ -228,8 +253,7 @@ def write_labels(root: Path, split: str, labels: np.ndarray) -> None:
     save_npy(path, labels)
 
 
-def run_jobs(root: str | Path, jobs: list[Job], extractor: FeatureExtractor, chunk_size: int,
-             settings: dict) -> int:
+def run_jobs(root: str | Path, jobs: list[Job], extractor: FeatureExtractor, chunk_size: int, settings: dict) -> int:
     """Compute every missing array of ``jobs`` under ``root``; returns how many were computed."""
     root = Path(root)
     update_cache_meta(root, settings, {str(j.path.relative_to(root)): j.provenance for j in jobs})
@@ -237,9 +261,17 @@ def run_jobs(root: str | Path, jobs: list[Job], extractor: FeatureExtractor, chu
 
 
 # ---------------------------------------------------------------------------- CIFAR10-C
-def cifar10c_jobs(feature_dir: str | Path, image_dir: str | Path, corruptions, severities, ood: dict[str, str],
-                  corruption_params: str = "cifar10_c", published_test: bool = True, download: bool = False,
-                  seed: int = 0) -> list[Job]:
+def cifar10c_jobs(
+    feature_dir: str | Path,
+    image_dir: str | Path,
+    corruptions,
+    severities,
+    ood: dict[str, str],
+    corruption_params: str = "cifar10_c",
+    published_test: bool = True,
+    download: bool = False,
+    seed: int = 0,
+) -> list[Job]:
     """Jobs for the paper's OOD experiment; writes the label files on the way.
 
     Views: CIFAR-10 train and test images, each corrupted by (corruptions[i], severities[i]) with
@@ -252,8 +284,10 @@ def cifar10c_jobs(feature_dir: str | Path, image_dir: str | Path, corruptions, s
     root = Path(feature_dir)
     if len(corruptions) != len(severities):
         raise DataError(f"{len(corruptions)} corruptions but {len(severities)} severities; give one severity each")
-    sets = {split: functools.cache(functools.partial(im.load_images, "cifar10", image_dir, split, download))
-            for split in ("train", "test")}
+    sets = {
+        split: functools.cache(functools.partial(im.load_images, "cifar10", image_dir, split, download))
+        for split in ("train", "test")
+    }
     for split in sets:
         if not labels_path(root, split).exists():
             write_labels(root, split, sets[split]().labels)
@@ -264,24 +298,38 @@ def cifar10c_jobs(feature_dir: str | Path, image_dir: str | Path, corruptions, s
         for split in ("train", "test"):
             path = feature_path(root, split, c, s)
             if split == "test" and use_published and im.has_cifar10c(image_dir, c):
+
                 def published(c=c, s=s):
                     pub = im.read_cifar10c(image_dir, c, s)
                     if not np.array_equal(pub.labels, np.load(labels_path(root, "test"))):
                         raise DataError(f"{pub.source}: labels differ from the CIFAR-10 test labels; is it CIFAR-10-C?")
                     return pub.images
+
                 jobs.append(Job(path, published, None, f"CIFAR-10-C/{c}.npy severity {s}"))
                 continue
 
             def corrupt(x, start, split=split, c=c, s=s):
                 return im.corrupt_images(x, c, s, im.stable_seed(seed, split, c, s, start), corruption_params)
-            jobs.append(Job(path, lambda split=split: sets[split]().images, corrupt,
-                            f"CIFAR-10 {split}, {c} severity {s} ({corruption_params}, seed {seed})"))
+
+            jobs.append(
+                Job(
+                    path,
+                    lambda split=split: sets[split]().images,
+                    corrupt,
+                    f"CIFAR-10 {split}, {c} severity {s} ({corruption_params}, seed {seed})",
+                )
+            )
     for name, subdir in ood.items():
         if name not in im.READERS:
             raise DataError(f"unknown OOD set '{name}'; choose from {sorted(im.READERS)}")
-        jobs.append(Job(ood_feature_path(root, subdir),
-                        functools.partial(lambda n: im.load_images(n, image_dir, "test", download).images, name),
-                        None, f"{name} test, clean"))
+        jobs.append(
+            Job(
+                ood_feature_path(root, subdir),
+                functools.partial(lambda n: im.load_images(n, image_dir, "test", download).images, name),
+                None,
+                f"{name} test, clean",
+            )
+        )
     return jobs
 
 
@@ -291,11 +339,23 @@ def build_cifar10c(cfg) -> Path:
     ex = dict(ds.extractor)
     extractor = inception_extractor(ex["weights"], ex["input_size"], ex.get("seed", 0), cfg.batch_size, cfg.device)
     root = Path(ds.feature_dir)
-    settings = {"extractor": extractor.description, "corruption_params": cfg.corruption_params,
-                "corruption_seed": int(cfg.corruption_seed)}
+    settings = {
+        "extractor": extractor.description,
+        "corruption_params": cfg.corruption_params,
+        "corruption_seed": int(cfg.corruption_seed),
+    }
     update_cache_meta(root, settings, {})  # refuse a cache of other settings before writing
-    jobs = cifar10c_jobs(root, cfg.image_dir, list(ds.corruptions), list(ds.severities), dict(ds.ood),
-                         cfg.corruption_params, cfg.published_test, cfg.download, cfg.corruption_seed)
+    jobs = cifar10c_jobs(
+        root,
+        cfg.image_dir,
+        list(ds.corruptions),
+        list(ds.severities),
+        dict(ds.ood),
+        cfg.corruption_params,
+        cfg.published_test,
+        cfg.download,
+        cfg.corruption_seed,
+    )
     n = run_jobs(root, jobs, extractor, cfg.chunk_size, settings)
     log.info("%d feature arrays computed, %d already cached, under %s", n, len(jobs) - n, root)
     return root

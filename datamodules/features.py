@@ -4,6 +4,7 @@
 (Trust4Conflict's 80/20 split; not proven to be MNP's); without either, and with
 ``split="stratified"``, an 80/20 per-class split is drawn from the seed.
 """
+
 from __future__ import annotations
 
 import logging
@@ -37,10 +38,10 @@ def check_expected(raw: RawData, spec: DatasetSpec) -> None:
         raise DataError(f"{src}: {spec.key} should have {len(spec.view_dims)} views, the file has {len(dims)}")
     if dims != spec.view_dims:
         if spec.dims_verified:
-            raise DataError(f"{src}: {spec.key} should have view dims {list(spec.view_dims)}, "
-                            f"the file has {list(dims)}")
-        log.warning("%s: view dims %s differ from the unverified expectation %s", src, list(dims),
-                    list(spec.view_dims))
+            raise DataError(
+                f"{src}: {spec.key} should have view dims {list(spec.view_dims)}, the file has {list(dims)}"
+            )
+        log.warning("%s: view dims %s differ from the unverified expectation %s", src, list(dims), list(spec.view_dims))
     k = len(np.unique(raw.y))
     if k != spec.num_classes:
         raise DataError(f"{src}: {spec.key} should have {spec.num_classes} classes, the file has {k}")
@@ -51,10 +52,19 @@ class FeatureDataModule(MultiViewDataModule):
 
     ``scaling`` defaults to the dataset's scaling in the official code (docs/method.md §2).
     """
+
     checks_duplicates = True
 
-    def __init__(self, dataset: str, data_dir: str, file: str | None = None, split: str = "files",
-                 download: bool = True, checksum: bool = True, **kwargs):
+    def __init__(
+        self,
+        dataset: str,
+        data_dir: str,
+        file: str | None = None,
+        split: str = "files",
+        download: bool = True,
+        checksum: bool = True,
+        **kwargs,
+    ):
         if dataset not in DATASETS:
             raise DataError(f"unknown dataset '{dataset}'; choose one of {', '.join(DATASETS)}")
         check_split(split)
@@ -79,8 +89,7 @@ class FeatureDataModule(MultiViewDataModule):
         if self.split == "files" and raw.train_idx is None and f.name in spec.split_files:
             p_tr, p_te = (self._fetch(i) for i in spec.split_files[f.name])
             tr, te = read_index(p_tr, raw.sha256), read_index(p_te, raw.sha256)
-            raw.train_idx, raw.test_idx = split_indices(tr, te, len(raw.y),
-                                                        f"{p_tr} + {p_te.name}")
+            raw.train_idx, raw.test_idx = split_indices(tr, te, len(raw.y), f"{p_tr} + {p_te.name}")
             raw.split = f"the index files {p_tr.name} / {p_te.name}"
         elif self.split == "files" and raw.train_idx is None:
             log.info("%s: no split files, drawing a stratified split from seed %d", raw.source, self.seed)

@@ -1,5 +1,6 @@
 """Atomic file writes, for the data caches and the framework's run outputs alike: a new file is written
 beside its target under a name no other process uses, fsynced, and renamed into place."""
+
 from __future__ import annotations
 
 import os

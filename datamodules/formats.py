@@ -11,6 +11,7 @@ Labels: the base (0 or 1) is decided from the whole file, never per split: label
 are MATLAB's 1-based labels and are shifted down by one (``RawData.label_offset``). Views come back as
 float64. A split the file gives is named in ``RawData.split``.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -42,7 +43,7 @@ HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"  # at offset 0, 512, 1024, ... (MATLAB v7.
 def is_hdf5(data: bytes) -> bool:
     offset = 0
     while offset + len(HDF5_SIGNATURE) <= len(data):
-        if data[offset:offset + len(HDF5_SIGNATURE)] == HDF5_SIGNATURE:
+        if data[offset : offset + len(HDF5_SIGNATURE)] == HDF5_SIGNATURE:
             return True
         offset = 512 if offset == 0 else 2 * offset
     return False
@@ -79,8 +80,10 @@ def read_file(path: str | Path) -> RawData:
         raise
     except Exception as e:  # scipy / h5py / zipfile raise assorted types for damaged files
         if suffix == ".mat" and not data.startswith(b"MATLAB") and not is_hdf5(data):
-            raise DataError(f"{path}: not a MATLAB .mat file (no 'MATLAB 5.0 MAT-file' header, not HDF5/v7.3); "
-                            f"write it with scipy.io.savemat or MATLAB's save, or use another format: {ACCEPTED}") from None
+            raise DataError(
+                f"{path}: not a MATLAB .mat file (no 'MATLAB 5.0 MAT-file' header, not HDF5/v7.3); "
+                f"write it with scipy.io.savemat or MATLAB's save, or use another format: {ACCEPTED}"
+            ) from None
         raise corrupt(path, e) from None
     raw.sha256 = sha256
     return raw
@@ -121,14 +124,19 @@ def orient(x, n: int, source: str, name: str, auto: bool = True) -> np.ndarray:
     check_numeric(x, source, name)
     rows, cols = x.shape
     if not auto and rows != n:
-        raise DataError(f"{source}: view {name} has shape {x.shape} but there are {n} labels; "
-                        "expected samples × features")
+        raise DataError(
+            f"{source}: view {name} has shape {x.shape} but there are {n} labels; expected samples × features"
+        )
     if auto and rows == n and cols == n:
-        raise DataError(f"{source}: view {name} is {n}×{n}, so samples and features cannot be told apart; "
-                        "save it as samples × features in a .npz (x1..xM, y)")
+        raise DataError(
+            f"{source}: view {name} is {n}×{n}, so samples and features cannot be told apart; "
+            "save it as samples × features in a .npz (x1..xM, y)"
+        )
     if rows != n and cols != n:
-        raise DataError(f"{source}: view {name} has shape {x.shape} but there are {n} labels; "
-                        "the row counts of the views and labels do not match")
+        raise DataError(
+            f"{source}: view {name} has shape {x.shape} but there are {n} labels; "
+            "the row counts of the views and labels do not match"
+        )
     return (x if rows == n else x.T).astype(np.float64)
 
 
@@ -158,16 +166,19 @@ def from_mapping(d: Mapping, source: str) -> RawData:
         y, offset = labels(d[label_key(d, source)], source)
         cells = np.asarray(d["X"])
         views = list(cells.ravel()) if cells.dtype == object else [cells]
-        return RawData([orient(x, len(y), source, str(v + 1)) for v, x in enumerate(views)], y, source=source,
-                       label_offset=offset)
+        return RawData(
+            [orient(x, len(y), source, str(v + 1)) for v, x in enumerate(views)], y, source=source, label_offset=offset
+        )
     vs = numbered(d, r"x(\d+)")
     if vs:
         check_consecutive(vs, source, "x1..xM")
         y, offset = labels(d[label_key(d, source)], source)
         return RawData([orient(d[f"x{v}"], len(y), source, f"x{v}") for v in vs], y, source=source, label_offset=offset)
     keys = sorted(k for k in d if not k.startswith("__"))
-    raise DataError(f"{source}: unknown layout with keys {keys}; expected x1_train.. + gt_train/gt_test, "
-                    "X (cell) + gt, or x1..xM + gt")
+    raise DataError(
+        f"{source}: unknown layout with keys {keys}; expected x1_train.. + gt_train/gt_test, "
+        "X (cell) + gt, or x1..xM + gt"
+    )
 
 
 def pre_split(d: Mapping, source: str) -> RawData:
@@ -185,12 +196,21 @@ def pre_split(d: Mapping, source: str) -> RawData:
         tr = orient(d[f"x{v}_train"], n_train, source, f"x{v}_train", auto=False)
         te = orient(d[f"x{v}_test"], n_test, source, f"x{v}_test", auto=False)
         if tr.shape[1] != te.shape[1]:
-            raise DataError(f"{source}: view {v} has {tr.shape[1]} features in x{v}_train but {te.shape[1]} in "
-                            f"x{v}_test; train and test must have the same dims")
+            raise DataError(
+                f"{source}: view {v} has {tr.shape[1]} features in x{v}_train but {te.shape[1]} in "
+                f"x{v}_test; train and test must have the same dims"
+            )
         views.append(np.concatenate([tr, te]))
     idx = np.arange(n_train + n_test)
-    return RawData(views, y, idx[:n_train], idx[n_train:], source=source, split="the file's x*_train / x*_test",
-                   label_offset=offset)
+    return RawData(
+        views,
+        y,
+        idx[:n_train],
+        idx[n_train:],
+        source=source,
+        split="the file's x*_train / x*_test",
+        label_offset=offset,
+    )
 
 
 def read_mat(path: Path, data: bytes) -> RawData:
@@ -232,10 +252,14 @@ def read_npz(path: Path, data: bytes) -> RawData:
             raise DataError(f"{source}: view x{v} has shape {x.shape}; expected ({len(y)}, d) to match y")
         check_numeric(x, source, f"x{v}")
         views.append(x.astype(np.float64))
-    train_idx, test_idx = (split_indices(d.get("train_idx"), d.get("test_idx"), len(y), source)
-                           if "train_idx" in d or "test_idx" in d else (None, None))
-    return RawData(views, y, train_idx, test_idx, source=source, split="the file's train_idx / test_idx",
-                   label_offset=offset)
+    train_idx, test_idx = (
+        split_indices(d.get("train_idx"), d.get("test_idx"), len(y), source)
+        if "train_idx" in d or "test_idx" in d
+        else (None, None)
+    )
+    return RawData(
+        views, y, train_idx, test_idx, source=source, split="the file's train_idx / test_idx", label_offset=offset
+    )
 
 
 def read_index(path: Path, sha256: dict[str, str]) -> np.ndarray:

@@ -11,6 +11,7 @@ Readers take torchvision's on-disk formats under a root directory:
 :func:`load_images` reads a set and, when its files are absent and ``download`` is set, fetches
 them through torchvision first. Every image array is uint8 ``(N, H, W, 3)``.
 """
+
 from __future__ import annotations
 
 import pickle
@@ -103,8 +104,9 @@ def read_cifar10c(root: str | Path, corruption: str, severity: int) -> ImageSet:
     y = np.load(folder / "labels.npy")
     n = len(x) // 5
     if x.shape[1:] != (32, 32, 3) or len(x) != 5 * n or y.shape != (len(x),):
-        raise DataError(f"{path}: shape {x.shape} with {len(y)} labels; expected (5 × 10000, 32, 32, 3) images "
-                        "and as many labels")
+        raise DataError(
+            f"{path}: shape {x.shape} with {len(y)} labels; expected (5 × 10000, 32, 32, 3) images and as many labels"
+        )
     rows = slice((severity - 1) * n, severity * n)
     return ImageSet(np.asarray(x[rows], dtype=np.uint8), y[rows].astype(np.int64), f"{path}[severity {severity}]")
 
@@ -126,17 +128,21 @@ def load_images(name: str, root: str | Path, split: str, download: bool = False)
         return READERS[name](root, split)
     except DataError as missing:
         if not download:
-            raise DataError(f"{missing}; download {URLS[name].format(split=split)} into {root} "
-                            "(torchvision's layout) or allow the download") from None
+            raise DataError(
+                f"{missing}; download {URLS[name].format(split=split)} into {root} "
+                "(torchvision's layout) or allow the download"
+            ) from None
     tvd = torchvision("datasets", f"downloading {name}")
 
     kwargs = {"split": split} if name == "svhn" else {"train": split == "train"}
     try:
         getattr(tvd, TV_CLASSES[name])(str(root), download=True, **kwargs)
     except Exception as e:  # no network, a read-only root, a bad checksum
-        raise MissingData(f"{name} {split} is not under {root} and torchvision could not download it "
-                        f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); fetch "
-                        f"{URLS[name].format(split=split)} elsewhere and unpack it into {root}") from None
+        raise MissingData(
+            f"{name} {split} is not under {root} and torchvision could not download it "
+            f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); fetch "
+            f"{URLS[name].format(split=split)} elsewhere and unpack it into {root}"
+        ) from None
     return READERS[name](root, split)
 
 
@@ -164,10 +170,13 @@ def photo_patches(size: int = 32, window: int = 64, stride: int = 32) -> ImageSe
         h, w, _ = photo.shape
         for top in range(0, h - window + 1, stride):
             for left in range(0, w - window + 1, stride):
-                crop = Image.fromarray(photo[top:top + window, left:left + window])
+                crop = Image.fromarray(photo[top : top + window, left : left + window])
                 crops.append(np.asarray(crop.resize((size, size), Image.BILINEAR)))
-    return ImageSet(np.stack(crops).astype(np.uint8), np.full(len(crops), -1, dtype=np.int64),
-                    "sklearn.datasets.load_sample_images (china.jpg, flower.jpg)")
+    return ImageSet(
+        np.stack(crops).astype(np.uint8),
+        np.full(len(crops), -1, dtype=np.int64),
+        "sklearn.datasets.load_sample_images (china.jpg, flower.jpg)",
+    )
 
 
 # ---------------------------------------------------------------------------- corruptions
@@ -198,8 +207,10 @@ def _imagecorruptions():
         try:
             import imagecorruptions
         except ImportError as e:
-            raise ImportError(f"corruptions other than {', '.join(IMAGENET_C_NOISE)} need imagecorruptions with "
-                              f"setuptools<81 ({e}); pip install -e '.[corruptions]'") from None
+            raise ImportError(
+                f"corruptions other than {', '.join(IMAGENET_C_NOISE)} need imagecorruptions with "
+                f"setuptools<81 ({e}); pip install -e '.[corruptions]'"
+            ) from None
     return imagecorruptions
 
 
@@ -217,8 +228,10 @@ def check_corruption(corruption: str, severity: int, params: str = "imagenet_c")
         raise DataError(f"severity of {corruption} must be 1..5, got {severity}")
     if params == "cifar10_c":
         if corruption not in CIFAR10C_NOISE:
-            raise DataError(f"corruption_params=cifar10_c covers {sorted(CIFAR10C_NOISE)}, not '{corruption}'; "
-                            "use corruption_params=imagenet_c (imagecorruptions) for it")
+            raise DataError(
+                f"corruption_params=cifar10_c covers {sorted(CIFAR10C_NOISE)}, not '{corruption}'; "
+                "use corruption_params=imagenet_c (imagecorruptions) for it"
+            )
         return
     if corruption in IMAGENET_C_NOISE:
         return
@@ -266,8 +279,9 @@ def imagenet_c_noise(image: np.ndarray, corruption: str, severity: int) -> np.nd
     return np.uint8(np.clip(x, 0, 1) * 255)
 
 
-def corrupt_images(images: np.ndarray, corruption: str, severity: int, seed: int,
-                   params: str = "imagenet_c") -> np.ndarray:
+def corrupt_images(
+    images: np.ndarray, corruption: str, severity: int, seed: int, params: str = "imagenet_c"
+) -> np.ndarray:
     """Corrupt every uint8 image (N, H, W, 3) reproducibly from ``seed``.
 
     "imagenet_c" corrupts image by image as ``imagecorruptions.corrupt`` does (its noise corruptions by
@@ -287,8 +301,12 @@ def corrupt_images(images: np.ndarray, corruption: str, severity: int, seed: int
         ic, random_noise = _imagecorruptions(), skimage.util.random_noise
         skimage.util.random_noise = lambda *a, **k: random_noise(*a, rng=np.random.randint(2**31), **k)
         try:
-            return np.stack([ic.corrupt(np.ascontiguousarray(img), corruption_name=corruption,
-                                        severity=int(severity)) for img in images]).astype(np.uint8)
+            return np.stack(
+                [
+                    ic.corrupt(np.ascontiguousarray(img), corruption_name=corruption, severity=int(severity))
+                    for img in images
+                ]
+            ).astype(np.uint8)
         finally:
             skimage.util.random_noise = random_noise
     finally:

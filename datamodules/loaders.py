@@ -1,5 +1,6 @@
 """Batching by index: a whole batch is sliced from in-memory tensors (no per-sample collation), in an order
 that a seed and the epoch fix (the official code's streaming order is one switch, ``stream``)."""
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -37,8 +38,17 @@ class EpochBatchSampler:
     samples left over at an epoch's end open the next epoch. Still a function of (seed, epoch) only.
     """
 
-    def __init__(self, n: int, batch_size: int, shuffle: bool, seed: int = 0, drop_last: bool = False,
-                 rank: int = 0, world_size: int = 1, stream: bool = False):
+    def __init__(
+        self,
+        n: int,
+        batch_size: int,
+        shuffle: bool,
+        seed: int = 0,
+        drop_last: bool = False,
+        rank: int = 0,
+        world_size: int = 1,
+        stream: bool = False,
+    ):
         self.n, self.batch_size, self.shuffle, self.seed = n, batch_size, shuffle, seed
         self.drop_last, self.rank, self.world_size, self.epoch = drop_last, rank, world_size, 0
         self.stream = stream
@@ -56,15 +66,15 @@ class EpochBatchSampler:
         pad = -self.n % self.world_size
         if pad:
             idx = torch.cat([idx, idx.repeat(-(-pad // self.n))[:pad]])
-        return idx[self.rank::self.world_size]
+        return idx[self.rank :: self.world_size]
 
     def _stream_batches(self):
         steps, b = max(self.n // self.batch_size, 1), self.batch_size
         start = self.epoch * steps * b
         first, last = start // self.n, (start + steps * b - 1) // self.n  # passes this epoch touches
-        idx = torch.cat([self._permutation(p) for p in range(first, last + 1)])[start - first * self.n:][:steps * b]
+        idx = torch.cat([self._permutation(p) for p in range(first, last + 1)])[start - first * self.n :][: steps * b]
         for i in range(steps):
-            yield idx[i * b:(i + 1) * b][self.rank::self.world_size]
+            yield idx[i * b : (i + 1) * b][self.rank :: self.world_size]
 
     def __iter__(self):
         if self.stream:
@@ -73,7 +83,7 @@ class EpochBatchSampler:
         idx = self._indices()
         stop = len(idx) - len(idx) % self.batch_size if self.drop_last else len(idx)
         for i in range(0, stop, self.batch_size):
-            yield idx[i:i + self.batch_size]
+            yield idx[i : i + self.batch_size]
 
     def __len__(self) -> int:
         if self.stream:
@@ -82,8 +92,17 @@ class EpochBatchSampler:
         return m // self.batch_size if self.drop_last else -(-m // self.batch_size)
 
 
-def index_loader(views: Sequence[Tensor], y: Tensor, batch_size: int, shuffle: bool, seed: int = 0,
-                 drop_last: bool = False, rank: int = 0, world_size: int = 1, stream: bool = False) -> DataLoader:
+def index_loader(
+    views: Sequence[Tensor],
+    y: Tensor,
+    batch_size: int,
+    shuffle: bool,
+    seed: int = 0,
+    drop_last: bool = False,
+    rank: int = 0,
+    world_size: int = 1,
+    stream: bool = False,
+) -> DataLoader:
     """A DataLoader yielding whole batches sliced by index (no per-sample collation)."""
     sampler = EpochBatchSampler(len(y), batch_size, shuffle, seed, drop_last, rank, world_size, stream)
     return DataLoader(IndexBatchDataset(views, y), sampler=sampler, batch_size=None)

@@ -2,6 +2,7 @@
 the zip directory and the ``.npy`` headers before anything is decompressed, so a file that is not an
 archive, an object array or a deflate bomb ends in one :class:`DataError` line, not in a full inflate.
 """
+
 from __future__ import annotations
 
 import io
@@ -39,11 +40,14 @@ def check_format(path: Path, data: bytes) -> None:
     """A DataError unless the file's bytes ``data`` start like a zip archive (what ``numpy.savez`` writes)."""
     head = data[:6]
     if head == b"\x93NUMPY":
-        raise DataError(f"{path}: is a single .npy array, not an .npz archive; "
-                        "save the arrays with numpy.savez(path, x1=..., x2=..., y=...)")
+        raise DataError(
+            f"{path}: is a single .npy array, not an .npz archive; "
+            "save the arrays with numpy.savez(path, x1=..., x2=..., y=...)"
+        )
     if not head.startswith(b"PK"):
-        raise DataError(f"{path}: the format could not be recognised (not a zip archive, so not an .npz); "
-                        f"accepted: {ACCEPTED}")
+        raise DataError(
+            f"{path}: the format could not be recognised (not a zip archive, so not an .npz); accepted: {ACCEPTED}"
+        )
 
 
 def member_bytes(zf: zipfile.ZipFile, info: zipfile.ZipInfo, source: str) -> int:
@@ -58,8 +62,9 @@ def member_bytes(zf: zipfile.ZipFile, info: zipfile.ZipInfo, source: str) -> int
             return size
         shape, _, dtype = NPY_HEADER_READERS[version](f)
     if dtype.hasobject:
-        raise DataError(f"{source}: {info.filename.removesuffix('.npy')} holds Python objects (dtype object); "
-                        "save numeric arrays")
+        raise DataError(
+            f"{source}: {info.filename.removesuffix('.npy')} holds Python objects (dtype object); save numeric arrays"
+        )
     return max(size, math.prod(shape) * 8)
 
 
@@ -73,8 +78,10 @@ def load_npz(path: Path, data: bytes) -> dict[str, np.ndarray]:
         for info in zf.infolist():
             total += member_bytes(zf, info, source)
             if free is not None and total > MEMORY_FRACTION * free:
-                raise DataError(f"{source}: loading {info.filename.removesuffix('.npy')} would take the arrays to "
-                                f"{human(total)} in memory, over {MEMORY_FRACTION:.0%} of the {human(free)} "
-                                "available; use a smaller file or free memory")
+                raise DataError(
+                    f"{source}: loading {info.filename.removesuffix('.npy')} would take the arrays to "
+                    f"{human(total)} in memory, over {MEMORY_FRACTION:.0%} of the {human(free)} "
+                    "available; use a smaller file or free memory"
+                )
     with np.load(io.BytesIO(data), allow_pickle=False) as z:
         return {k: z[k] for k in z.files}

@@ -1,4 +1,5 @@
 """The multimodal two moons of the paper's Figure 2 (docs/method.md §4), generated in memory."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -38,5 +39,11 @@ class TwoMoons(MultiViewDataModule):
     def load(self) -> RawData:
         views, y = two_moons(self.n_train + self.n_test, self.noise, self.seed, self.num_views)
         idx = np.arange(self.n_train + self.n_test)
-        return RawData(views, y, idx[: self.n_train], idx[self.n_train:], source="two_moons",
-                       split="dataset.n_train / dataset.n_test generated rows")
+        return RawData(
+            views,
+            y,
+            idx[: self.n_train],
+            idx[self.n_train :],
+            source="two_moons",
+            split="dataset.n_train / dataset.n_test generated rows",
+        )

@@ -7,4 +7,5 @@ def load(run, data_dir=None):
     """The :class:`~mnp.core.predictor.Predictor` of a run directory or checkpoint (imported on first use: a
     bare ``import mnp`` stays free of torch)."""
     from mnp.core.predictor import load as load_run
+
     return load_run(run, data_dir)

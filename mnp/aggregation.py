@@ -4,6 +4,7 @@ Inputs are stacked over modalities: r*, s* (M, B, d_e) and the priors u, q (M, 1
 Every aggregator returns the multimodal posterior ``(mu (B, d), var (B, d) or None)`` and the
 unimodal ones ``(mu (M, B, d), var (M, B, d) or None)``; ``var=None`` marks a deterministic z.
 """
+
 from __future__ import annotations
 
 from itertools import combinations
@@ -18,8 +19,9 @@ from mnp.encoders import LEAKY_SLOPE
 AGGREGATIONS = ("mba", "mean", "concat")
 
 
-def mba_posterior(r_star: Tensor, s_star: Tensor, u: Tensor, q: Tensor,
-                  weights: Tensor | None = None) -> tuple[Tensor, Tensor]:
+def mba_posterior(
+    r_star: Tensor, s_star: Tensor, u: Tensor, q: Tensor, weights: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
     """Gaussian posterior of z from M Gaussian observations and M Gaussian prior factors (eq. 8).
 
     σ²_z = 1 / Σ_m w_m (1/s*_m + 1/q_m),  μ_z = σ²_z · Σ_m w_m (r*_m / s*_m + u_m / q_m);
@@ -45,15 +47,20 @@ TABLE_VIEWS = 12  # up to this many modalities the masks are drawn from the tabl
 
 def subset_table(num_views: int) -> Tensor:
     """(S, M) indicator rows of every subset of at least 2 modalities (all of them when M ≤ 2)."""
-    subsets = [c for r in range(2, num_views + 1) for c in combinations(range(num_views), r)] or [tuple(range(num_views))]
+    subsets = [c for r in range(2, num_views + 1) for c in combinations(range(num_views), r)] or [
+        tuple(range(num_views))
+    ]
     return torch.tensor([[float(m in c) for m in range(num_views)] for c in subsets])
 
 
 def size_cdf(num_views: int) -> Tensor:
     """(M + 1,) P(|subset| ≤ k) of a uniform subset of at least 2 of M modalities: C(M, k) / (2^M − M − 1)."""
     k = torch.arange(num_views + 1, dtype=torch.float64)
-    log_count = torch.lgamma(torch.tensor(num_views + 1.0, dtype=torch.float64)) - torch.lgamma(k + 1) \
+    log_count = (
+        torch.lgamma(torch.tensor(num_views + 1.0, dtype=torch.float64))
+        - torch.lgamma(k + 1)
         - torch.lgamma(num_views - k + 1)
+    )
     weight = torch.where(k >= 2, torch.exp(log_count - log_count.max()), torch.zeros_like(k))
     return (weight.cumsum(0) / weight.sum()).float()
 

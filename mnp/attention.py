@@ -7,6 +7,7 @@ modalities are scored in one batched matmul whenever their feature sizes agree. 
 in float32 even under autocast: distances lose too much precision in half precision, and entmax has
 no autocast support (its sparsemax would run in whatever precision autocast hands it).
 """
+
 from __future__ import annotations
 
 import math
@@ -74,8 +75,14 @@ class RBFSimilarity(nn.Module):
     l and σ_f are kept positive through ``param`` (softplus or exp of an unconstrained tensor).
     """
 
-    def __init__(self, dims: Sequence[int], lengthscale_init: float = 10.0, param: str = "softplus",
-                 form: str = "l2", amplitude: bool = False):
+    def __init__(
+        self,
+        dims: Sequence[int],
+        lengthscale_init: float = 10.0,
+        param: str = "softplus",
+        form: str = "l2",
+        amplitude: bool = False,
+    ):
         super().__init__()
         self.param = choice("lengthscale_param", param, POSITIVE_PARAMS)
         self.form = choice("lengthscale_form", form, ("l", "l2"))
@@ -91,6 +98,7 @@ class RBFSimilarity(nn.Module):
     def stacked_lengthscales(self) -> Tensor | None:
         """All lengthscales as one (M, d) tensor when ``stack`` is on and they have one size, else None."""
         from mnp.stacked import Stacks, distributed, stackable
+
         if self._held is not None:
             return self._held
         if not self.stack or distributed() or not stackable(list(self.raw_lengthscale)):
@@ -120,12 +128,16 @@ class RBFSimilarity(nn.Module):
         with torch.autocast(targets[0].device.type, enabled=False):
             power = 2 if self.form == "l2" else 1
             stacked = self.stacked_lengthscales()
-            if stacked is not None and all(isinstance(x, Tensor) or len({t.shape for t in x}) == 1
-                                           for x in (targets, contexts)):
+            if stacked is not None and all(
+                isinstance(x, Tensor) or len({t.shape for t in x}) == 1 for x in (targets, contexts)
+            ):
                 scale = stacked.pow(power).unsqueeze(1)  # (M, 1, d): every modality divided at once
                 t = (targets if isinstance(targets, Tensor) else torch.stack(targets)).float() / scale
-                c = t if contexts is targets else \
-                    (contexts if isinstance(contexts, Tensor) else torch.stack(contexts)).float() / scale
+                c = (
+                    t
+                    if contexts is targets
+                    else (contexts if isinstance(contexts, Tensor) else torch.stack(contexts)).float() / scale
+                )
                 g = torch.exp(-0.5 * sq_dist(t, c))
             else:
                 scale = [l.pow(power) for l in self.lengthscales()]
@@ -159,8 +171,9 @@ class DotSimilarity(nn.Module):
 
     def forward(self, targets: Sequence[Tensor], contexts: Sequence[Tensor]) -> Tensor:
         with torch.autocast(targets[0].device.type, enabled=False):
-            return _batched(lambda a, b: a @ b.transpose(-1, -2) / math.sqrt(a.shape[-1]),
-                            _float32(targets), _float32(contexts))
+            return _batched(
+                lambda a, b: a @ b.transpose(-1, -2) / math.sqrt(a.shape[-1]), _float32(targets), _float32(contexts)
+            )
 
     def penalty(self, kind: str) -> Tensor:
         return self.zero

@@ -1,4 +1,5 @@
 """MNP's inference cache of the context encodings: on the fast path, computed once per parameter state."""
+
 from __future__ import annotations
 
 import torch
@@ -15,8 +16,9 @@ class ContextCache:
     """
 
     def _context_cacheable(self) -> bool:
-        return self.spec.fast and not self.training and not torch.is_grad_enabled() and \
-            self.memory.update_rule != "random"
+        return (
+            self.spec.fast and not self.training and not torch.is_grad_enabled() and self.memory.update_rule != "random"
+        )
 
     def _context_key(self, x: Tensor) -> tuple:
         """Identity and version of every tensor the context encodings depend on, plus dtype and autocast.
@@ -26,10 +28,18 @@ class ContextCache:
         code writing parameters through ``.data`` must call :meth:`clear_context_cache`.
         """
         dev = x.device.type
-        state = [*self.encoders.parameters(), *self.encoders.buffers(),
-                 *(self.memory.rows(m) for m in range(self.memory.num_views))]
-        return (x.device, x.dtype, torch.is_autocast_enabled(dev), torch.get_autocast_dtype(dev),
-                tuple((t.data_ptr(), t._version) for t in state))
+        state = [
+            *self.encoders.parameters(),
+            *self.encoders.buffers(),
+            *(self.memory.rows(m) for m in range(self.memory.num_views)),
+        ]
+        return (
+            x.device,
+            x.dtype,
+            torch.is_autocast_enabled(dev),
+            torch.get_autocast_dtype(dev),
+            tuple((t.data_ptr(), t._version) for t in state),
+        )
 
     def _cached_context(self, x: Tensor):
         """The cached (contexts, r, s, u, q) for targets like ``x``, or None."""

@@ -1,4 +1,5 @@
 """The logit decoder and Monte Carlo prediction (eqs. 11–13)."""
+
 from __future__ import annotations
 
 import torch
@@ -11,8 +12,9 @@ from mnp.encoders import LEAKY_SLOPE, Norm, positive_scale
 class Decoder(nn.Module):
     """FC(d_e -> d_e/2, LeakyReLU) -> norm -> FC(2K): the logit mean and scale 0.01 + 0.99·softplus."""
 
-    def __init__(self, d_e: int, num_classes: int, norm: str = "layer", norm_eps: float = 1e-5,
-                 bn_momentum: float = 0.1):
+    def __init__(
+        self, d_e: int, num_classes: int, norm: str = "layer", norm_eps: float = 1e-5, bn_momentum: float = 0.1
+    ):
         super().__init__()
         self.fc1 = nn.Linear(d_e, d_e // 2)
         self.norm = Norm(norm, d_e // 2, norm_eps, bn_momentum)
@@ -23,8 +25,14 @@ class Decoder(nn.Module):
         return loc, positive_scale(raw_scale)
 
 
-def sample_logits(decoder: Decoder, mu: Tensor, var: Tensor | None, num_samples: int,
-                  sigma_as_std: bool = False, generator: torch.Generator | None = None) -> Tensor:
+def sample_logits(
+    decoder: Decoder,
+    mu: Tensor,
+    var: Tensor | None,
+    num_samples: int,
+    sigma_as_std: bool = False,
+    generator: torch.Generator | None = None,
+) -> Tensor:
     """S z-samples from N(mu, var), then S logit samples per z: logits (S·S, *mu.shape[:-1], K).
 
     Eqs. 11–13 by Monte Carlo, all posteriors and samples in one decoder call. ``sigma_as_std``

@@ -1,4 +1,5 @@
 """Input projection and the context encoders: r/s (eq. 4) and the priors u/q (eq. 6)."""
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -75,14 +76,25 @@ class Encoder(nn.Module):
     emb = FC(K -> y_embed_dim, LeakyReLU) -> FC(-> d_x) (official).
     """
 
-    def __init__(self, d_x: int, num_classes: int, d_e: int, merge: str = "concat", norm: str = "layer",
-                 norm_eps: float = 1e-5, bn_momentum: float = 0.1, y_embed_dim: int = 32, positive: bool = False):
+    def __init__(
+        self,
+        d_x: int,
+        num_classes: int,
+        d_e: int,
+        merge: str = "concat",
+        norm: str = "layer",
+        norm_eps: float = 1e-5,
+        bn_momentum: float = 0.1,
+        y_embed_dim: int = 32,
+        positive: bool = False,
+    ):
         super().__init__()
         self.merge = choice("merge", merge, MERGES)
         self.positive = positive
         if merge == "sum":
-            self.y_embed = nn.Sequential(nn.Linear(num_classes, y_embed_dim), nn.LeakyReLU(LEAKY_SLOPE),
-                                         nn.Linear(y_embed_dim, d_x))
+            self.y_embed = nn.Sequential(
+                nn.Linear(num_classes, y_embed_dim), nn.LeakyReLU(LEAKY_SLOPE), nn.Linear(y_embed_dim, d_x)
+            )
             d_in = d_x
         else:
             self.y_embed = None
@@ -103,8 +115,16 @@ class ModalityEncoder(nn.Module):
     ``prior``: ``separate`` encoders θ/ω for u/q (paper, eq. 6) or ``shared`` reuse of φ/ψ (official).
     """
 
-    def __init__(self, d_in: int, num_classes: int, d_e: int, projection: str = "none", resmlp_depth: int = 6,
-                 prior: str = "separate", **encoder_kwargs):
+    def __init__(
+        self,
+        d_in: int,
+        num_classes: int,
+        d_e: int,
+        projection: str = "none",
+        resmlp_depth: int = 6,
+        prior: str = "separate",
+        **encoder_kwargs,
+    ):
         super().__init__()
         self.projection, self.d_x = make_projection(projection, d_in, d_e, resmlp_depth)
         self.prior = choice("prior", prior, PRIORS)
@@ -131,11 +151,15 @@ def stacked_roles(encoders: Sequence[ModalityEncoder]) -> list[list[Encoder]] | 
     ``merge=concat``, one norm (a batch norm with running statistics and a momentum); otherwise None."""
     roles = [[e.enc_r, e.enc_u, e.enc_s, e.enc_q] if e.prior == "separate" else [e.enc_r, e.enc_s] for e in encoders]
     flat = [enc for r in roles for enc in r]
-    if len({e.d_x for e in encoders}) != 1 or len({e.norm.kind for e in flat}) != 1 or \
-            any(e.merge != "concat" for e in flat):
+    if (
+        len({e.d_x for e in encoders}) != 1
+        or len({e.norm.kind for e in flat}) != 1
+        or any(e.merge != "concat" for e in flat)
+    ):
         return None
-    if flat[0].norm.kind == "batch" and any(e.norm.norm.momentum is None or not e.norm.norm.track_running_stats
-                                            for e in flat):
+    if flat[0].norm.kind == "batch" and any(
+        e.norm.norm.momentum is None or not e.norm.norm.track_running_stats for e in flat
+    ):
         return None
     return roles
 
@@ -144,16 +168,30 @@ def stacked_groups(roles: list[list[Encoder]]) -> dict[str, list[tuple[nn.Module
     """Where :func:`stacked_roles`' encoders keep their parameters, by kind, modality-major: (module,
     attribute) slots, what mnp.stacked.Stacks stacks."""
     flat = [enc for r in roles for enc in r]
-    groups = {f"{layer}.{kind}": [(getattr(e, layer), kind) for e in flat]
-              for layer in ("fc1", "fc2") for kind in ("weight", "bias")}
-    kinds = ("weight", "bias") + (("running_mean", "running_var", "num_batches_tracked")  # updated in place
-                                  if flat[0].norm.kind == "batch" else ())
+    groups = {
+        f"{layer}.{kind}": [(getattr(e, layer), kind) for e in flat]
+        for layer in ("fc1", "fc2")
+        for kind in ("weight", "bias")
+    }
+    kinds = ("weight", "bias") + (
+        ("running_mean", "running_var", "num_batches_tracked")  # updated in place
+        if flat[0].norm.kind == "batch"
+        else ()
+    )
     groups.update({f"norm.{kind}": [(e.norm.norm, kind) for e in flat] for kind in kinds})
     return groups
 
 
-def encode_stacked(stacks, c: Tensor, y_onehot: Tensor, num_roles: int, eps: float, norm: str = "layer",
-                   training: bool = True, momentum: float = 0.1):
+def encode_stacked(
+    stacks,
+    c: Tensor,
+    y_onehot: Tensor,
+    num_roles: int,
+    eps: float,
+    norm: str = "layer",
+    training: bool = True,
+    momentum: float = 0.1,
+):
     """Eqs. 4 and 6 for all M modalities and their R encoders at once: the first layers of a modality's
     encoders as one matmul over their shared input [c; y], the second layers and the norms as one
     batched matmul and one norm over all M·R encoders.
@@ -169,17 +207,32 @@ def encode_stacked(stacks, c: Tensor, y_onehot: Tensor, num_roles: int, eps: flo
     g, d_e = w1.shape[:2]
     # Transposed activations (features, rows), W·xᵀ: the weights' gradients come out in their own layout
     x = torch.cat([c, y_onehot.expand(m, n, -1)], -1)  # (M, N, d_x + K), shared by R encoders
-    h = torch.baddbmm(stacks["fc1.bias"].view(m, num_roles * d_e, 1), w1.view(m, num_roles * d_e, -1),
-                      x.transpose(1, 2))  # (M, R·d_e, N)
+    h = torch.baddbmm(
+        stacks["fc1.bias"].view(m, num_roles * d_e, 1), w1.view(m, num_roles * d_e, -1), x.transpose(1, 2)
+    )  # (M, R·d_e, N)
     h = F.leaky_relu(h, LEAKY_SLOPE).view(g, d_e, n)
     h = torch.baddbmm(stacks["fc2.bias"].unsqueeze(-1), stacks["fc2.weight"], h)  # (M·R, d_e, N)
     if norm == "layer":
-        h = torch.addcmul(stacks["norm.bias"].unsqueeze(1), F.layer_norm(h.transpose(1, 2), (d_e,), eps=eps),
-                          stacks["norm.weight"].unsqueeze(1))
+        h = torch.addcmul(
+            stacks["norm.bias"].unsqueeze(1),
+            F.layer_norm(h.transpose(1, 2), (d_e,), eps=eps),
+            stacks["norm.weight"].unsqueeze(1),
+        )
     else:  # every encoder's features as the channels of one (1, M·R·d_e, N) batch: statistics over the N rows
-        h = F.batch_norm(h.view(1, g * d_e, n), stacks["norm.running_mean"].view(-1),
-                         stacks["norm.running_var"].view(-1), stacks["norm.weight"].view(-1),
-                         stacks["norm.bias"].view(-1), training, momentum, eps).view(g, d_e, n).transpose(1, 2)
+        h = (
+            F.batch_norm(
+                h.view(1, g * d_e, n),
+                stacks["norm.running_mean"].view(-1),
+                stacks["norm.running_var"].view(-1),
+                stacks["norm.weight"].view(-1),
+                stacks["norm.bias"].view(-1),
+                training,
+                momentum,
+                eps,
+            )
+            .view(g, d_e, n)
+            .transpose(1, 2)
+        )
         if training:
             stacks["norm.num_batches_tracked"].add_(1)
     h = h.view(m, num_roles, n, d_e)
@@ -199,6 +252,7 @@ def project_stacked(weights: Sequence[Tensor], bias: Tensor, xs: Sequence[Tensor
 
     def pad(t: Tensor) -> Tensor:
         return t if t.shape[-1] == width else F.pad(t, (0, width - t.shape[-1]))
+
     x, w = torch.stack([pad(x) for x in xs]), torch.stack([pad(w) for w in weights])
     return F.leaky_relu(torch.baddbmm(bias.unsqueeze(1), x, w.transpose(1, 2)), LEAKY_SLOPE)
 

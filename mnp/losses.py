@@ -1,5 +1,6 @@
 """Losses of MNP: the predictive NLL (eq. 14), the supervised contrastive loss (eq. 10) and the
 unimodal errors that drive the context-memory update (eq. 3)."""
+
 from __future__ import annotations
 
 import math
@@ -49,7 +50,9 @@ def supervised_contrastive(similarity: Tensor, y: Tensor, tau: float, self_in_de
 def unimodal_error(probs: Tensor, y: Tensor, kind: str = "mse") -> Tensor:
     """Error of each unimodal prediction (M, B, K) -> (M, B): (1/K) Σ_k (y − p̂)² (eq. 3) or −log p̂_y."""
     if kind == "mse":
-        onehot = (y[:, None] == torch.arange(probs.shape[-1], device=y.device)).to(probs.dtype)  # no range check: no sync
+        onehot = (y[:, None] == torch.arange(probs.shape[-1], device=y.device)).to(
+            probs.dtype
+        )  # no range check: no sync
         return (onehot - probs).pow(2).mean(-1)
     if kind == "ce":
         return -probs.gather(-1, y.expand(probs.shape[0], -1).unsqueeze(-1)).squeeze(-1).clamp_min(1e-12).log()

@@ -21,6 +21,7 @@ Update rules (``update``), applied after every optimiser step with the batch's d
 * ``random``: the context is re-sampled from the training set (N_K per class) at every call of
   :meth:`ContextMemory.context`; the stored rows are used only while no training set is attached.
 """
+
 from __future__ import annotations
 
 import logging
@@ -75,19 +76,31 @@ def draw_per_class(y: Tensor, counts: Tensor, n: int) -> Tensor:
 class ContextMemory(nn.Module):
     """Class-balanced context memory of raw features for every modality (see the module docstring)."""
 
-    def __init__(self, view_dims: Sequence[int], num_classes: int, size: int, init: str = "data",
-                 trainable: bool = False, update: str = "mse", jstar: str = "all"):
+    def __init__(
+        self,
+        view_dims: Sequence[int],
+        num_classes: int,
+        size: int,
+        init: str = "data",
+        trainable: bool = False,
+        update: str = "mse",
+        jstar: str = "all",
+    ):
         super().__init__()
         self.num_classes, self.num_views = int(num_classes), len(view_dims)
         self.per_class = int(size) // self.num_classes
         if self.per_class < 1:
-            raise ValueError(f"memory.size {size} is smaller than the number of classes {num_classes}; "
-                             "it is the total N^m over all classes")
+            raise ValueError(
+                f"memory.size {size} is smaller than the number of classes {num_classes}; "
+                "it is the total N^m over all classes"
+            )
         self.init = choice("memory.init", init, INITS)
         self.update_rule = choice("memory.update", update, UPDATES)
         self.jstar = choice("memory.jstar", jstar, JSTARS)
         if trainable and update == "random":
-            raise ValueError("memory.trainable cannot be combined with memory.update=random (the context is re-sampled)")
+            raise ValueError(
+                "memory.trainable cannot be combined with memory.update=random (the context is re-sampled)"
+            )
         for m, d in enumerate(view_dims):
             rows = torch.zeros(self.num_classes, self.per_class, int(d))
             if trainable:
@@ -97,9 +110,12 @@ class ContextMemory(nn.Module):
         self.register_buffer("initialised", torch.tensor(False))
         self._seen_initialised = False  # host-side copy once true: no device sync per call of needs_data
         self.register_buffer("fifo_ptr", torch.zeros(self.num_classes, dtype=torch.long))
-        self.register_buffer("labels", torch.arange(self.num_classes).repeat_interleave(self.per_class), persistent=False)
-        self.register_buffer("labels_onehot", torch.nn.functional.one_hot(self.labels, self.num_classes).float(),
-                             persistent=False)  # (N, K): the context's one-hot labels, made once
+        self.register_buffer(
+            "labels", torch.arange(self.num_classes).repeat_interleave(self.per_class), persistent=False
+        )
+        self.register_buffer(
+            "labels_onehot", torch.nn.functional.one_hot(self.labels, self.num_classes).float(), persistent=False
+        )  # (N, K): the context's one-hot labels, made once
         self._source: tuple[list[Tensor], Tensor] | None = None
         self._source_counts: Tensor | None = None  # samples per class of _source, counted once
         if init == "uniform":
@@ -152,8 +168,11 @@ class ContextMemory(nn.Module):
             raise ValueError(f"init_memory got {len(views)} views, the model has {self.num_views}")
         idx, short = sample_per_class(y, self.num_classes, self.per_class)
         if short:
-            log.warning("context memory: classes %s have fewer than N_K=%d training samples; "
-                        "sampled with replacement", short, self.per_class)
+            log.warning(
+                "context memory: classes %s have fewer than N_K=%d training samples; sampled with replacement",
+                short,
+                self.per_class,
+            )
         for m, v in enumerate(views):
             v = torch.as_tensor(v, dtype=torch.float32)
             self.rows(m).copy_(v[idx.to(v.device)].to(self.rows(m).device))
@@ -162,8 +181,9 @@ class ContextMemory(nn.Module):
 
     # ------------------------------------------------------------------ update (eqs. 2–3)
     @torch.no_grad()
-    def update(self, views: Sequence[Tensor], y: Tensor, attn_sum: Tensor | None = None,
-               err: Tensor | None = None) -> None:
+    def update(
+        self, views: Sequence[Tensor], y: Tensor, attn_sum: Tensor | None = None, err: Tensor | None = None
+    ) -> None:
         """Apply the update rule with one batch: raw views (B, d^m), labels (B,), the attention summed
         over the batch's targets (M, N) and the unimodal errors (M, B)."""
         if self.update_rule == "fifo":
@@ -202,7 +222,8 @@ class ContextMemory(nn.Module):
         slot = (self.fifo_ptr[y] + rank) % n
         target = torch.arange(y.shape[0], device=y.device)
         writer = torch.full((self.size,), -1, dtype=torch.long, device=y.device).scatter_reduce(
-            0, y * n + slot, torch.where(keep, target, -1), "amax")  # (N,) the target written into each row, or -1
+            0, y * n + slot, torch.where(keep, target, -1), "amax"
+        )  # (N,) the target written into each row, or -1
         written = (writer >= 0)[:, None]
         for m, v in enumerate(views):
             rows = self.rows(m).view(self.size, -1)
@@ -210,8 +231,9 @@ class ContextMemory(nn.Module):
         self.fifo_ptr.copy_((self.fifo_ptr + count) % n)
 
 
-def gather_candidates(all_gather, world_size: int, views: list[Tensor], y: Tensor, attn_sum: Tensor,
-                      err: Tensor | None):
+def gather_candidates(
+    all_gather, world_size: int, views: list[Tensor], y: Tensor, attn_sum: Tensor, err: Tensor | None
+):
     """Every rank's DCM update candidates (identity on one process), so all ranks apply the same update;
     ``all_gather``: the LightningModule's.
 

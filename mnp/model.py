@@ -7,6 +7,7 @@ predictions (eqs. 11–13) -> L = L_TY (eq. 14) + β L_RBF (eq. 10) -> optimiser
 The optimisers, the warm-up and the training step are in :mod:`mnp.model_training`; the inference
 cache of the context encodings in :mod:`mnp.context_cache`.
 """
+
 from __future__ import annotations
 
 from typing import Mapping, Sequence
@@ -25,8 +26,20 @@ from mnp.losses import predictive_nll, unimodal_error
 from mnp.memory import gather_candidates
 from mnp.model_training import MNPTraining
 from mnp.core.routine import Routine
-from mnp.parts import (PARTS, AggregationPart, AttentionPart, DecoderPart, EncoderPart, LossPart, MemoryPart, MNPSpec,
-                       OptimPart, WarmupPart, as_part, plain)
+from mnp.parts import (
+    PARTS,
+    AggregationPart,
+    AttentionPart,
+    DecoderPart,
+    EncoderPart,
+    LossPart,
+    MemoryPart,
+    MNPSpec,
+    OptimPart,
+    WarmupPart,
+    as_part,
+    plain,
+)
 from mnp.stacked import Stacks, distributed, stackable
 from mnp.step_graphs import StepGraphs, blockers
 from mnp.view_predictions import ViewPredictions
@@ -58,22 +71,51 @@ class MNP(ContextCache, ViewWeighting, ViewPredictions, MNPTraining, Routine):
     # each part's declared domains (mnp.core.domains), checked by the part and by the config validation
     domains = {name: part.domains for name, part in PARTS.items()}
 
-    def __init__(self, num_classes: int, view_dims: Sequence[int], encoder: EncoderPart | Mapping | None = None,
-                 attention: AttentionPart | Mapping | None = None, aggregation: AggregationPart | Mapping | None = None,
-                 memory: MemoryPart | Mapping | None = None, decoder: DecoderPart | Mapping | None = None,
-                 loss: LossPart | Mapping | None = None, optim: OptimPart | Mapping | None = None,
-                 warmup: WarmupPart | Mapping | None = None, weight_init: str = "glorot", fast: bool = True,
-                 compile: bool = False):
+    def __init__(
+        self,
+        num_classes: int,
+        view_dims: Sequence[int],
+        encoder: EncoderPart | Mapping | None = None,
+        attention: AttentionPart | Mapping | None = None,
+        aggregation: AggregationPart | Mapping | None = None,
+        memory: MemoryPart | Mapping | None = None,
+        decoder: DecoderPart | Mapping | None = None,
+        loss: LossPart | Mapping | None = None,
+        optim: OptimPart | Mapping | None = None,
+        warmup: WarmupPart | Mapping | None = None,
+        weight_init: str = "glorot",
+        fast: bool = True,
+        compile: bool = False,
+    ):
         super().__init__(num_classes, view_dims)
-        given = dict(encoder=encoder, attention=attention, aggregation=aggregation, memory=memory, decoder=decoder,
-                     loss=loss, optim=optim, warmup=warmup)
-        self.spec = MNPSpec(**{name: as_part(PARTS[name], value, name) for name, value in given.items()},
-                            weight_init=weight_init, fast=fast, compile=compile)
+        given = dict(
+            encoder=encoder,
+            attention=attention,
+            aggregation=aggregation,
+            memory=memory,
+            decoder=decoder,
+            loss=loss,
+            optim=optim,
+            warmup=warmup,
+        )
+        self.spec = MNPSpec(
+            **{name: as_part(PARTS[name], value, name) for name, value in given.items()},
+            weight_init=weight_init,
+            fast=fast,
+            compile=compile,
+        )
         spec = self.spec
         # plain settings only: a checkpoint's constructor arguments (mnp.core.stored_config)
-        self.save_hyperparameters({"num_classes": num_classes, "view_dims": list(self.view_dims),
-                                   **{name: plain(getattr(spec, name)) for name in PARTS},
-                                   "weight_init": weight_init, "fast": fast, "compile": compile})
+        self.save_hyperparameters(
+            {
+                "num_classes": num_classes,
+                "view_dims": list(self.view_dims),
+                **{name: plain(getattr(spec, name)) for name in PARTS},
+                "weight_init": weight_init,
+                "fast": fast,
+                "compile": compile,
+            }
+        )
         self.automatic_optimization = False
         choice("weight_init", weight_init, ("glorot", "torch"))
         check_view_weighting(spec.aggregation.view_weighting.mode, spec.attention.similarity)
@@ -109,7 +151,9 @@ class MNP(ContextCache, ViewWeighting, ViewPredictions, MNPTraining, Routine):
         # bookkeeping without graphs, any device); set by the pipeline, acted on in on_fit_start (mnp.step_graphs)
         self.cuda_graph: bool | str = False
         self._step_graphs: StepGraphs | None = None
-        self.register_buffer("_loss_bad", torch.tensor(0.0), persistent=False)  # 1 after a non-finite loss, see train_step
+        self.register_buffer(
+            "_loss_bad", torch.tensor(0.0), persistent=False
+        )  # 1 after a non-finite loss, see train_step
         if spec.aggregation.modality_mask:
             self.register_buffer("_modality_subsets", modality_draws(len(self.view_dims)), persistent=False)
 
@@ -129,8 +173,10 @@ class MNP(ContextCache, ViewWeighting, ViewPredictions, MNPTraining, Routine):
         data = self._training_set()
         if self.memory.needs_data():
             if data is None:
-                raise RuntimeError("the context memory needs the training set: fit with a datamodule that has "
-                                   "train_views/train_y, or call model.init_memory(train_views, train_y) first")
+                raise RuntimeError(
+                    "the context memory needs the training set: fit with a datamodule that has "
+                    "train_views/train_y, or call model.init_memory(train_views, train_y) first"
+                )
             self.init_memory(*data)
         elif data is not None:
             self.memory.attach(*data)
@@ -165,7 +211,9 @@ class MNP(ContextCache, ViewWeighting, ViewPredictions, MNPTraining, Routine):
     def _attend_scores(self, views: Sequence[Tensor]):
         """:meth:`_attend` with the similarity scores (M, B, N) before normalisation, second."""
         if self.memory.needs_data():
-            raise RuntimeError("the context memory is empty: fit the model or call model.init_memory(train_views, train_y)")
+            raise RuntimeError(
+                "the context memory is empty: fit the model or call model.init_memory(train_views, train_y)"
+            )
         cached = self._cached_context(views[0])
         with record_function("mnp.project_and_encode"):
             if cached is None:
@@ -176,8 +224,12 @@ class MNP(ContextCache, ViewWeighting, ViewPredictions, MNPTraining, Routine):
             k = None if self.capturable else self._sparsemax_k
             scores = self.similarity(targets, contexts)
             attn = normalise(scores, self.attention_norm, k)  # eq. 9
-            if self.spec.fast and self.attention_norm == "sparsemax" and attn.device.type == "cpu" and \
-                    not self.capturable:
+            if (
+                self.spec.fast
+                and self.attention_norm == "sparsemax"
+                and attn.device.type == "cpu"
+                and not self.capturable
+            ):
                 self._sparsemax_k = topk_hint(attn)  # CPU: partial sorts beat a full sort for large N^m
             r_star = attn.to(r_all.dtype) @ r_all  # eq. 5
             with torch.autocast(attn.device.type, enabled=False):
@@ -194,14 +246,24 @@ class MNP(ContextCache, ViewWeighting, ViewPredictions, MNPTraining, Routine):
         y_onehot = self.memory.labels_onehot.to(views[0].dtype)  # the context's labels, (N, K)
         b = views[0].shape[0]
         h = self._project([torch.cat([x, c.to(x.dtype)]) for x, c in zip(views, ctx_x)])
-        targets, contexts = h[:, :b] if isinstance(h, Tensor) else [x[:b] for x in h], \
-            h[:, b:] if isinstance(h, Tensor) else [x[b:] for x in h]
+        targets, contexts = (
+            h[:, :b] if isinstance(h, Tensor) else [x[:b] for x in h],
+            h[:, b:] if isinstance(h, Tensor) else [x[b:] for x in h],
+        )
         if (stacks := self._stacks()) is not None and self._stack_encoders:  # eqs. 4 and 6, all modalities at once
             c = contexts if isinstance(contexts, Tensor) else torch.stack(contexts)
             enc = self.spec.encoder
             roles = 4 if enc.prior == "separate" else 2
-            r, s, u, q = encode_stacked(stacks, c, y_onehot, roles, enc.norm_eps, enc.norm,
-                                        self.encoders[0].enc_r.norm.training, enc.bn_momentum)
+            r, s, u, q = encode_stacked(
+                stacks,
+                c,
+                y_onehot,
+                roles,
+                enc.norm_eps,
+                enc.norm,
+                self.encoders[0].enc_r.norm.training,
+                enc.bn_momentum,
+            )
             context = (contexts, r, s.float(), u, q.float())
         else:
             rs, ss, us, qs = [], [], [], []
@@ -243,9 +305,12 @@ class MNP(ContextCache, ViewWeighting, ViewPredictions, MNPTraining, Routine):
         """Per-sample softmaxes (S·S, B, K) of the multimodal prediction (eq. 12) and the expected entropy;
         ``present`` (B, M): eq. 8 over the views present only (its weights, mnp.core.missing)."""
         _, scores, _, r_star, s_star, u, q = self._attend_scores(views)
-        mu, var = self.aggregation(r_star, s_star, u, q, self._view_weights(scores, present))  # eq. 8 (8′ when weighted)
-        logits = sample_logits(self.decoder, mu, var, self.spec.decoder.num_samples, self.spec.decoder.sigma_as_std,
-                               self.sample_generator)
+        mu, var = self.aggregation(
+            r_star, s_star, u, q, self._view_weights(scores, present)
+        )  # eq. 8 (8′ when weighted)
+        logits = sample_logits(
+            self.decoder, mu, var, self.spec.decoder.num_samples, self.spec.decoder.sigma_as_std, self.sample_generator
+        )
         probs = logits.float().softmax(-1)
         return probs, metrics.expected_entropy(probs)
 
@@ -266,8 +331,14 @@ class MNP(ContextCache, ViewWeighting, ViewPredictions, MNPTraining, Routine):
             rbf = self._rbf_loss(self._project(views), y)
             return rbf, {"rbf": rbf.detach()}
         targets, attn, r_star, s_star, u, q = self._attend(views)
-        weights = fusion_weights(y.shape[0], len(views), y.device, fusion.modality_mask, fusion.view_dropout,
-                                 getattr(self, "_modality_subsets", None))
+        weights = fusion_weights(
+            y.shape[0],
+            len(views),
+            y.device,
+            fusion.modality_mask,
+            fusion.view_dropout,
+            getattr(self, "_modality_subsets", None),
+        )
         (mu, var), (mu_m, var_m) = self.aggregation.posteriors(r_star, s_star, u, q, weights)
         mu_all = torch.cat([mu[None], mu_m])  # (1 + M, B, d): multimodal first, then each modality
         var_all = None if var is None else torch.cat([var[None], var_m])
@@ -291,8 +362,11 @@ class MNP(ContextCache, ViewWeighting, ViewPredictions, MNPTraining, Routine):
             logs["view_nll"] = view_nll.detach()
         if spec.attention.similarity == "rbf":
             stacked = self.similarity.stacked_lengthscales()
-            logs["lengthscale"] = torch.cat([l.detach() for l in self.similarity.lengthscales()]).mean() \
-                if stacked is None else stacked.detach().mean()
+            logs["lengthscale"] = (
+                torch.cat([l.detach() for l in self.similarity.lengthscales()]).mean()
+                if stacked is None
+                else stacked.detach().mean()
+            )
         return loss, logs
 
     def _decode_and_nll(self, mu_all: Tensor, var_all: Tensor | None, y: Tensor) -> tuple[Tensor, Tensor]:

@@ -6,6 +6,7 @@ then the main Adam (``optim``, :func:`mnp.optim.make_optimizer`) takes over, its
 from the end of the warm-up. Both optimisers and the schedule live in the checkpoint (the warm-up Adam's
 moments only until the warm-up is over).
 """
+
 from __future__ import annotations
 
 from typing import Iterable, Sequence
@@ -66,8 +67,10 @@ class MNPTraining:
         """Adam parameter groups: l and σ_f at ``lr·lengthscale_lr_scale``, the rest at ``lr``."""
         scale = self.spec.optim.lengthscale_lr_scale
         mine = {id(p) for p in self.similarity.parameters()}
-        groups = [{"params": [p for p in params if id(p) not in mine], "lr": lr, "lr_scale": 1.0},
-                  {"params": [p for p in params if id(p) in mine], "lr": lr * scale, "lr_scale": scale}]
+        groups = [
+            {"params": [p for p in params if id(p) not in mine], "lr": lr, "lr_scale": 1.0},
+            {"params": [p for p in params if id(p) in mine], "lr": lr * scale, "lr_scale": scale},
+        ]
         return [g for g in groups if g["params"]]
 
     def _rbf_loss(self, targets: list[Tensor], y: Tensor) -> Tensor:
@@ -86,8 +89,9 @@ class MNPTraining:
         kernels = [m.weight for m in self.modules() if isinstance(m, nn.Linear) and m.weight.requires_grad]
         if (stacks := self._stacks()) is not None and self._stack_encoders:  # the encoders' kernels: two stacks
             stacked = {id(w) for w in stacks.members("fc1.weight") + stacks.members("fc2.weight")}
-            kernels = [w for w in kernels if id(w) not in stacked] + \
-                [stacks[k] for k in ("fc1.weight", "fc2.weight") if stacks[k].requires_grad]
+            kernels = [w for w in kernels if id(w) not in stacked] + [
+                stacks[k] for k in ("fc1.weight", "fc2.weight") if stacks[k].requires_grad
+            ]
         if self.spec.fast:
             return l2 * SumOfSquares.apply(*kernels)
         return l2 * sum(w.pow(2).sum() for w in kernels)
@@ -101,8 +105,9 @@ class MNPTraining:
         main["optimizer"].register_step_post_hook(self._after_optimizer_step)
         if warmup.epochs <= 0:
             return main
-        warm = torch.optim.Adam(self._param_groups(self._warmup_parameters(), warmup.lr),
-                                lr=warmup.lr, eps=optim.eps, fused=fused)
+        warm = torch.optim.Adam(
+            self._param_groups(self._warmup_parameters(), warmup.lr), lr=warmup.lr, eps=optim.eps, fused=fused
+        )
         if optim.eps_placement == "keras":
             keras_eps_(warm)
         warm.register_step_post_hook(self._after_optimizer_step)
@@ -121,8 +126,9 @@ class MNPTraining:
     def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:
         """Per-tensor norm clipping (each parameter's gradient on its own, as tf.clip_by_norm)."""
         if gradient_clip_val:
-            clip_per_tensor((p for g in optimizer.param_groups for p in g["params"]), float(gradient_clip_val),
-                            self.spec.fast)
+            clip_per_tensor(
+                (p for g in optimizer.param_groups for p in g["params"]), float(gradient_clip_val), self.spec.fast
+            )
 
     def training_step(self, batch, batch_idx):
         """Lightning's step: the warm-up's learning rate, :meth:`train_step`, the finite-loss check and logging."""
@@ -149,7 +155,9 @@ class MNPTraining:
             self.log(f"train/{k}", v, on_step=False, on_epoch=True, batch_size=bs)
         return loss
 
-    def train_step(self, views: Sequence[Tensor], y: Tensor, opt, hooks: bool = True) -> tuple[Tensor, dict[str, Tensor]]:
+    def train_step(
+        self, views: Sequence[Tensor], y: Tensor, opt, hooks: bool = True
+    ) -> tuple[Tensor, dict[str, Tensor]]:
         """One optimisation step: forward, L = L_TY + β L_RBF (+ L2), backward, per-tensor clipping (not in
         the warm-up), the DCM write of memory_write=before_step, and ``opt.step()``.
 
@@ -187,8 +195,9 @@ class MNPTraining:
         every = self.check_finite_every
         when = f"global step {step}" if every == 1 else f"one of global steps {max(step - every + 1, 0)}..{step}"
         value = "" if loss is None else f" ({loss.item()})"
-        raise FloatingPointError(f"non-finite training loss{value} at epoch {self.current_epoch}, {when}; "
-                                 "the last good checkpoint is kept")
+        raise FloatingPointError(
+            f"non-finite training loss{value} at epoch {self.current_epoch}, {when}; the last good checkpoint is kept"
+        )
 
     def _schedulers(self) -> list:
         sched = self.lr_schedulers()

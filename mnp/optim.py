@@ -1,4 +1,5 @@
 """Optimiser and learning-rate schedules shared by every model (docs/method.md §2)."""
+
 from __future__ import annotations
 
 import math
@@ -10,8 +11,13 @@ from mnp.core.domains import NATURAL, NON_NEGATIVE, POSITIVE, each
 
 # the documented domains of make_optimizer's numeric arguments: every model's ``optim`` keys (mnp.core.domains);
 # max_epochs is not among them, the models pass trainer.max_epochs
-OPTIM_DOMAINS = {"lr": POSITIVE, "weight_decay": NON_NEGATIVE, "eps": POSITIVE, "milestones": each(NATURAL),
-                 "values": each(NON_NEGATIVE)}
+OPTIM_DOMAINS = {
+    "lr": POSITIVE,
+    "weight_decay": NON_NEGATIVE,
+    "eps": POSITIVE,
+    "milestones": each(NATURAL),
+    "values": each(NON_NEGATIVE),
+}
 
 
 # Kept over torch's LinearLR / SequentialLR of ConstantLRs (issue 33): LinearLR updates lr ← lr·(1 + …) in place,
@@ -27,11 +33,14 @@ def lr_lambda(schedule: str, milestones: Sequence[int], values: Sequence[float],
         return lambda epoch: 1.0
     if schedule == "piecewise":
         if len(values) != len(milestones) + 1:
-            raise ValueError(f"piecewise schedule needs len(values) == len(milestones) + 1, got {values} / {milestones}")
+            raise ValueError(
+                f"piecewise schedule needs len(values) == len(milestones) + 1, got {values} / {milestones}"
+            )
 
         def f(epoch: int) -> float:
             i = sum(epoch >= m for m in milestones)
             return values[i] / base_lr
+
         return f
     if schedule == "linear":
         end = values[-1] if values else 0.0
@@ -39,6 +48,7 @@ def lr_lambda(schedule: str, milestones: Sequence[int], values: Sequence[float],
         def g(epoch: int) -> float:
             frac = min(epoch / max(max_epochs, 1), 1.0)
             return (base_lr + frac * (end - base_lr)) / base_lr
+
         return g
     raise ValueError(f"unknown lr schedule '{schedule}'; choose constant, piecewise or linear")
 
@@ -74,9 +84,18 @@ def keras_eps_(opt: torch.optim.Adam) -> torch.optim.Adam:
     return opt
 
 
-def make_optimizer(params: Iterable, lr: float = 1e-3, weight_decay: float = 0.0, eps: float = 1e-8,
-                   schedule: str = "constant", milestones: Sequence[int] = (), values: Sequence[float] = (),
-                   max_epochs: int = 100, fused: bool | None = None, eps_placement: str = "torch") -> dict:
+def make_optimizer(
+    params: Iterable,
+    lr: float = 1e-3,
+    weight_decay: float = 0.0,
+    eps: float = 1e-8,
+    schedule: str = "constant",
+    milestones: Sequence[int] = (),
+    values: Sequence[float] = (),
+    max_epochs: int = 100,
+    fused: bool | None = None,
+    eps_placement: str = "torch",
+) -> dict:
     """Adam plus an epoch-wise LambdaLR, in Lightning's ``configure_optimizers`` format.
 
     ``weight_decay`` is coupled L2 (added to the gradient), as Keras' kernel regulariser in the

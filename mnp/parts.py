@@ -11,6 +11,7 @@ as a ``_partial_`` would).
 Checkpoints and run configs written before the parts (flat keys such as ``memory_size``) are read through
 :func:`mnp.core.migrations.nest_flat`.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -51,17 +52,25 @@ class EncoderPart:
     bn_momentum: float = 0.1
     prior: str = "separate"  # paper: separate θ/ω | official: shared
     # d_e >= 2: the decoder's hidden layer has d_e // 2 units
-    domains: ClassVar[dict] = dict(d_e=Domain(2, integer=True), resmlp_depth=NATURAL, y_embed_dim=COUNT,
-                                   norm_eps=POSITIVE, bn_momentum=UNIT)
+    domains: ClassVar[dict] = dict(
+        d_e=Domain(2, integer=True), resmlp_depth=NATURAL, y_embed_dim=COUNT, norm_eps=POSITIVE, bn_momentum=UNIT
+    )
 
     def __post_init__(self):
         _check(self, "encoder", projection=PROJECTIONS, merge=MERGES, norm=NORMS, prior=PRIORS)
 
     def build(self, view_dims: Sequence[int], num_classes: int) -> nn.ModuleList:
-        kwargs = dict(merge=self.merge, norm=self.norm, norm_eps=self.norm_eps, bn_momentum=self.bn_momentum,
-                      y_embed_dim=self.y_embed_dim)
-        return nn.ModuleList(ModalityEncoder(d, num_classes, self.d_e, self.projection, self.resmlp_depth, self.prior,
-                                             **kwargs) for d in view_dims)
+        kwargs = dict(
+            merge=self.merge,
+            norm=self.norm,
+            norm_eps=self.norm_eps,
+            bn_momentum=self.bn_momentum,
+            y_embed_dim=self.y_embed_dim,
+        )
+        return nn.ModuleList(
+            ModalityEncoder(d, num_classes, self.d_e, self.projection, self.resmlp_depth, self.prior, **kwargs)
+            for d in view_dims
+        )
 
 
 @dataclass(frozen=True)
@@ -77,12 +86,24 @@ class AttentionPart:
     domains: ClassVar[dict] = dict(lengthscale_init=POSITIVE)
 
     def __post_init__(self):
-        _check(self, "attention", similarity=SIMILARITIES, lengthscale_param=POSITIVE_PARAMS,
-               lengthscale_form=("l", "l2"), normaliser=NORMALISERS)
+        _check(
+            self,
+            "attention",
+            similarity=SIMILARITIES,
+            lengthscale_param=POSITIVE_PARAMS,
+            lengthscale_form=("l", "l2"),
+            normaliser=NORMALISERS,
+        )
 
     def build(self, feature_dims: Sequence[int]) -> nn.Module:
-        return build_similarity(self.similarity, feature_dims, lengthscale_init=self.lengthscale_init,
-                                param=self.lengthscale_param, form=self.lengthscale_form, amplitude=self.amplitude)
+        return build_similarity(
+            self.similarity,
+            feature_dims,
+            lengthscale_init=self.lengthscale_init,
+            param=self.lengthscale_param,
+            form=self.lengthscale_form,
+            amplitude=self.amplitude,
+        )
 
 
 @dataclass(frozen=True)
@@ -111,8 +132,9 @@ class AggregationPart:
     domains: ClassVar[dict] = dict(view_dropout=UNIT, view_weighting=ViewWeightingPart.domains)
 
     def __post_init__(self):
-        object.__setattr__(self, "view_weighting", as_part(ViewWeightingPart, self.view_weighting,
-                                                           "aggregation.view_weighting"))
+        object.__setattr__(
+            self, "view_weighting", as_part(ViewWeightingPart, self.view_weighting, "aggregation.view_weighting")
+        )
         _check(self, "aggregation", kind=AGGREGATIONS)
 
     def build(self, num_views: int, d_e: int) -> nn.Module:
@@ -135,7 +157,9 @@ class MemoryPart:
     def __post_init__(self):
         _check(self, "memory", init=INITS, update=UPDATES, jstar=JSTARS, write=("after_step", "before_step"))
         if self.trainable and self.update == "random":
-            raise ValueError("memory.trainable cannot be combined with memory.update=random (the context is re-sampled)")
+            raise ValueError(
+                "memory.trainable cannot be combined with memory.update=random (the context is re-sampled)"
+            )
 
     def build(self, view_dims: Sequence[int], num_classes: int) -> ContextMemory:
         return ContextMemory(view_dims, num_classes, self.size, self.init, self.trainable, self.update, self.jstar)
@@ -174,12 +198,18 @@ class LossPart:
     lengthscale_penalty: str = "norm"  # paper: α‖l‖ | official: half_sq, α‖l‖²/2
     self_in_denominator: bool = False
     l2: float = 0.0
-    domains: ClassVar[dict] = dict(view_weight=NON_NEGATIVE, alpha=NON_NEGATIVE, beta=NON_NEGATIVE, tau=POSITIVE,
-                                   l2=NON_NEGATIVE)
+    domains: ClassVar[dict] = dict(
+        view_weight=NON_NEGATIVE, alpha=NON_NEGATIVE, beta=NON_NEGATIVE, tau=POSITIVE, l2=NON_NEGATIVE
+    )
 
     def __post_init__(self):
-        _check(self, "loss", ty=("nll_of_mean", "mean_ce"), rbf_reduce=("mean", "sum"),
-               lengthscale_penalty=("norm", "half_sq"))
+        _check(
+            self,
+            "loss",
+            ty=("nll_of_mean", "mean_ce"),
+            rbf_reduce=("mean", "sum"),
+            lengthscale_penalty=("norm", "half_sq"),
+        )
 
 
 @dataclass(frozen=True)
@@ -205,9 +235,18 @@ class OptimPart:
 
     def build(self, param_groups: list[dict], max_epochs: int, fused: bool | None) -> dict:
         """The main optimiser and its scheduler, in Lightning's format."""
-        return make_optimizer(param_groups, lr=self.lr, weight_decay=self.weight_decay, eps=self.eps,
-                              schedule=self.schedule, milestones=self.milestones, values=self.values,
-                              max_epochs=max_epochs, fused=fused, eps_placement=self.eps_placement)
+        return make_optimizer(
+            param_groups,
+            lr=self.lr,
+            weight_decay=self.weight_decay,
+            eps=self.eps,
+            schedule=self.schedule,
+            milestones=self.milestones,
+            values=self.values,
+            max_epochs=max_epochs,
+            fused=fused,
+            eps_placement=self.eps_placement,
+        )
 
 
 @dataclass(frozen=True)
@@ -225,9 +264,16 @@ class WarmupPart:
         _check(self, "warmup")
 
 
-PARTS = {"encoder": EncoderPart, "attention": AttentionPart, "aggregation": AggregationPart, "memory": MemoryPart,
-         "decoder": DecoderPart, "loss": LossPart, "optim": OptimPart, "warmup": WarmupPart}
-
+PARTS = {
+    "encoder": EncoderPart,
+    "attention": AttentionPart,
+    "aggregation": AggregationPart,
+    "memory": MemoryPart,
+    "decoder": DecoderPart,
+    "loss": LossPart,
+    "optim": OptimPart,
+    "warmup": WarmupPart,
+}
 
 
 @dataclass(frozen=True)
@@ -276,6 +322,8 @@ def as_part(cls: type, value: Any, name: str):
 
 def plain(part) -> dict:
     """A part as plain settings (lists, not tuples): what a checkpoint stores as constructor arguments."""
+
     def unfreeze(v):
         return [unfreeze(x) for x in v] if isinstance(v, (list, tuple)) else v
+
     return {k: unfreeze(v) for k, v in dataclasses.asdict(part).items()}

@@ -13,6 +13,7 @@ The aliasing is checked before use (:meth:`ParamStack.valid`): moving or convert
 then rebuilt from them. DDP hooks every parameter's own gradient accumulation, so models train without
 stacks under ``torch.distributed``.
 """
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -28,7 +29,9 @@ class ParamStack:
         self.params = list(params)
         shapes = {(p.shape, p.dtype, p.device, p.requires_grad) for p in self.params}
         if len(shapes) != 1:
-            raise ValueError(f"a ParamStack needs parameters of one shape, dtype, device and requires_grad, got {shapes}")
+            raise ValueError(
+                f"a ParamStack needs parameters of one shape, dtype, device and requires_grad, got {shapes}"
+            )
         # a normal tensor even when first built under inference_mode (a test pass before any training, as
         # after .to(device)): an inference tensor as the parameters' storage would fail every later backward
         with torch.inference_mode(False), torch.no_grad():
@@ -47,9 +50,13 @@ class ParamStack:
         if current is not None and (current[0] is not first or current[-1] is not last):
             return False
         size = first.numel() * first.element_size()
-        return first.device == self.leaf.device and first.dtype == self.leaf.dtype and \
-            first.requires_grad == self.leaf.requires_grad and first.data_ptr() == self.leaf.data_ptr() and \
-            last.data_ptr() == self.leaf.data_ptr() + (len(self.params) - 1) * size
+        return (
+            first.device == self.leaf.device
+            and first.dtype == self.leaf.dtype
+            and first.requires_grad == self.leaf.requires_grad
+            and first.data_ptr() == self.leaf.data_ptr()
+            and last.data_ptr() == self.leaf.data_ptr() + (len(self.params) - 1) * size
+        )
 
     def _hand_out(self, leaf: Tensor) -> None:
         grad, leaf.grad = leaf.grad, None

@@ -16,6 +16,7 @@ eps_placement torch); one process; fp32. Lightning's backward and optimiser-step
 ``emulate``: the same bookkeeping, with the eager functions in place of the graphs, on any device;
 what the CPU tests check against the eager path.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -49,8 +50,10 @@ def blockers(model, graph: bool | str, trainer) -> list[str]:
     spec, device = model.spec, trainer.strategy.root_device
     out = []
     if graph is True and device.type != "cuda":
-        out.append(f"it needs a CUDA device, but the trainer runs on {device.type} "
-                   "(accel.cuda_graph=emulate checks the same path without graphs)")
+        out.append(
+            f"it needs a CUDA device, but the trainer runs on {device.type} "
+            "(accel.cuda_graph=emulate checks the same path without graphs)"
+        )
     if trainer.world_size > 1:
         out.append(f"{trainer.world_size} processes (DDP reads batch sizes across ranks)")
     if str(trainer.precision) not in ("32-true", "32"):

@@ -8,6 +8,7 @@ the same posteriors the training loss decodes for its unimodal terms (eq. 14). D
 multimodal one is (eqs. 11–13), they give view m's own prediction. The view weighting of eq. 8′ changes only
 the fused posterior, never a unimodal one.
 """
+
 from __future__ import annotations
 
 from torch import Tensor
@@ -23,5 +24,7 @@ class ViewPredictions:
         _, _, _, r_star, s_star, u, q = self._attend_scores(views)
         mu_m, var_m = self.aggregation.unimodal(r_star, s_star, u, q)  # (M, B, d)
         dec = self.spec.decoder
-        logits = sample_logits(self.decoder, mu_m, var_m, dec.num_samples, dec.sigma_as_std, self.sample_generator)  # (S·S, M, B, K)
+        logits = sample_logits(
+            self.decoder, mu_m, var_m, dec.num_samples, dec.sigma_as_std, self.sample_generator
+        )  # (S·S, M, B, K)
         return list(logits.float().softmax(-1).unbind(1))

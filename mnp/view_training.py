@@ -13,6 +13,7 @@ probability p, after ``modality_mask``'s subset when both are on; a row left wit
 drawn uniformly, so a view's drop rate is p − p^M / M with all M views present. The unimodal terms, L_RBF and the
 memory update still see every view; inference fuses every view.
 """
+
 from __future__ import annotations
 
 import torch
@@ -31,8 +32,14 @@ def view_dropout_mask(present: Tensor, p: float) -> Tensor:
     return torch.where(kept.sum(1, keepdim=True) > 0, kept, pick)
 
 
-def fusion_weights(batch: int, num_views: int, device: torch.device, modality_mask: bool, view_dropout: float,
-                   subsets: Tensor | None = None) -> Tensor | None:
+def fusion_weights(
+    batch: int,
+    num_views: int,
+    device: torch.device,
+    modality_mask: bool,
+    view_dropout: float,
+    subsets: Tensor | None = None,
+) -> Tensor | None:
     """The training step's (B, M) weights of eq. 8: ``modality_mask``'s subsets (``subsets``: its draws,
     :func:`mnp.aggregation.modality_draws`), then ``view_dropout``; None (every view) when both are off."""
     weights = random_modality_mask(batch, num_views, device, subsets) if modality_mask else None

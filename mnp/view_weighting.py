@@ -22,6 +22,7 @@ the posterior never degenerates):
 which is eq. 8 with view m's observation and prior factor tempered by w_m; w = 0 is the view missing
 (the missing-view limit of a destroyed view). Applied at inference; training is unchanged.
 """
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -67,7 +68,7 @@ def reference_sq_dist(d2_of, views: Sequence[Tensor], quantile: float) -> Tensor
     """d²_ref (M,): the ``quantile`` of the training rows' nearest-context d², from ``d2_of(views) -> (M, B)``
     called on chunks of the training set; a row at distance 0 (a row the memory holds) is left out."""
     n = views[0].shape[0]
-    d2 = torch.cat([d2_of([v[i:i + CHUNK] for v in views]) for i in range(0, n, CHUNK)], dim=1)
+    d2 = torch.cat([d2_of([v[i : i + CHUNK] for v in views]) for i in range(0, n, CHUNK)], dim=1)
     refs = []
     for row in d2:
         away = row[row > 0]
@@ -78,11 +79,14 @@ def reference_sq_dist(d2_of, views: Sequence[Tensor], quantile: float) -> Tensor
 def check_view_weighting(weighting: str, similarity: str) -> None:
     """One-line errors for the switch (its numeric settings have domains, mnp.core.domains)."""
     if weighting not in VIEW_WEIGHTINGS:
-        raise ValueError(f"unknown model.aggregation.view_weighting.mode '{weighting}'; choose one of "
-                         f"{', '.join(VIEW_WEIGHTINGS)}")
+        raise ValueError(
+            f"unknown model.aggregation.view_weighting.mode '{weighting}'; choose one of {', '.join(VIEW_WEIGHTINGS)}"
+        )
     if weighting == "distance" and similarity != "rbf":
-        raise ValueError("model.aggregation.view_weighting.mode=distance needs model.attention.similarity=rbf (it reads "
-                         "the RBF kernel's distances)")
+        raise ValueError(
+            "model.aggregation.view_weighting.mode=distance needs model.attention.similarity=rbf (it reads "
+            "the RBF kernel's distances)"
+        )
 
 
 class ViewWeighting:
@@ -96,12 +100,15 @@ class ViewWeighting:
         weighting = self.spec.aggregation.view_weighting
         if weighting.mode == "none" or self.training:
             return present
-        if torch.isnan(self.distance_ref).any():  # not fitted yet (validation of the first epoch): from the training set
+        if torch.isnan(
+            self.distance_ref
+        ).any():  # not fitted yet (validation of the first epoch): from the training set
             self.update_distance_reference()
         return view_weights(nearest_sq_dist(scores, self._amplitude()), self.distance_ref, weighting.power, present)
 
     def _amplitude(self) -> Tensor | None:
         from mnp.attention import to_positive
+
         sim = self.similarity
         return None if sim.raw_amplitude is None else to_positive(sim.raw_amplitude, sim.param).float()
 
@@ -110,16 +117,21 @@ class ViewWeighting:
         """Set d²_ref from ``train_views`` (default: the training set attached to the memory)."""
         if train_views is None:
             if self.memory._source is None:
-                raise RuntimeError("view_weighting=distance has no reference distance yet: fit the model, or call "
-                                   "model.update_distance_reference(train_views)")
+                raise RuntimeError(
+                    "view_weighting=distance has no reference distance yet: fit the model, or call "
+                    "model.update_distance_reference(train_views)"
+                )
             train_views = self.memory._source[0]
         was_training = self.training
         self.eval()
         try:
             views = [torch.as_tensor(v, dtype=torch.float32, device=self.device) for v in train_views]
             amp = self._amplitude()
-            ref = reference_sq_dist(lambda vs: nearest_sq_dist(self._attend_scores(vs)[1], amp), views,
-                                    self.spec.aggregation.view_weighting.quantile)
+            ref = reference_sq_dist(
+                lambda vs: nearest_sq_dist(self._attend_scores(vs)[1], amp),
+                views,
+                self.spec.aggregation.view_weighting.quantile,
+            )
             self.distance_ref.copy_(ref)
         finally:
             self.train(was_training)

@@ -1,4 +1,5 @@
 """Compose the project's Hydra configs in tests (no Hydra run directory)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -14,6 +15,8 @@ def compose_train(out_dir, overrides=(), config_name: str = "train"):
     """Compose ``train.yaml`` with the output dir set and no logger, as a test job would run."""
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=CONF, version_base="1.3"):
-        return compose(config_name, overrides=[f"paths.output_dir={out_dir}", "logger=none",
-                                               "trainer.enable_progress_bar=false", *overrides],
-                       return_hydra_config=False)
+        return compose(
+            config_name,
+            overrides=[f"paths.output_dir={out_dir}", "logger=none", "trainer.enable_progress_bar=false", *overrides],
+            return_hydra_config=False,
+        )

@@ -1,5 +1,6 @@
 """Helpers of the bad-input tests: run ``train.py`` (in-process under the CLI's guard, or as a real
 subprocess) and check the one-line error contract: ``error: ...`` on stderr, exit 1, no outputs."""
+
 from __future__ import annotations
 
 import os

@@ -1,4 +1,5 @@
 """Shared pytest fixtures."""
+
 from __future__ import annotations
 
 import os
@@ -39,6 +40,7 @@ def data_dir() -> Path | None:
 @pytest.fixture
 def real_file():
     """``real_file(dataset, name)``: the path of a real data file under $MNP_DATA_DIR, else skip (fail under CI)."""
+
     def get(dataset: str, name: str) -> Path:
         root = data_dir()
         if root is None:
@@ -47,6 +49,7 @@ def real_file():
         if not path.is_file():
             data_missing(f"{name} is not in {path.parent}/")
         return path
+
     return get
 
 

@@ -1,4 +1,5 @@
 """Helpers for writing small MATLAB files in tests."""
+
 import numpy as np
 
 

@@ -1,5 +1,6 @@
 """Small MNPs for tests, written with the constructor's flat names of before the parts (``d_e=8, memory_size=6``):
 :func:`mnp.core.migrations.nest_flat` (the same mapping that reads old checkpoints) turns them into the parts' nodes."""
+
 from __future__ import annotations
 
 from mnp.model import MNP

@@ -8,6 +8,7 @@ Each case: a model built from ``CASES[name]``, its memory filled from ``data()``
 and DCM update, each after ``torch.manual_seed(step)`` (the Monte Carlo draws). The file keeps the
 losses, the gradients of the first step (after clipping) and the final state_dict (parameters, memory,
 buffers), each flattened into one tensor."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -17,18 +18,52 @@ import torch
 GOLDEN = Path(__file__).parent / "data" / "step_golden.pt"
 STEPS = 3
 DIMS, K = (24, 8, 22, 5, 7, 2), 4  # six views of different widths, like handwritten's (240, 76, 216, 47, 64, 6)
-BASE = dict(num_classes=K, view_dims=list(DIMS), d_e=8, memory_size=12, projection="linear", norm="layer",
-            clip_norm=0.05, l2=2e-5, lengthscale_form="l", optim={"lr": 3e-3})
+BASE = dict(
+    num_classes=K,
+    view_dims=list(DIMS),
+    d_e=8,
+    memory_size=12,
+    projection="linear",
+    norm="layer",
+    clip_norm=0.05,
+    l2=2e-5,
+    lengthscale_form="l",
+    optim={"lr": 3e-3},
+)
 CASES = {
     "handwritten_like": {},
-    "raw_features": dict(projection="none", norm="batch", prior="shared", merge="sum", amplitude=True,
-                         memory_update="ce", memory_jstar="same_class", lengthscale_param="exp", clip_norm=None,
-                         rbf_reduce="sum", lengthscale_penalty="half_sq", self_in_denominator=True),
-    "trainable_fifo": dict(memory_trainable=True, memory_init="uniform", memory_update="fifo",
-                           memory_write="before_step", aggregation="mean", ty_loss="mean_ce", sigma_as_std=True),
-    "resmlp_concat": dict(projection="resmlp", resmlp_depth=2, aggregation="concat", attention_norm="softmax",
-                          similarity="dot", memory_jstar="same_class", optim={"lr": 1e-3, "eps": 1e-7,
-                                                                               "eps_placement": "keras"}),
+    "raw_features": dict(
+        projection="none",
+        norm="batch",
+        prior="shared",
+        merge="sum",
+        amplitude=True,
+        memory_update="ce",
+        memory_jstar="same_class",
+        lengthscale_param="exp",
+        clip_norm=None,
+        rbf_reduce="sum",
+        lengthscale_penalty="half_sq",
+        self_in_denominator=True,
+    ),
+    "trainable_fifo": dict(
+        memory_trainable=True,
+        memory_init="uniform",
+        memory_update="fifo",
+        memory_write="before_step",
+        aggregation="mean",
+        ty_loss="mean_ce",
+        sigma_as_std=True,
+    ),
+    "resmlp_concat": dict(
+        projection="resmlp",
+        resmlp_depth=2,
+        aggregation="concat",
+        attention_norm="softmax",
+        similarity="dot",
+        memory_jstar="same_class",
+        optim={"lr": 1e-3, "eps": 1e-7, "eps_placement": "keras"},
+    ),
 }
 
 
@@ -40,6 +75,7 @@ def data(n=40, seed=0):
 
 def build(name: str, fast: bool = True):
     from mnp_utils import flat_mnp
+
     torch.manual_seed(0)
     model = flat_mnp(**{**BASE, **CASES[name]}, fast=fast)
     views, y = data(60, seed=1)
@@ -73,15 +109,22 @@ def run(name: str, step_fn=eager_step, fast: bool = True) -> dict:
         if step == 0:
             grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
     state = model.state_dict()
-    return {"losses": torch.stack(losses), "keys": list(state), "shapes": [tuple(v.shape) for v in state.values()],
-            "state": torch.cat([v.detach().float().flatten() for v in state.values()]),
-            "grad_keys": list(grads), "grad_shapes": [tuple(g.shape) for g in grads.values()],
-            "grads": torch.cat([g.flatten() for g in grads.values()])}
+    return {
+        "losses": torch.stack(losses),
+        "keys": list(state),
+        "shapes": [tuple(v.shape) for v in state.values()],
+        "state": torch.cat([v.detach().float().flatten() for v in state.values()]),
+        "grad_keys": list(grads),
+        "grad_shapes": [tuple(g.shape) for g in grads.values()],
+        "grads": torch.cat([g.flatten() for g in grads.values()]),
+    }
 
 
 def unflatten(result: dict, what: str = "state") -> dict:
     """The state_dict (``state``) or the first step's gradients (``grads``) of a :func:`run` result."""
-    keys, shapes = (result["keys"], result["shapes"]) if what == "state" else (result["grad_keys"], result["grad_shapes"])
+    keys, shapes = (
+        (result["keys"], result["shapes"]) if what == "state" else (result["grad_keys"], result["grad_shapes"])
+    )
     sizes = [int(torch.Size(s).numel()) for s in shapes]
     return {k: t.reshape(s) for k, t, s in zip(keys, result[what].split(sizes), shapes)}
 

@@ -6,6 +6,7 @@ subprocess runs check the real ``train.py`` (the guard, and Hydra's own composit
 Data that is odd but usable (a constant or all-zero view, duplicated samples, a class with fewer than
 N_K training samples, labels with a gap) trains with a warning and gives finite results.
 """
+
 import json
 import logging
 import os
@@ -109,13 +110,22 @@ def make_case(case, d):
         return custom(p), f"{p}: view x2 has shape (35, 3); expected (36, d) to match y"
     if case == "train/test dims differ":
         p = d / "pre.mat"
-        scipy.io.savemat(p, {"x1_train": views[0][:30], "x1_test": views[1][30:], "gt_train": y[:30, None],
-                             "gt_test": y[30:, None]})
+        scipy.io.savemat(
+            p, {"x1_train": views[0][:30], "x1_test": views[1][30:], "gt_train": y[:30, None], "gt_test": y[30:, None]}
+        )
         return custom(p), f"{p}: view 1 has 5 features in x1_train but 3 in x1_test"
     if case == "train/test view counts differ":
         p = d / "pre.mat"
-        scipy.io.savemat(p, {"x1_train": views[0][:30], "x2_train": views[1][:30], "x1_test": views[0][30:],
-                             "gt_train": y[:30, None], "gt_test": y[30:, None]})
+        scipy.io.savemat(
+            p,
+            {
+                "x1_train": views[0][:30],
+                "x2_train": views[1][:30],
+                "x1_test": views[0][30:],
+                "gt_train": y[:30, None],
+                "gt_test": y[30:, None],
+            },
+        )
         return custom(p), f"{p}: pre-split file lacks key 'x2_test'"
     if case == "wrong sha256":
         (d / "pie").mkdir()
@@ -137,16 +147,22 @@ def make_case(case, d):
         return custom(p, "dataset.split=weird"), "unknown split 'weird'; choose one of files, stratified"
     if case == "noise subset larger than the views":
         p = npz(d / "data.npz", views, y)
-        return custom(p, "eval.noise=true", "eval.noise_subset_size=5"), \
-            "eval.noise_subset_size must lie in [1, 2] (the data has 2 views), got 5"
+        return custom(
+            p, "eval.noise=true", "eval.noise_subset_size=5"
+        ), "eval.noise_subset_size must lie in [1, 2] (the data has 2 views), got 5"
     if case in ("seed too large", "negative seed"):  # numpy's words named neither the key nor the range
         value = 2**32 if case == "seed too large" else -1
         return [f"seed={value}"], f"seed must be an integer in [0, 4294967295], got {value}"
     if case == "unknown memory.update":
-        return [*SMALL_MNP, "model.memory.update=weird"], \
-            "unknown model.memory.update 'weird'; choose one of mse, ce, fifo, random"
+        return [
+            *SMALL_MNP,
+            "model.memory.update=weird",
+        ], "unknown model.memory.update 'weird'; choose one of mse, ce, fifo, random"
     if case == "unknown aggregation":
-        return [*SMALL_MNP, "model.aggregation.kind=weird"], "unknown model.aggregation.kind 'weird'; choose one of mba, mean, concat"
+        return [
+            *SMALL_MNP,
+            "model.aggregation.kind=weird",
+        ], "unknown model.aggregation.kind 'weird'; choose one of mba, mean, concat"
     if case == "negative clip_norm":  # trained by gradient ascent to chance accuracy and exited 0
         return [*SMALL_MNP, "model.optim.clip_norm=-0.1"], "model.optim.clip_norm must be > 0 (or null), got -0.1"
     if case == "negative l2":  # a loss of -1e4
@@ -156,20 +172,47 @@ def make_case(case, d):
     if case == "negative learning rate":
         return ["model=tmc", "model.optim.lr=-0.003"], "model.optim.lr must be > 0, got -0.003"
     if case == "unknown model key":
-        return ["model=mlp", "+model.bogus=1"], \
-            "model: unknown key 'bogus' for baselines.mlp.MLP; valid keys: hidden, dropout, optim"
+        return [
+            "model=mlp",
+            "+model.bogus=1",
+        ], "model: unknown key 'bogus' for baselines.mlp.MLP; valid keys: hidden, dropout, optim"
     if case == "unknown dataset key":
-        return ["+dataset.bogus=1"], "dataset: unknown key 'bogus' for datamodules.synthetic.TwoMoons; valid keys: " \
-            "n_train, n_test, noise, num_views, batch_size, eval_batch_size, scaling"
+        return (
+            ["+dataset.bogus=1"],
+            "dataset: unknown key 'bogus' for datamodules.synthetic.TwoMoons; valid keys: "
+            "n_train, n_test, noise, num_views, batch_size, eval_batch_size, scaling",
+        )
     raise AssertionError(case)
 
 
-CASES = ["truncated npz", "truncated mat", "nan", "inf", "zero columns", "non-integer labels", "negative labels",
-         "ood class out of range", "class without training samples", "row counts differ", "train/test dims differ",
-         "train/test view counts differ", "wrong sha256", "unknown scaling", "unknown split",
-         "noise subset larger than the views", "negative clip_norm", "negative l2", "zero hidden units",
-         "negative learning rate", "unknown memory.update", "unknown aggregation",
-         "unknown model key", "unknown dataset key", "seed too large", "negative seed"]
+CASES = [
+    "truncated npz",
+    "truncated mat",
+    "nan",
+    "inf",
+    "zero columns",
+    "non-integer labels",
+    "negative labels",
+    "ood class out of range",
+    "class without training samples",
+    "row counts differ",
+    "train/test dims differ",
+    "train/test view counts differ",
+    "wrong sha256",
+    "unknown scaling",
+    "unknown split",
+    "noise subset larger than the views",
+    "negative clip_norm",
+    "negative l2",
+    "zero hidden units",
+    "negative learning rate",
+    "unknown memory.update",
+    "unknown aggregation",
+    "unknown model key",
+    "unknown dataset key",
+    "seed too large",
+    "negative seed",
+]
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -186,16 +229,28 @@ def test_bad_input_gives_one_line_exit_1_and_no_outputs(tmp_path, capsys, case):
 UNTRAINED = "the run would train on no batch and report an untrained model"
 
 
-@pytest.mark.parametrize("override,expected", [
-    ("+trainer.limit_train_batches=0", f"trainer.limit_train_batches must be an integer >= 1 (batches) or a fraction "
-                                       f"in (0, 1], got 0: {UNTRAINED}"),
-    ("+trainer.limit_train_batches=0.0", f"in (0, 1], got 0.0: {UNTRAINED}"),
-    ("+trainer.limit_train_batches=0.001", "trainer.limit_train_batches=0.001 keeps 0 of the 5 training batches per "
-                                           f"epoch: {UNTRAINED}; set it to at least 0.2 or leave it out"),
-    ("+trainer.max_steps=0", f"trainer.max_steps must be -1 (no limit) or an integer >= 1, got 0: {UNTRAINED}"),
-    ("+trainer.limit_test_batches=0", "trainer.limit_test_batches must be an integer >= 1 (batches) or a fraction in "
-                                      "(0, 1], got 0: the run would train, then test on no batch and record no metrics"),
-])
+@pytest.mark.parametrize(
+    "override,expected",
+    [
+        (
+            "+trainer.limit_train_batches=0",
+            f"trainer.limit_train_batches must be an integer >= 1 (batches) or a fraction "
+            f"in (0, 1], got 0: {UNTRAINED}",
+        ),
+        ("+trainer.limit_train_batches=0.0", f"in (0, 1], got 0.0: {UNTRAINED}"),
+        (
+            "+trainer.limit_train_batches=0.001",
+            "trainer.limit_train_batches=0.001 keeps 0 of the 5 training batches per "
+            f"epoch: {UNTRAINED}; set it to at least 0.2 or leave it out",
+        ),
+        ("+trainer.max_steps=0", f"trainer.max_steps must be -1 (no limit) or an integer >= 1, got 0: {UNTRAINED}"),
+        (
+            "+trainer.limit_test_batches=0",
+            "trainer.limit_test_batches must be an integer >= 1 (batches) or a fraction in "
+            "(0, 1], got 0: the run would train, then test on no batch and record no metrics",
+        ),
+    ],
+)
 def test_a_run_that_would_train_on_no_batch_is_refused(tmp_path, capsys, override, expected):
     """Before training: metrics of an untrained model (labelled with the epochs it did not train) never appear."""
     out = tmp_path / "run"
@@ -204,12 +259,20 @@ def test_a_run_that_would_train_on_no_batch_is_refused(tmp_path, capsys, overrid
     assert_no_outputs(out)
 
 
-@pytest.mark.parametrize("overrides,expected", [
-    (["model.optim.schedule=bogus"], "unknown model.optim.schedule 'bogus'; choose one of constant, piecewise, linear"),
-    (["model.optim.schedule=piecewise", "model.optim.values=[0.1]", "model.optim.milestones=[2]"],
-     "model.optim: piecewise schedule needs len(values) == len(milestones) + 1, got [0.1] / [2]"),
-    (["model.optim.eps_placement=bogus"], "unknown model.optim.eps_placement 'bogus'; choose one of torch, keras"),
-])
+@pytest.mark.parametrize(
+    "overrides,expected",
+    [
+        (
+            ["model.optim.schedule=bogus"],
+            "unknown model.optim.schedule 'bogus'; choose one of constant, piecewise, linear",
+        ),
+        (
+            ["model.optim.schedule=piecewise", "model.optim.values=[0.1]", "model.optim.milestones=[2]"],
+            "model.optim: piecewise schedule needs len(values) == len(milestones) + 1, got [0.1] / [2]",
+        ),
+        (["model.optim.eps_placement=bogus"], "unknown model.optim.eps_placement 'bogus'; choose one of torch, keras"),
+    ],
+)
 def test_bad_optimiser_settings_are_refused_before_anything_is_written(tmp_path, capsys, overrides, expected):
     """N95: refused in configure_optimizers, after config.yaml was written into the run directory."""
     out = tmp_path / "run"
@@ -223,15 +286,26 @@ def test_trainer_keys_a_manual_optimisation_cannot_honour_are_refused_for_mnp_on
     traceback) or be ignored; the line names the key and model.clip_norm. The MLP (automatic) accepts them."""
     why = "cannot apply to model mnp, which runs its own optimisation step; remove it"
     for override, expected in [
-            ("+trainer.accumulate_grad_batches=2", f"trainer.accumulate_grad_batches=2 {why} (a larger dataset.batch_size"),
-            ("+trainer.gradient_clip_val=1.0", f"trainer.gradient_clip_val=1.0 {why} and set model.optim.clip_norm=<max norm>"),
-            ("+trainer.gradient_clip_algorithm=value", f"trainer.gradient_clip_algorithm=value {why} and set model.optim.clip_norm")]:
+        ("+trainer.accumulate_grad_batches=2", f"trainer.accumulate_grad_batches=2 {why} (a larger dataset.batch_size"),
+        (
+            "+trainer.gradient_clip_val=1.0",
+            f"trainer.gradient_clip_val=1.0 {why} and set model.optim.clip_norm=<max norm>",
+        ),
+        (
+            "+trainer.gradient_clip_algorithm=value",
+            f"trainer.gradient_clip_algorithm=value {why} and set model.optim.clip_norm",
+        ),
+    ]:
         out = tmp_path / override.split(".")[1].split("=")[0]
         line = guarded_error(train, compose_train(out, [*SMALL_MNP, *FAST, override]), capsys)
         assert line.startswith(f"error: {expected}"), line
         assert_no_outputs(out)
-    mlp = train(compose_train(tmp_path / "mlp", ["model=mlp", *FAST, "+trainer.accumulate_grad_batches=2",
-                                                 "+trainer.gradient_clip_val=1.0"]))
+    mlp = train(
+        compose_train(
+            tmp_path / "mlp",
+            ["model=mlp", *FAST, "+trainer.accumulate_grad_batches=2", "+trainer.gradient_clip_val=1.0"],
+        )
+    )
     assert mlp["epochs"] == 1
 
 
@@ -245,17 +319,27 @@ def test_checkpoint_and_data_with_other_views_fail_in_evaluate(tmp_path, capsys)
     ckpt = run / "checkpoints" / "last.ckpt"
 
     def ev_cfg(data_dir, out):
-        return OmegaConf.create({"ckpt_path": str(ckpt), "output_dir": str(out), "data_dir": str(data_dir),
-                                 "eval": None, "trainer": {"accelerator": "cpu", "devices": 1}})
+        return OmegaConf.create(
+            {
+                "ckpt_path": str(ckpt),
+                "output_dir": str(out),
+                "data_dir": str(data_dir),
+                "eval": None,
+                "trainer": {"accelerator": "cpu", "devices": 1},
+            }
+        )
 
     other_dims, other_count = tmp_path / "dims", tmp_path / "count"
-    for folder, vs in ((other_dims, [views[0], np.hstack([views[1], views[1][:, :1]])]),
-                       (other_count, [*views, views[1]])):
+    for folder, vs in (
+        (other_dims, [views[0], np.hstack([views[1], views[1][:, :1]])]),
+        (other_count, [*views, views[1]]),
+    ):
         folder.mkdir()
         npz(folder / "data.npz", vs, y)
     line = guarded_error(evaluate, ev_cfg(other_dims, tmp_path / "ev1"), capsys)
-    assert line == (f"error: checkpoint {ckpt} was trained on view dims [5, 3] and 3 classes, "
-                    "but the data has [5, 4] and 3")
+    assert line == (
+        f"error: checkpoint {ckpt} was trained on view dims [5, 3] and 3 classes, but the data has [5, 4] and 3"
+    )
     line = guarded_error(evaluate, ev_cfg(other_count, tmp_path / "ev2"), capsys)
     assert "view dims [5, 3]" in line and "the data has [5, 3, 3]" in line
     assert_no_outputs(tmp_path / "ev1")
@@ -267,31 +351,49 @@ def test_checkpoint_and_data_with_other_views_fail_in_evaluate(tmp_path, capsys)
     assert evaluate(ev_cfg(moved, tmp_path / "ev3"))["test/acc"] == trained["test/acc"]  # the same data, the same model
 
 
-@pytest.mark.parametrize("override,expected", [
-    ({"noise_levels": [-1]}, "eval.noise_levels must be null or a non-empty list of finite numbers >= 0, got [-1]"),
-    ({"noise_levels": []}, "eval.noise_levels must be null or a non-empty list of finite numbers >= 0, got []"),
-    ({"n_bins": 0}, "eval.n_bins must be an integer >= 1, got 0"),
-    ({"noise": "maybe"}, "eval.noise must be true or false, got 'maybe'"),
-    ({"bogus": 1}, "eval.bogus is not an evaluation key; valid keys: noise, noise_levels, noise_subset_size, "
-                   "noise_max_subsets, noise_seed, n_bins, noise_batch_rows, missing, split, per_view, calibration"),
-])
+@pytest.mark.parametrize(
+    "override,expected",
+    [
+        ({"noise_levels": [-1]}, "eval.noise_levels must be null or a non-empty list of finite numbers >= 0, got [-1]"),
+        ({"noise_levels": []}, "eval.noise_levels must be null or a non-empty list of finite numbers >= 0, got []"),
+        ({"n_bins": 0}, "eval.n_bins must be an integer >= 1, got 0"),
+        ({"noise": "maybe"}, "eval.noise must be true or false, got 'maybe'"),
+        (
+            {"bogus": 1},
+            "eval.bogus is not an evaluation key; valid keys: noise, noise_levels, noise_subset_size, "
+            "noise_max_subsets, noise_seed, n_bins, noise_batch_rows, missing, split, per_view, calibration",
+        ),
+    ],
+)
 def test_evaluate_checks_its_eval_overrides_as_train_does_before_loading(tmp_path, capsys, override, expected):
     """evaluate.py's +eval.* overrides are checked by train.py's one validation, before the checkpoint is read
     (it need not exist) or anything is written; they used to give metrics.json with noise/acc@-1 or acc_mean:
     null, or fail after the whole test pass."""
-    cfg = OmegaConf.create({"ckpt_path": str(tmp_path / "absent.ckpt"), "output_dir": str(tmp_path / "ev"),
-                            "data_dir": None, "eval": override, "trainer": {"accelerator": "cpu", "devices": 1}})
+    cfg = OmegaConf.create(
+        {
+            "ckpt_path": str(tmp_path / "absent.ckpt"),
+            "output_dir": str(tmp_path / "ev"),
+            "data_dir": None,
+            "eval": override,
+            "trainer": {"accelerator": "cpu", "devices": 1},
+        }
+    )
     assert guarded_error(evaluate, cfg, capsys) == f"error: {expected}"
     assert not (tmp_path / "ev").exists()
     with pytest.raises(ConfigError, match=re.escape(expected)):  # the same words from train.py's validation
-        validate(compose_train(tmp_path / "run", ["model=mlp", *(f"++eval.{k}={v}".replace("'", "") for k, v in
-                                                                  override.items())]))
+        validate(
+            compose_train(
+                tmp_path / "run", ["model=mlp", *(f"++eval.{k}={v}".replace("'", "") for k, v in override.items())]
+            )
+        )
 
 
 @pytest.mark.slow
 def test_evaluate_cli_refuses_a_bad_eval_override_in_one_line(tmp_path):
     run = tmp_path / "run"
-    train(compose_train(run, ["model=mlp", *FAST, "dataset=custom", f"dataset.path={npz(tmp_path / 'd.npz', *tiny())}"]))
+    train(
+        compose_train(run, ["model=mlp", *FAST, "dataset=custom", f"dataset.path={npz(tmp_path / 'd.npz', *tiny())}"])
+    )
     r = run_cli(["evaluate.py", f"ckpt_path={run / 'checkpoints' / 'last.ckpt'}", "+eval.n_bins=0"])
     assert r.returncode == 1 and r.stderr.startswith("error: eval.n_bins must be an integer >= 1, got 0 (traceback in ")
     assert len(r.stderr.strip().splitlines()) == 1 and not (run / "eval" / "metrics.json").exists()
@@ -318,8 +420,15 @@ def test_constant_views_duplicates_small_class_and_label_gap_train_with_warnings
     with a warning; a class with fewer than N_K training samples fills its memory block by sampling with
     replacement, with a warning; labels that never occur are dropped and the rest renumbered, with a warning."""
     path = degenerate_data(tmp_path / "odd.npz")
-    overrides = ["dataset=custom", f"dataset.path={path}", "dataset.batch_size=8", "trainer.max_epochs=2",
-                 "skip_if_done=false", "ckpt_path=null", "eval.noise_levels=[1.0]"]
+    overrides = [
+        "dataset=custom",
+        f"dataset.path={path}",
+        "dataset.batch_size=8",
+        "trainer.max_epochs=2",
+        "skip_if_done=false",
+        "ckpt_path=null",
+        "eval.noise_levels=[1.0]",
+    ]
     if model == "mnp":
         overrides += [*SMALL_MNP, "model.memory.size=30"]  # N_K = 10 > the 4 training samples of class 2
     else:
@@ -328,10 +437,12 @@ def test_constant_views_duplicates_small_class_and_label_gap_train_with_warnings
         res = train(compose_train(tmp_path / "run", overrides))
     text = caplog.text
     said = [r.getMessage() for r in caplog.records if "carries no information" in r.getMessage()]
-    assert said == [f"{path}: view 2 (3 columns) is all zero: it carries no information, so the model learns "
-                    "nothing from it; it is kept",
-                    f"{path}: view 3 (2 columns) is constant (all 37 rows the same): it carries no information, so "
-                    "the model learns nothing from it; it is kept"]
+    assert said == [
+        f"{path}: view 2 (3 columns) is all zero: it carries no information, so the model learns "
+        "nothing from it; it is kept",
+        f"{path}: view 3 (2 columns) is constant (all 37 rows the same): it carries no information, so "
+        "the model learns nothing from it; it is kept",
+    ]
     assert "2 samples duplicate an earlier sample in every view (0 of the 7 test rows equal a training row)" in text
     assert "labels [2] never occur (labels span 0..3); the 3 classes present are renumbered 0..2" in text
     for key in ("test/acc", "test/nll", "test/ece", "test/brier", "noise/acc_mean"):
@@ -358,12 +469,14 @@ def test_cli_truncated_file_one_line_exit_1_no_outputs_traceback_in_train_log(tm
     views, y = tiny()
     path = truncated(npz(tmp_path / "data.npz", views, y))
     run_dir = tmp_path / "run"
-    r = run_cli(["train.py", "model=mlp", "dataset=custom", f"dataset.path={path}", f"hydra.run.dir={run_dir}",
-                 "logger=none"])
+    r = run_cli(
+        ["train.py", "model=mlp", "dataset=custom", f"dataset.path={path}", f"hydra.run.dir={run_dir}", "logger=none"]
+    )
     assert r.returncode == 1
     err = r.stderr.strip().splitlines()
-    assert err[-1].startswith(f"error: {path}: file is corrupt or truncated (") and \
-        err[-1].endswith(f"); re-download or replace it (traceback in {run_dir / 'train.log'})")
+    assert err[-1].startswith(f"error: {path}: file is corrupt or truncated (") and err[-1].endswith(
+        f"); re-download or replace it (traceback in {run_dir / 'train.log'})"
+    )
     assert "Traceback" not in r.stderr + r.stdout  # on the console: one line
     assert (r.stdout + r.stderr).count("file is corrupt or truncated") == 1  # not echoed as a log line on stdout
     log = (run_dir / "train.log").read_text()  # in the log: where it was raised, should it be a bug

@@ -5,6 +5,7 @@ The cases run through the CLI's guard in-process (:func:`mnp.core.cli.run_guarde
 what ``train.py`` calls); the ones that used to fail during or after training, or to exhaust memory,
 also run as real ``train.py`` subprocesses.
 """
+
 import os
 import time
 from pathlib import Path
@@ -17,8 +18,7 @@ from cli_utils import assert_no_outputs, guarded_error, hydra_only, run_cli
 from mnp.core.pipeline import train
 from zip_utils import deflate_bomb
 
-G = ["model=mlp", "trainer.max_epochs=2", "dataset=custom", "eval.noise=false", "skip_if_done=false",
-     "ckpt_path=null"]
+G = ["model=mlp", "trainer.max_epochs=2", "dataset=custom", "eval.noise=false", "skip_if_done=false", "ckpt_path=null"]
 
 
 @pytest.fixture(autouse=True)
@@ -48,8 +48,12 @@ def make_case(case, d):
         return p, [], f"{p}: the test split is empty: every class has one sample, which stays in training; add samples"
     if case == "two samples per class":
         write(p, [v[::50] for v in views], y[::50])
-        return p, [], f"{p}: the test split is empty: dataset.test_fraction=0.2 of at most 2 samples per class " \
-                      "rounds to 0; add samples or raise it (+dataset.test_fraction=...)"
+        return (
+            p,
+            [],
+            f"{p}: the test split is empty: dataset.test_fraction=0.2 of at most 2 samples per class "
+            "rounds to 0; add samples or raise it (+dataset.test_fraction=...)",
+        )
     if case == "overflow":
         write(p, [views[0], views[1] * 1e307], y)
         return p, [], f"{p}: view 2 overflowed in scaling (dataset.scaling=standard): its values, up to "
@@ -74,14 +78,30 @@ def make_case(case, d):
         return p, [], f"{p}: loading x1 would take the arrays to 8796.1 GB in memory, over 25% of the "
     write(p, views, y)
     key, value = case.split("=")
-    expected = f"{key.lstrip('+')} must be " + ("an integer >= 1" if "batch" in key else
-                                                "a fraction in (0, 1)" if "test" in key else "a fraction in [0, 1)")
+    expected = f"{key.lstrip('+')} must be " + (
+        "an integer >= 1" if "batch" in key else "a fraction in (0, 1)" if "test" in key else "a fraction in [0, 1)"
+    )
     return p, [case], f"{expected}, got {value}"
 
 
-CASES = ["one sample per class", "two samples per class", "overflow", "complex view", "object array", "not a zip",
-         "directory", "fifo", "/dev/zero", "deflate bomb", "dataset.batch_size=0", "dataset.batch_size=-1",
-         "dataset.val_fraction=1.0", "dataset.val_fraction=-0.5", "+dataset.test_fraction=0", "+dataset.test_fraction=1.5"]
+CASES = [
+    "one sample per class",
+    "two samples per class",
+    "overflow",
+    "complex view",
+    "object array",
+    "not a zip",
+    "directory",
+    "fifo",
+    "/dev/zero",
+    "deflate bomb",
+    "dataset.batch_size=0",
+    "dataset.batch_size=-1",
+    "dataset.val_fraction=1.0",
+    "dataset.val_fraction=-0.5",
+    "+dataset.test_fraction=0",
+    "+dataset.test_fraction=1.5",
+]
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -118,7 +138,9 @@ def test_cli_huge_label_trains_with_a_short_renumbering_warning(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     assert (run_dir / "metrics.json").is_file() and (run_dir / "predictions.npz").is_file()
     log = (run_dir / "train.log").read_text()
-    assert "labels [1, 2, 3, 4, 6, ...] (999999998 in all) never occur (labels span 0..1000000000); " \
-           "the 3 classes present are renumbered 0..2" in log
+    assert (
+        "labels [1, 2, 3, 4, 6, ...] (999999998 in all) never occur (labels span 0..1000000000); "
+        "the 3 classes present are renumbered 0..2" in log
+    )
     probs = np.load(run_dir / "predictions.npz")["test/probs"]
     assert probs.shape[1] == 3

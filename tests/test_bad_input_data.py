@@ -1,5 +1,6 @@
 """Every kind of bad input raises a one-line DataError that names what is wrong (or, for duplicates,
 logs a warning with the count)."""
+
 import logging
 import re
 import time
@@ -132,8 +133,15 @@ def test_class_without_training_samples(tmp_path, tiny_views):
 
 def test_pre_split_train_test_dims_mismatch(tmp_path):
     path = tmp_path / "pre.mat"
-    scipy.io.savemat(path, {"x1_train": np.ones((4, 3)), "x1_test": np.ones((2, 5)),
-                            "gt_train": [[1], [2], [1], [2]], "gt_test": [[1], [2]]})
+    scipy.io.savemat(
+        path,
+        {
+            "x1_train": np.ones((4, 3)),
+            "x1_test": np.ones((2, 5)),
+            "gt_train": [[1], [2], [1], [2]],
+            "gt_test": [[1], [2]],
+        },
+    )
     msg = error_of(custom(path))
     assert "view 1 has 3 features in x1_train but 5 in x1_test" in msg
 
@@ -156,18 +164,28 @@ def test_split_indices_out_of_range_or_overlapping(tmp_path, tiny_views):
     assert "1 samples are in both the train and test indices (e.g. 29)" in msg
 
 
-@pytest.mark.parametrize("train,test,expected", [
-    (np.arange(30), np.arange(24, 36), "6 samples are in both the train and test indices (e.g. 24)"),
-    (np.arange(-6, 30), np.arange(30, 36), "train indices span -6..29 but there are 36 samples (expected 0-based "
-                                           "indices in 0..35; a negative one is not counted from the end)"),
-    (np.arange(30), np.repeat(np.arange(30, 36), 5), "6 samples occur more than once in the test indices (e.g. 30, "
-                                                     "5 times); give each sample once"),
-    (np.arange(30), np.arange(30, 40), "test indices span 30..39 but there are 36 samples"),
-    (np.arange(36) < 30, np.arange(30, 36), "train indices must be integers, got dtype bool"),
-    (np.arange(30), np.arange(30.0, 36.0), "test indices must be integers, got dtype float64"),
-    (np.arange(30), None, "give both train_idx and test_idx, or neither"),
-    (None, np.arange(30, 36), "give both train_idx and test_idx, or neither"),
-])
+@pytest.mark.parametrize(
+    "train,test,expected",
+    [
+        (np.arange(30), np.arange(24, 36), "6 samples are in both the train and test indices (e.g. 24)"),
+        (
+            np.arange(-6, 30),
+            np.arange(30, 36),
+            "train indices span -6..29 but there are 36 samples (expected 0-based "
+            "indices in 0..35; a negative one is not counted from the end)",
+        ),
+        (
+            np.arange(30),
+            np.repeat(np.arange(30, 36), 5),
+            "6 samples occur more than once in the test indices (e.g. 30, 5 times); give each sample once",
+        ),
+        (np.arange(30), np.arange(30, 40), "test indices span 30..39 but there are 36 samples"),
+        (np.arange(36) < 30, np.arange(30, 36), "train indices must be integers, got dtype bool"),
+        (np.arange(30), np.arange(30.0, 36.0), "test indices must be integers, got dtype float64"),
+        (np.arange(30), None, "give both train_idx and test_idx, or neither"),
+        (None, np.arange(30, 36), "give both train_idx and test_idx, or neither"),
+    ],
+)
 def test_an_in_memory_split_is_checked_as_a_file_split(tmp_path, tiny_views, train, test, expected):
     """TensorDataModule used to train on test rows (overlap, negative indices wrapping round), count repeated
     test rows several times, or fail with a TypeError; it now refuses what a .npz split refuses, with the same
@@ -193,10 +211,12 @@ def test_a_constant_view_trains_with_one_warning_naming_it(tiny_views, caplog):
         dm = TensorDataModule(data, y, np.arange(0, 36, 2), np.arange(1, 36, 2))
         dm.setup()
     said = [r.getMessage() for r in caplog.records if r.name == "datamodules.checks"]
-    assert said == ["<memory>: view 2 (3 columns) is constant (all 36 rows the same): it carries no information, "
-                    "so the model learns nothing from it; it is kept",
-                    "<memory>: view 4 (2 columns) is all zero: it carries no information, so the model learns "
-                    "nothing from it; it is kept"]
+    assert said == [
+        "<memory>: view 2 (3 columns) is constant (all 36 rows the same): it carries no information, "
+        "so the model learns nothing from it; it is kept",
+        "<memory>: view 4 (2 columns) is all zero: it carries no information, so the model learns "
+        "nothing from it; it is kept",
+    ]
     assert dm.view_dims == [5, 3, 3, 2]  # kept
 
 
@@ -214,9 +234,11 @@ def test_duplicated_samples_are_kept_with_a_warning(tmp_path, tiny_views, caplog
     assert len(dm.train_y) + len(dm.test_y) == 36
     warning = [r.getMessage() for r in caplog.records if "duplicate" in r.getMessage()]
     assert len(warning) == 1
-    assert re.search(r"2 samples duplicate an earlier sample in every view \(2 of the 2 test rows equal a training "
-                     r"row, so the test scores are inflated by that leakage\)", warning[0])
-
+    assert re.search(
+        r"2 samples duplicate an earlier sample in every view \(2 of the 2 test rows equal a training "
+        r"row, so the test scores are inflated by that leakage\)",
+        warning[0],
+    )
 
 
 # ---------------------------------------------------------------------------- labels, splits, values
@@ -233,18 +255,31 @@ def test_huge_label_renumbered_without_building_the_label_range(tmp_path, tiny_v
     got[dm.train_idx], got[dm.test_idx] = dm.train_y.numpy(), dm.test_y.numpy()
     np.testing.assert_array_equal(got, y)
     [warning] = [r.getMessage() for r in caplog.records if "never occur" in r.getMessage()]
-    assert "labels [1, 2, 3, 4, 6, ...] (999999998 in all) never occur (labels span 0..1000000000); " \
-           "the 3 classes present are renumbered 0..2" in warning
+    assert (
+        "labels [1, 2, 3, 4, 6, ...] (999999998 in all) never occur (labels span 0..1000000000); "
+        "the 3 classes present are renumbered 0..2" in warning
+    )
     assert len(warning) < 300
 
 
-@pytest.mark.parametrize("per_class,kw,expected", [
-    (1, {}, "every class has one sample, which stays in training; add samples"),
-    (2, {}, "dataset.test_fraction=0.2 of at most 2 samples per class rounds to 0; "
-            "add samples or raise it (+dataset.test_fraction=...)"),
-    (4, {"test_fraction": 0.1}, "dataset.test_fraction=0.1 of at most 4 samples per class rounds to 0; "
-                                "add samples or raise it (+dataset.test_fraction=...)"),
-])
+@pytest.mark.parametrize(
+    "per_class,kw,expected",
+    [
+        (1, {}, "every class has one sample, which stays in training; add samples"),
+        (
+            2,
+            {},
+            "dataset.test_fraction=0.2 of at most 2 samples per class rounds to 0; "
+            "add samples or raise it (+dataset.test_fraction=...)",
+        ),
+        (
+            4,
+            {"test_fraction": 0.1},
+            "dataset.test_fraction=0.1 of at most 4 samples per class rounds to 0; "
+            "add samples or raise it (+dataset.test_fraction=...)",
+        ),
+    ],
+)
 def test_empty_test_split_fails_in_setup(tmp_path, per_class, kw, expected):
     """Found before training (it used to end in an AttributeError after training)."""
     y = np.repeat(np.arange(3), per_class)
@@ -256,8 +291,10 @@ def test_test_indices_all_held_out_as_ood_fail_in_setup(tmp_path, tiny_views):
     views, y = tiny_views
     path = npz(tmp_path, x1=views[0], y=y, train_idx=np.flatnonzero(y < 2), test_idx=np.flatnonzero(y == 2))
     msg = error_of(custom(path, ood_classes=[2]))
-    assert msg == f"{path}: the test split is empty: the split's test indices hold no sample outside " \
-                  "dataset.ood_classes; give test samples"
+    assert (
+        msg == f"{path}: the test split is empty: the split's test indices hold no sample outside "
+        "dataset.ood_classes; give test samples"
+    )
 
 
 def test_explicitly_empty_test_set_is_fit_only(tiny_views):
@@ -274,8 +311,9 @@ def test_scaling_overflow_names_the_view(tmp_path, tiny_views, scaling, factor):
     which would silently turn the view into zeros."""
     views, y = tiny_views
     msg = error_of(custom(npz(tmp_path, x1=views[0], x2=views[1] * factor, y=y), scaling=scaling))
-    assert msg.startswith(f"{tmp_path / 'bad.npz'}: view 2 overflowed in scaling (dataset.scaling={scaling}): "
-                          "its values, up to ")
+    assert msg.startswith(
+        f"{tmp_path / 'bad.npz'}: view 2 overflowed in scaling (dataset.scaling={scaling}): its values, up to "
+    )
     assert msg.endswith("are too large for the scaler or for float32; divide the view by a constant before saving it")
 
 
@@ -314,13 +352,22 @@ def test_object_array_is_named_as_such(tmp_path, tiny_views):
     assert msg == f"{path}: x1 holds Python objects (dtype object); save numeric arrays"
 
 
-@pytest.mark.parametrize("content,expected", [
-    (b"x1,x2,y\n1,2,0\n", "the format could not be recognised (not a zip archive, so not an .npz); accepted: "
-                          ".npz written by numpy.savez with x1..xM and y, or .mat in MATLAB v5 or v7.3/HDF5 format"),
-    (b"", "the format could not be recognised"),
-    ("npy", "is a single .npy array, not an .npz archive; "
-            "save the arrays with numpy.savez(path, x1=..., x2=..., y=...)"),
-])
+@pytest.mark.parametrize(
+    "content,expected",
+    [
+        (
+            b"x1,x2,y\n1,2,0\n",
+            "the format could not be recognised (not a zip archive, so not an .npz); accepted: "
+            ".npz written by numpy.savez with x1..xM and y, or .mat in MATLAB v5 or v7.3/HDF5 format",
+        ),
+        (b"", "the format could not be recognised"),
+        (
+            "npy",
+            "is a single .npy array, not an .npz archive; "
+            "save the arrays with numpy.savez(path, x1=..., x2=..., y=...)",
+        ),
+    ],
+)
 def test_file_that_is_not_an_npz_archive(tmp_path, content, expected):
     path = tmp_path / "data.npz"
     if content == "npy":
@@ -348,8 +395,10 @@ def test_deflate_bomb_refused_from_zip_directory(tmp_path, monkeypatch):
     t0 = time.perf_counter()
     msg = error_of(custom(path))
     assert time.perf_counter() - t0 < 2
-    assert msg == f"{path}: loading x1 would take the arrays to 4.0 GB in memory, over 25% of the 8.0 GB " \
-                  "available; use a smaller file or free memory"
+    assert (
+        msg == f"{path}: loading x1 would take the arrays to 4.0 GB in memory, over 25% of the 8.0 GB "
+        "available; use a smaller file or free memory"
+    )
 
 
 def test_declared_size_counts_as_float64_and_small_files_pass(tmp_path, monkeypatch, tiny_views):
@@ -365,22 +414,27 @@ def test_declared_size_counts_as_float64_and_small_files_pass(tmp_path, monkeypa
     dm.setup()
     assert dm.view_dims == [5, 3]
     monkeypatch.setattr("datamodules.npz.available_memory", lambda: 4e3)  # 1 kB for the arrays: x1 takes 1.6 kB
-    assert error_of(custom(tmp_path / "bad.npz")) == f"{tmp_path / 'bad.npz'}: loading x1 would take the arrays to " \
+    assert (
+        error_of(custom(tmp_path / "bad.npz")) == f"{tmp_path / 'bad.npz'}: loading x1 would take the arrays to "
         "1.6 kB in memory, over 25% of the 4.0 kB available; use a smaller file or free memory"
+    )
 
 
 # ---------------------------------------------------------------------------- config values
-@pytest.mark.parametrize("kw,expected", [
-    ({"batch_size": 0}, "dataset.batch_size must be an integer >= 1, got 0"),
-    ({"batch_size": -1}, "dataset.batch_size must be an integer >= 1, got -1"),
-    ({"batch_size": 2.5}, "dataset.batch_size must be an integer >= 1, got 2.5"),
-    ({"eval_batch_size": 0}, "dataset.eval_batch_size must be an integer >= 1, got 0"),
-    ({"val_fraction": 1.0}, "dataset.val_fraction must be a fraction in [0, 1), got 1.0"),
-    ({"val_fraction": -0.5}, "dataset.val_fraction must be a fraction in [0, 1), got -0.5"),
-    ({"test_fraction": 0}, "dataset.test_fraction must be a fraction in (0, 1), got 0"),
-    ({"test_fraction": 1.0}, "dataset.test_fraction must be a fraction in (0, 1), got 1.0"),
-    ({"test_fraction": "half"}, "dataset.test_fraction must be a fraction in (0, 1), got 'half'"),
-])
+@pytest.mark.parametrize(
+    "kw,expected",
+    [
+        ({"batch_size": 0}, "dataset.batch_size must be an integer >= 1, got 0"),
+        ({"batch_size": -1}, "dataset.batch_size must be an integer >= 1, got -1"),
+        ({"batch_size": 2.5}, "dataset.batch_size must be an integer >= 1, got 2.5"),
+        ({"eval_batch_size": 0}, "dataset.eval_batch_size must be an integer >= 1, got 0"),
+        ({"val_fraction": 1.0}, "dataset.val_fraction must be a fraction in [0, 1), got 1.0"),
+        ({"val_fraction": -0.5}, "dataset.val_fraction must be a fraction in [0, 1), got -0.5"),
+        ({"test_fraction": 0}, "dataset.test_fraction must be a fraction in (0, 1), got 0"),
+        ({"test_fraction": 1.0}, "dataset.test_fraction must be a fraction in (0, 1), got 1.0"),
+        ({"test_fraction": "half"}, "dataset.test_fraction must be a fraction in (0, 1), got 'half'"),
+    ],
+)
 def test_config_values_checked_in_the_constructor(tmp_path, kw, expected):
     """Before any data is read (the path does not even exist)."""
     with pytest.raises(DataError) as e:

@@ -1,4 +1,5 @@
 """Deep ensembles (early and late fusion), batched layers and MC Dropout."""
+
 import math
 
 import torch
@@ -27,7 +28,7 @@ def test_batched_linear_matches_separate_layers_and_init_per_member():
     x = pad_views(make_views())
     out = layer(x)
     for e, v in enumerate(make_views()):
-        ref = v @ layer.weight[e, :v.shape[1]] + layer.bias[e]
+        ref = v @ layer.weight[e, : v.shape[1]] + layer.bias[e]
         torch.testing.assert_close(out[e], ref)
 
 
@@ -48,7 +49,9 @@ def test_ensemble_members_differ_and_average_is_returned():
             for b in range(a + 1, members):
                 assert not torch.allclose(probs[a], probs[b])  # different predictions
         torch.testing.assert_close(probs, model.logits(views).softmax(-1))
-        expected_unc = probs.var(0, unbiased=False).sum(-1) if uncertainty == "variance" else metrics.entropy(probs.mean(0))
+        expected_unc = (
+            probs.var(0, unbiased=False).sum(-1) if uncertainty == "variance" else metrics.entropy(probs.mean(0))
+        )
         torch.testing.assert_close(unc, expected_unc)
         scores = model.extra_scores(probs)
         torch.testing.assert_close(scores["variance"], member_variance(probs))

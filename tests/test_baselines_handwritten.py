@@ -1,4 +1,5 @@
 """Every baseline learns well beyond chance (10%) on the real Handwritten data within a few epochs."""
+
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,7 @@ from omegaconf import OmegaConf
 
 from conftest import data_dir, data_missing
 from datamodules.features import FeatureDataModule
+
 
 @pytest.fixture(scope="module")
 def handwritten():
@@ -42,10 +44,18 @@ def test_learns_handwritten(handwritten, name):
     overrides, epochs = CASES[name]
     node = OmegaConf.load(CONF / f"{name}.yaml")
     assert node.pop("name") == name
-    model = instantiate(node, num_classes=handwritten.num_classes, view_dims=handwritten.view_dims, _convert_="all",
-                        **overrides)
-    trainer = pl.Trainer(max_epochs=epochs, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                         enable_model_summary=False, num_sanity_val_steps=0, accelerator="cpu")
+    model = instantiate(
+        node, num_classes=handwritten.num_classes, view_dims=handwritten.view_dims, _convert_="all", **overrides
+    )
+    trainer = pl.Trainer(
+        max_epochs=epochs,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        accelerator="cpu",
+    )
     trainer.fit(model, datamodule=handwritten)
     probs, unc = model.predict_proba(handwritten.test_views)
     acc = (probs.argmax(-1) == handwritten.test_y).float().mean().item()

@@ -1,4 +1,5 @@
 """MGP: Dirichlet label transform, product-of-experts fusion, initialisation and prediction."""
+
 import math
 
 import gpytorch
@@ -41,8 +42,12 @@ def test_product_of_experts_closed_form(weighting):
     means = torch.tensor([0.5, 2.0, -1.0], dtype=torch.float64)
     variances = torch.tensor([0.02, 0.05, 0.03], dtype=torch.float64)
     h = -(0.5 * torch.log(2 * math.pi * variances) + 0.5)  # negative differential entropies (all > 0 here)
-    weights = {"poe": torch.ones(3, dtype=torch.float64), "uniform": torch.full((3,), 1 / 3, dtype=torch.float64),
-               "entropy": h / h.sum(), "softmax_entropy": h.softmax(0)}[weighting]
+    weights = {
+        "poe": torch.ones(3, dtype=torch.float64),
+        "uniform": torch.full((3,), 1 / 3, dtype=torch.float64),
+        "entropy": h / h.sum(),
+        "softmax_entropy": h.softmax(0),
+    }[weighting]
     mean, var = fuse_experts(means[:, None], variances[:, None], weighting)
     # closed form: σ² = 1 / Σ w/σ²_m,  μ = σ² Σ w μ_m / σ²_m
     prec = weights / variances
@@ -71,8 +76,9 @@ def test_entropy_fusion_stays_a_gaussian_across_one_over_two_pi_e():
     iris' 2 views, ≈ +6.7 and −5.7) and the fused variance is negative. The weights must stay convex, and
     equal the official ones bit for bit where every view's h has the same sign."""
     same_side = torch.tensor([[0.02, 0.3], [0.05, 0.9], [0.01, 2.0]])  # columns: all h > 0, all h < 0
-    assert torch.equal(entropy_weights(-(0.5 * torch.log(2 * math.pi * same_side) + 0.5)),
-                       official_entropy_weights(same_side))
+    assert torch.equal(
+        entropy_weights(-(0.5 * torch.log(2 * math.pi * same_side) + 0.5)), official_entropy_weights(same_side)
+    )
     means = torch.tensor([[-0.3, 1.2], [2.0, -0.5]])
     variances = torch.tensor([[0.026263, 0.0731], [0.15039, 0.0412]])  # straddling 1/(2πe) ≈ 0.0585, Σ h ≈ 0
     assert (official_entropy_weights(variances) < 0).any()  # the failure this guards against
@@ -116,6 +122,7 @@ def test_iris_two_views_give_finite_probabilities(one_thread):
     torch.testing.assert_close(p.sum(-1), torch.ones(len(p)))
     assert math.isfinite(metrics.ece(p, dm.test_y)) and metrics.accuracy(p, dm.test_y) > 0.7
 
+
 def test_init_predict_and_loss():
     torch.manual_seed(0)
     dims = [3, 2]
@@ -145,10 +152,12 @@ def test_init_predict_and_loss():
     assert probs.shape == (50, 5, 3)
     torch.testing.assert_close(probs.sum(-1), torch.ones(50, 5))
     p = probs.mean(0)
-    torch.testing.assert_close(unc, (p - p ** 2).sum(-1))
+    torch.testing.assert_close(unc, (p - p**2).sum(-1))
     # Monte Carlo softmax samples come from the fused Gaussian: logit differences recover its mean
     logp = probs.log()
-    torch.testing.assert_close((logp - logp[..., :1]).mean(0), mu - mu[:, :1], atol=6 * var.max().sqrt().item() * math.sqrt(2 / 50), rtol=0)
+    torch.testing.assert_close(
+        (logp - logp[..., :1]).mean(0), mu - mu[:, :1], atol=6 * var.max().sqrt().item() * math.sqrt(2 / 50), rtol=0
+    )
 
 
 def test_untrained_model_refuses_to_train():

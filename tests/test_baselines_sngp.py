@@ -1,4 +1,5 @@
 """SNGP: Laplace precision reset per epoch, mean-field logits, Dempster-Shafer uncertainty."""
+
 import math
 
 import numpy as np
@@ -36,8 +37,16 @@ def test_precision_reset_every_epoch_in_a_real_fit():
     dm = TensorDataModule(views, y, np.arange(48), np.arange(48, 60), batch_size=16)
     model = SNGP(3, [3, 2], num_features=64, ridge=2.0, normalize_input=False)  # features fixed while training
     probe = PrecisionProbe()
-    trainer = pl.Trainer(max_epochs=3, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                         enable_model_summary=False, num_sanity_val_steps=0, accelerator="cpu", callbacks=[probe])
+    trainer = pl.Trainer(
+        max_epochs=3,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        accelerator="cpu",
+        callbacks=[probe],
+    )
     trainer.fit(model, datamodule=dm)
     eye = 2.0 * torch.eye(64)
     assert len(probe.at_start) == 3
@@ -70,8 +79,9 @@ def test_mean_field_logits_and_dempster_shafer():
     mf = logits / torch.sqrt(1 + math.pi / 8 * var)[:, None]
     torch.testing.assert_close(probs[0], mf.softmax(-1), rtol=1e-4, atol=1e-6)
     torch.testing.assert_close(unc, 4 / (4 + mf.exp().sum(-1)), rtol=1e-4, atol=1e-6)
-    torch.testing.assert_close(mean_field_logits(torch.ones(1, 2) * 3, torch.tensor([8 / math.pi])),
-                               torch.ones(1, 2) * 3 / math.sqrt(2))
+    torch.testing.assert_close(
+        mean_field_logits(torch.ones(1, 2) * 3, torch.tensor([8 / math.pi])), torch.ones(1, 2) * 3 / math.sqrt(2)
+    )
     torch.testing.assert_close(dempster_shafer(torch.log(torch.tensor([[1.0, 2.0, 3.0]]))), torch.tensor([3 / 9]))
 
 

@@ -1,4 +1,5 @@
 """TMC: Dempster's rule of combination and the evidential loss."""
+
 import itertools
 
 import pytest
@@ -34,7 +35,9 @@ def test_dempster_is_order_independent_over_views():
 
 def test_evidential_loss_terms():
     alpha = torch.tensor([[4.0, 2.0, 1.5], [1.2, 7.0, 3.0]], dtype=torch.float64)
-    torch.testing.assert_close(kl_to_uniform_dirichlet(alpha), kl_divergence(Dirichlet(alpha), Dirichlet(torch.ones_like(alpha))))
+    torch.testing.assert_close(
+        kl_to_uniform_dirichlet(alpha), kl_divergence(Dirichlet(alpha), Dirichlet(torch.ones_like(alpha)))
+    )
     # the digamma term is E_{p ~ Dir(α)}[−log p_y]: compare with Monte Carlo
     y = torch.tensor([0, 1])
     onehot = torch.nn.functional.one_hot(y, 3).double()

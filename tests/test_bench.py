@@ -1,5 +1,6 @@
 """The speed benchmark (mnp.tools.bench): a tiny end-to-end run (JSON shape, positive numbers), the FLOP
 counter against analytic counts, the live-tensor memory tracker against known allocations."""
+
 import json
 import math
 
@@ -9,8 +10,17 @@ import torch
 from mnp.tools import bench, bench_cases, bench_measure, bench_scaling
 from mnp_utils import flat_mnp
 
-FIELDS = ("dataset", "model", "train_epoch_s", "test_s", "test_samples_per_s", "peak_mem_mb",
-          "train_gflops_per_s", "test_gflops_per_s", "matmul_peak_gflops_per_s")
+FIELDS = (
+    "dataset",
+    "model",
+    "train_epoch_s",
+    "test_s",
+    "test_samples_per_s",
+    "peak_mem_mb",
+    "train_gflops_per_s",
+    "test_gflops_per_s",
+    "matmul_peak_gflops_per_s",
+)
 RATIOS = ("mgp_over_mnp_train", "mgp_over_mnp_test", "mnp_over_mlp_train", "mnp_over_mlp_test")
 
 
@@ -21,8 +31,23 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # restores the thread count 
 def test_quick_run_on_a_tiny_shape_writes_the_documented_json(tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(bench_cases.SHAPES, "hmdb", ((6, 4), 3, 500))  # hmdb's configs, tiny data
     out = tmp_path / "bench.json"
-    result = bench.main(["--quick", "--dataset", "hmdb", "--json", str(out), "--set", "mnp.encoder.d_e=16",
-                         "--set", "mnp.memory.size=12", "--set", "mgp.num_inducing=8", "--set", "mgp.mc_samples=10"])
+    result = bench.main(
+        [
+            "--quick",
+            "--dataset",
+            "hmdb",
+            "--json",
+            str(out),
+            "--set",
+            "mnp.encoder.d_e=16",
+            "--set",
+            "mnp.memory.size=12",
+            "--set",
+            "mgp.num_inducing=8",
+            "--set",
+            "mgp.mc_samples=10",
+        ]
+    )
     saved = json.loads(out.read_text())
     assert saved["cases"] == json.loads(json.dumps(result["cases"]))
     assert [c["model"] for c in saved["cases"]] == ["mnp", "mgp", "mlp"]
@@ -33,7 +58,9 @@ def test_quick_run_on_a_tiny_shape_writes_the_documented_json(tmp_path, monkeypa
         assert c["train_batches_full"] == 2 and c["train_batches_timed"] == 1 and c["extrapolated"]
         assert c["test_rows_full"] == 100 and c["test_rows_timed"] == 100
     assert set(saved["ratios"]["hmdb"]) == set(RATIOS) | {"mgp_over_mnp_test_context_reused"}
-    assert saved["cases"][0]["test_s_context_reused"] > 0  # a timing, measured (how it compares: benchmarks, not a test)
+    assert (
+        saved["cases"][0]["test_s_context_reused"] > 0
+    )  # a timing, measured (how it compares: benchmarks, not a test)
     assert all(v > 0 for v in saved["ratios"]["hmdb"].values())
     assert saved["meta"]["threads"] == 1
     text = capsys.readouterr().out
@@ -55,6 +82,7 @@ def test_live_tensor_bytes_sees_allocations_and_frees():
         del a
         c = b * 2  # a is gone: still 8 MB
         return c.sum()  # + 4 bytes
+
     mode = bench_measure.LiveTensorBytes(torch.device("cpu"))
     with mode:
         work()
@@ -81,8 +109,20 @@ def test_linear_fit_reports_slope_intercept_and_r2():
 @pytest.mark.slow
 def test_scaling_curves_are_measured_fitted_and_plotted(tmp_path, monkeypatch):
     monkeypatch.setitem(bench_cases.SHAPES, "hmdb", ((6, 4), 3, 500))
-    result = bench.main(["--quick", "--dataset", "hmdb", "--models", "mnp", "--scaling", "--plot-dir", str(tmp_path),
-                         "--set", "mnp.d_e=16"])
+    result = bench.main(
+        [
+            "--quick",
+            "--dataset",
+            "hmdb",
+            "--models",
+            "mnp",
+            "--scaling",
+            "--plot-dir",
+            str(tmp_path),
+            "--set",
+            "mnp.d_e=16",
+        ]
+    )
     sc = result["scaling"]
     assert [p["n_m"] for p in sc["n_m"]["points"]] == [100, 200, 400]
     assert [p["n_t"] for p in sc["n_t"]["points"]] == [50, 100, 200]
@@ -107,6 +147,7 @@ def test_ratio_table_reports_against_the_captured_step_where_mnp_graph_was_timed
     from pathlib import Path
 
     from mnp.tools.bench_tables import markdown
+
     root = Path(__file__).resolve().parents[1] / "benchmarks"
     gpu = markdown(json.loads((root / "h200_9de9874" / "bench_gpu.json").read_text())).splitlines()
     assert any(line.endswith("| MGP/MNP-graph train (target ≥ 3) | MNP eager/graph train |") for line in gpu)

@@ -1,5 +1,6 @@
 """Temperature scaling (docs/method.md §5.6, ``eval.calibration=temperature``): T fitted on the validation rows
 by NLL, applied to the test loop's clean, noisy and missing-view predictions, reported beside the raw metrics."""
+
 import json
 
 import numpy as np
@@ -21,8 +22,13 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def quiet_trainer() -> pl.Trainer:
-    return pl.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                      accelerator="cpu")
+    return pl.Trainer(
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        accelerator="cpu",
+    )
 
 
 def calibrated_draws(n: int, k: int = 4, seed: int = 0) -> tuple[Tensor, Tensor]:
@@ -30,7 +36,6 @@ def calibrated_draws(n: int, k: int = 4, seed: int = 0) -> tuple[Tensor, Tensor]
     g = torch.Generator().manual_seed(seed)
     logits = 1.5 * torch.randn(n, k, generator=g, dtype=torch.float64)
     return logits, torch.multinomial(logits.softmax(-1), 1, generator=g).squeeze(-1)
-
 
 
 # ---------------------------------------------------------------------------- the fit
@@ -129,8 +134,13 @@ def test_under_the_selection_protocol_the_calibrated_keys_are_validation_keys():
     dm = logit_module()
     dm.eval_split = "val"
     res = run_test(Overconfident(), dm, calibration="temperature", split="val")
-    assert {"val/cal/ece", "val/cal/nll", "val/cal/noise/ece_mean", "val/cal/missing/ece_mean",
-            "val/calibration/temperature"} <= set(res)
+    assert {
+        "val/cal/ece",
+        "val/cal/nll",
+        "val/cal/noise/ece_mean",
+        "val/cal/missing/ece_mean",
+        "val/calibration/temperature",
+    } <= set(res)
     assert not [k for k in res if not k.startswith("val/")]  # what mnp.tools.select reads
 
 
@@ -149,14 +159,36 @@ def test_the_config_needs_validation_rows_and_a_known_method(tmp_path):
 
 def test_train_writes_the_calibrated_and_per_view_metrics(tmp_path):
     """A tiny MNP run through train.py: metrics.json holds cal/, calibration/ and view/ keys."""
-    res = train(compose_train(tmp_path, ["model=mnp", "trainer.max_epochs=2", "dataset.num_views=2",
-                                         "dataset.n_train=200", "dataset.n_test=100", "dataset.val_fraction=0.2",
-                                         "model.encoder.d_e=16", "model.memory.size=20", "model.warmup.epochs=0",
-                                         "eval.noise_levels=[1.0]", "eval.calibration=temperature"]))
+    res = train(
+        compose_train(
+            tmp_path,
+            [
+                "model=mnp",
+                "trainer.max_epochs=2",
+                "dataset.num_views=2",
+                "dataset.n_train=200",
+                "dataset.n_test=100",
+                "dataset.val_fraction=0.2",
+                "model.encoder.d_e=16",
+                "model.memory.size=20",
+                "model.warmup.epochs=0",
+                "eval.noise_levels=[1.0]",
+                "eval.calibration=temperature",
+            ],
+        )
+    )
     on_disk = json.loads((tmp_path / "metrics.json").read_text())
     assert on_disk["calibration/temperature"] == res["calibration/temperature"] > 0
-    assert {"cal/test/ece", "cal/test/nll", "cal/noise/ece_mean", "cal/missing/ece_mean", "test/ece",
-            "view/acc@v0", "view/acc@v1@1", "view/acc@1"} <= set(on_disk)
+    assert {
+        "cal/test/ece",
+        "cal/test/nll",
+        "cal/noise/ece_mean",
+        "cal/missing/ece_mean",
+        "test/ece",
+        "view/acc@v0",
+        "view/acc@v1@1",
+        "view/acc@1",
+    } <= set(on_disk)
 
 
 def test_the_report_shows_raw_and_temperature_scaled_columns_side_by_side(tmp_path):
@@ -166,10 +198,23 @@ def test_the_report_shows_raw_and_temperature_scaled_columns_side_by_side(tmp_pa
         for seed in range(2):
             d = tmp_path / "runs" / f"{model}_s{seed}"
             d.mkdir(parents=True)
-            (d / "metrics.json").write_text(json.dumps({
-                "model": model, "dataset": "cub", "seed": seed, "epochs": 3, "experiment": "paper_main",
-                "test/acc": 0.8, "test/ece": ece + 0.001 * seed, "test/nll": 0.5, "cal/test/ece": cal + 0.001 * seed,
-                "cal/test/nll": 0.45, "calibration/temperature": 1.5}))
+            (d / "metrics.json").write_text(
+                json.dumps(
+                    {
+                        "model": model,
+                        "dataset": "cub",
+                        "seed": seed,
+                        "epochs": 3,
+                        "experiment": "paper_main",
+                        "test/acc": 0.8,
+                        "test/ece": ece + 0.001 * seed,
+                        "test/nll": 0.5,
+                        "cal/test/ece": cal + 0.001 * seed,
+                        "cal/test/nll": 0.45,
+                        "calibration/temperature": 1.5,
+                    }
+                )
+            )
     res = report([tmp_path / "runs"], tmp_path / "out", plots=False)
     md = (tmp_path / "out" / "results.md").read_text()
     assert "| Method | CUB | CUB T-scaled |" in md and "**Table 3.** Test NLL ↓; T-scaled" in md
@@ -183,14 +228,28 @@ def test_evaluate_fits_the_same_temperature_from_the_checkpoint(tmp_path):
     from omegaconf import OmegaConf
     from mnp.core.pipeline import evaluate
 
-    common = ["model=mlp", "trainer.max_epochs=2", "dataset.num_views=2", "dataset.n_train=200", "dataset.n_test=100",
-              "dataset.val_fraction=0.2", "eval.noise_levels=[1.0]"]
+    common = [
+        "model=mlp",
+        "trainer.max_epochs=2",
+        "dataset.num_views=2",
+        "dataset.n_train=200",
+        "dataset.n_test=100",
+        "dataset.val_fraction=0.2",
+        "eval.noise_levels=[1.0]",
+    ]
     res = train(compose_train(tmp_path / "cal", [*common, "eval.calibration=temperature"]))
     plain = train(compose_train(tmp_path / "raw", common))
     assert not [k for k in plain if k.startswith(("cal/", "calibration/"))]
-    ev = evaluate(OmegaConf.create({"ckpt_path": str(tmp_path / "raw" / "checkpoints" / "last.ckpt"),
-                                    "output_dir": str(tmp_path / "e"), "data_dir": None,
-                                    "eval": {"calibration": "temperature"},
-                                    "trainer": {"accelerator": "cpu", "devices": 1}}))
+    ev = evaluate(
+        OmegaConf.create(
+            {
+                "ckpt_path": str(tmp_path / "raw" / "checkpoints" / "last.ckpt"),
+                "output_dir": str(tmp_path / "e"),
+                "data_dir": None,
+                "eval": {"calibration": "temperature"},
+                "trainer": {"accelerator": "cpu", "devices": 1},
+            }
+        )
+    )
     assert ev["calibration/temperature"] == pytest.approx(res["calibration/temperature"], rel=1e-6)
     assert ev["cal/test/ece"] == pytest.approx(res["cal/test/ece"], abs=1e-6) and ev["test/ece"] == plain["test/ece"]

@@ -1,4 +1,5 @@
 """Checkpoints, resumes and evaluation under crashes, damaged or planted files and concurrent runs."""
+
 import csv
 import json
 import os
@@ -27,9 +28,20 @@ from mnp.core.pipeline import evaluate, train
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 MLP_RUN = ["model=mlp", "eval.noise=false", "skip_if_done=false", "seed=2"]
-SMALL_MNP = ["model=mnp", "dataset.num_views=2", "dataset.n_train=200", "dataset.n_test=100", "model.encoder.d_e=16",
-             "model.encoder.resmlp_depth=1", "model.memory.size=20", "model.warmup.epochs=1", "model.decoder.num_samples=3",
-             "eval.noise_levels=[0.1,1.0]", "skip_if_done=false", "seed=4"]
+SMALL_MNP = [
+    "model=mnp",
+    "dataset.num_views=2",
+    "dataset.n_train=200",
+    "dataset.n_test=100",
+    "model.encoder.d_e=16",
+    "model.encoder.resmlp_depth=1",
+    "model.memory.size=20",
+    "model.warmup.epochs=1",
+    "model.decoder.num_samples=3",
+    "eval.noise_levels=[0.1,1.0]",
+    "skip_if_done=false",
+    "seed=4",
+]
 THROTTLE = "+callbacks.extra.throttle={_target_:mnp.core.callbacks.Throttle,seconds:0.5}"
 
 
@@ -62,8 +74,15 @@ def guarded(fn, cfg, capsys):
 
 
 def eval_cfg(ckpt, out):
-    return OmegaConf.create({"ckpt_path": str(ckpt), "output_dir": str(out), "data_dir": None, "eval": None,
-                             "trainer": {"accelerator": "cpu", "devices": 1}})
+    return OmegaConf.create(
+        {
+            "ckpt_path": str(ckpt),
+            "output_dir": str(out),
+            "data_dir": None,
+            "eval": None,
+            "trainer": {"accelerator": "cpu", "devices": 1},
+        }
+    )
 
 
 def results(res):
@@ -141,9 +160,14 @@ def test_past_the_warmup_a_checkpoint_leaves_out_the_warmup_optimiser(tmp_path):
     model = flat_mnp(num_classes=2, view_dims=[4], d_e=8, memory_size=4, projection="linear", warmup_epochs=2)
     last = tmp_path / "last.ckpt"
     for epochs in (1, 4):  # stop in the warm-up, then resume past it
-        pl.Trainer(max_epochs=epochs, logger=False, enable_progress_bar=False, enable_model_summary=False,
-                   callbacks=checkpoint_callbacks(tmp_path), plugins=[AtomicCheckpointIO(last if last.exists() else None)]
-                   ).fit(model, dm, ckpt_path=last if last.exists() else None)
+        pl.Trainer(
+            max_epochs=epochs,
+            logger=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            callbacks=checkpoint_callbacks(tmp_path),
+            plugins=[AtomicCheckpointIO(last if last.exists() else None)],
+        ).fit(model, dm, ckpt_path=last if last.exists() else None)
         main, warm = torch.load(last, weights_only=True)["optimizer_states"]
         if epochs == 1:  # in the warm-up only the warm-up Adam has stepped
             assert warm["state"] and not main["state"]
@@ -175,8 +199,14 @@ class SystemPlant(Plant):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("where,plant,created", [("evaluate", Plant, "io.open"), ("resume", Plant, "io.open"),
-                                                 ("evaluate", SystemPlant, f"{os.system.__module__}.system")])
+@pytest.mark.parametrize(
+    "where,plant,created",
+    [
+        ("evaluate", Plant, "io.open"),
+        ("resume", Plant, "io.open"),
+        ("evaluate", SystemPlant, f"{os.system.__module__}.system"),
+    ],
+)
 def test_planted_checkpoint_never_runs_code(tmp_path, where, plant, created):
     run = tmp_path / "run"
     assert cli("train.py", *MLP_RUN, "trainer.max_epochs=1", "test=false", f"hydra.run.dir={run}").returncode == 0
@@ -190,8 +220,10 @@ def test_planted_checkpoint_never_runs_code(tmp_path, where, plant, created):
         r = cli("train.py", *MLP_RUN, "trainer.max_epochs=2", f"hydra.run.dir={run}")
     line = one_line(r.returncode, r.stderr)
     assert not marker.exists()
-    assert line == (f"error: checkpoint {last} refused: loading it would create {created}, so it could run code; "
-                    "only load checkpoints written by train.py")
+    assert line == (
+        f"error: checkpoint {last} refused: loading it would create {created}, so it could run code; "
+        "only load checkpoints written by train.py"
+    )
     assert not (tmp_path / "eval").exists() and not (run / "metrics.json").exists()
 
 
@@ -213,6 +245,7 @@ def test_a_rerun_after_a_failed_output_write_leaves_one_test_row(tmp_path, monke
 
     def full(path, *args):
         raise OSError(28, "No space left on device", str(path))
+
     with monkeypatch.context() as m:
         m.setattr("mnp.core.pipeline.write_npz", full)
         with pytest.raises(OSError, match="No space left"):
@@ -239,8 +272,10 @@ def test_second_process_on_a_run_dir_stops_naming_the_first(tmp_path):
     assert sorted(codes) == [0, 1], [o[1][-2000:] for o in outs]
     loser, winner = (1, 0) if codes[1] == 1 else (0, 1)
     line = one_line(codes[loser], outs[loser][1])
-    assert line == (f"error: {run} is in use by process {(first, second)[winner].pid} (another run of this job); "
-                    "wait for it to finish or stop it, then run again")
+    assert line == (
+        f"error: {run} is in use by process {(first, second)[winner].pid} (another run of this job); "
+        "wait for it to finish or stop it, then run again"
+    )
     assert json.loads((run / "metrics.json").read_text())["epochs"] == 20
     assert not (run / ".lock").exists() and not list(run.rglob("*.tmp"))
 
@@ -252,8 +287,7 @@ def test_resuming_from_another_models_checkpoint_is_one_line(tmp_path, capsys, o
     ckpt = tmp_path / "a" / "checkpoints" / "last.ckpt"
     overrides = [*MLP_RUN, *other, "trainer.max_epochs=2", f"ckpt_path={ckpt}"]
     line = guarded(train, compose_train(tmp_path / "b", overrides), capsys)
-    assert line.startswith(f"error: checkpoint {ckpt} (model mlp on dataset synthetic) does not fit this run's "
-                           "model: ")
+    assert line.startswith(f"error: checkpoint {ckpt} (model mlp on dataset synthetic) does not fit this run's model: ")
     assert line.endswith("resume from a checkpoint of the same model and dataset, or set ckpt_path=null")
     assert not (tmp_path / "b" / "config.yaml").exists()
 
@@ -284,6 +318,7 @@ def test_evaluate_with_a_file_that_is_not_a_checkpoint_is_one_line(tmp_path, cap
 def test_test_numbers_do_not_depend_on_what_the_process_did_before(tmp_path):
     """Train-then-test, the same command re-run after a crash during testing (resumes at the end and only
     tests), a run stopped and resumed, and evaluate.py on the checkpoint: the same numbers and predictions."""
+
     def run(name, *extra):
         return train(compose_train(tmp_path / name, [*SMALL_MNP, "trainer.max_epochs=3", *extra]))
 
@@ -310,8 +345,20 @@ def test_evaluate_reproduces_train_then_test_for_every_model(tmp_path, model):
     """Every model's checkpoint loads with weights_only=True (nothing is allow-listed), and evaluate.py gives
     the numbers train-then-test gave, for the models that sample in predict too."""
     run, warmup = tmp_path / "run", ["model.warmup.epochs=1"] if model.startswith("mnp") else []
-    res = train(compose_train(run, [f"model={model}", *warmup, "dataset.num_views=2", "dataset.n_train=120",
-                                    "dataset.n_test=60", "eval.noise_levels=[1.0]", "trainer.max_epochs=2"]))
+    res = train(
+        compose_train(
+            run,
+            [
+                f"model={model}",
+                *warmup,
+                "dataset.num_views=2",
+                "dataset.n_train=120",
+                "dataset.n_test=60",
+                "eval.noise_levels=[1.0]",
+                "trainer.max_epochs=2",
+            ],
+        )
+    )
     ev = evaluate(eval_cfg(run / "checkpoints" / "last.ckpt", tmp_path / "eval"))
     keys = [k for k in res if k.startswith(("test/", "noise/"))]
     assert "noise/acc@1" in keys and {k: ev[k] for k in keys} == {k: res[k] for k in keys}
@@ -322,12 +369,22 @@ def test_evaluate_reproduces_train_then_test_for_every_model(tmp_path, model):
 def test_sampling_models_test_from_their_own_generator(tmp_path, model):
     """Every model that samples in predict: the test results are the same whatever state the global RNG is
     in, and change with the run's seed (so the sampling is really there and seeded)."""
-    cfg = compose_train(tmp_path, [f"model={model}", "dataset.num_views=2", "dataset.n_train=120",
-                                   "dataset.n_test=60", "eval.noise_levels=[1.0]", "seed=0"])
+    cfg = compose_train(
+        tmp_path,
+        [
+            f"model={model}",
+            "dataset.num_views=2",
+            "dataset.n_train=120",
+            "dataset.n_test=60",
+            "eval.noise_levels=[1.0]",
+            "seed=0",
+        ],
+    )
     _, dm = build_datamodule(cfg)
     _, m = build_model(cfg, dm)
-    pl.Trainer(max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-               enable_model_summary=False).fit(m, datamodule=dm)
+    pl.Trainer(
+        max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False
+    ).fit(m, datamodule=dm)
 
     def tested(global_seed, run_seed=0):
         cfg.seed = run_seed

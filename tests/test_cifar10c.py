@@ -1,4 +1,5 @@
 """The cifar10c datamodule on tiny generated feature caches: views, scaling, OOD sets, AUROC direction."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -155,8 +156,13 @@ def test_ood_is_the_positive_class_of_the_auroc(tmp_path, sign):
     direct = auroc(sign * torch.cat(views, -1).norm(dim=-1), is_ood)
     model = DistanceModel(dm.num_classes, dm.view_dims, sign)
     model.configure_evaluation(EvalProtocol(noise=False))
-    trainer = pl.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                         enable_model_summary=False)
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
     trainer.test(model, datamodule=dm, verbose=False)
     for name in ("svhn", "cifar100"):
         got = model.test_results[f"ood/{name}/auroc"]
@@ -171,8 +177,10 @@ def test_dataset_config_instantiates(tmp_path):
 
     write_cache(tmp_path)
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = compose("train", overrides=["dataset=cifar10c", "model=mlp", f"dataset.feature_dir={tmp_path}",
-                                          "dataset.ood_n_id=10"])
+        cfg = compose(
+            "train",
+            overrides=["dataset=cifar10c", "model=mlp", f"dataset.feature_dir={tmp_path}", "dataset.ood_n_id=10"],
+        )
     name, dm = build_datamodule(cfg)
     assert name == "cifar10c" and dm.scaling == "standard" and dm.view_dims == [6, 6, 6]
     assert {k: int(v[1].sum()) for k, v in dm.ood_sets.items()} == {"svhn": 50, "cifar100": 30}
@@ -185,7 +193,13 @@ def test_the_feature_cache_command_finds_its_config():
     import sys
 
     from cfg_utils import ROOT
-    res = subprocess.run([sys.executable, "-m", "mnp.tools.build_features", "--cfg", "job"], cwd=ROOT,
-                         capture_output=True, text=True, timeout=120)
+
+    res = subprocess.run(
+        [sys.executable, "-m", "mnp.tools.build_features", "--cfg", "job"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert res.returncode == 0, res.stderr[-2000:]
     assert "feature_dir" in res.stdout

@@ -1,4 +1,5 @@
 """Errors of the CLIs' guard and of Hydra's composition: one ``error:`` line, the traceback in the run's log."""
+
 import logging
 
 import pytest
@@ -17,11 +18,13 @@ def no_full_error(monkeypatch):
 def test_every_failure_leaves_its_traceback_in_the_log_file(tmp_path, capsys):
     """A one-line error (an internal bug raising KeyError looks like a user error) names the log file that
     holds its traceback; an unexpected error type propagates and is logged there too."""
+
     def bug(cfg):
         return {}["model"]
 
     def crash(cfg):
         raise RuntimeError("boom")
+
     log_file = tmp_path / "train.log"
     handler = logging.FileHandler(log_file)
     logging.getLogger().addHandler(handler)  # what Hydra's job logging attaches in a real run
@@ -35,15 +38,24 @@ def test_every_failure_leaves_its_traceback_in_the_log_file(tmp_path, capsys):
         handler.close()
     text = log_file.read_text()
     assert text.count("Traceback (most recent call last):") == 2
-    assert "return {}[\"model\"]" in text and "KeyError: 'model'" in text and "RuntimeError: boom" in text
+    assert 'return {}["model"]' in text and "KeyError: 'model'" in text and "RuntimeError: boom" in text
 
 
-@pytest.mark.parametrize("override,expected", [
-    ("model.bogus=1", "error: model.bogus is not a key of the model (Key 'bogus' is not in struct; in a sweep, of "
-                      "every model it runs): check its spelling (the models' keys: docs/usage.md)"),
-    ("model=nosuch", "error: In 'train': Could not find 'model/nosuch' Available options in 'model': de_ef, de_lf, "),
-    ("seed=[", "error: no viable alternative at input '['"),
-])
+@pytest.mark.parametrize(
+    "override,expected",
+    [
+        (
+            "model.bogus=1",
+            "error: model.bogus is not a key of the model (Key 'bogus' is not in struct; in a sweep, of "
+            "every model it runs): check its spelling (the models' keys: docs/usage.md)",
+        ),
+        (
+            "model=nosuch",
+            "error: In 'train': Could not find 'model/nosuch' Available options in 'model': de_ef, de_lf, ",
+        ),
+        ("seed=[", "error: no viable alternative at input '['"),
+    ],
+)
 @pytest.mark.slow
 def test_cli_hydra_composition_errors_are_one_line(tmp_path, override, expected):
     """Unknown keys, unknown group options and malformed overrides fail in Hydra's composition, before

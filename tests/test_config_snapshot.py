@@ -10,6 +10,7 @@ text, so the file does not depend on the machine.
 A change of a config value on purpose: regenerate the file and commit it with the change,
 ``python tests/test_config_snapshot.py --write``; the diff of the JSON shows what moved.
 """
+
 from __future__ import annotations
 
 import json
@@ -97,8 +98,9 @@ def snapshot() -> dict[str, dict]:
 
 
 def test_snapshot_covers_every_model_and_dataset(current, snapshot):
-    assert sorted(current) == sorted(snapshot), "a model or dataset config was added or removed: regenerate " \
-                                                "with python tests/test_config_snapshot.py --write"
+    assert sorted(current) == sorted(snapshot), (
+        "a model or dataset config was added or removed: regenerate with python tests/test_config_snapshot.py --write"
+    )
 
 
 @pytest.mark.parametrize("pair", [f"{m}/{d}" for m, d in pairs()])
@@ -106,8 +108,11 @@ def test_composed_config_is_the_snapshot(pair, current, snapshot):
     if pair not in snapshot:
         pytest.skip(f"{pair} is not in the snapshot (see test_snapshot_covers_every_model_and_dataset)")
     old, new = flatten(snapshot[pair]), flatten(current[pair])
-    diff = {k: (old.get(k, "<absent>"), new.get(k, "<absent>")) for k in sorted(old.keys() | new.keys())
-            if old.get(k, "<absent>") != new.get(k, "<absent>")}
+    diff = {
+        k: (old.get(k, "<absent>"), new.get(k, "<absent>"))
+        for k in sorted(old.keys() | new.keys())
+        if old.get(k, "<absent>") != new.get(k, "<absent>")
+    }
     assert diff == EXPECTED_CHANGES.get(pair, {}), f"{pair}: (snapshot, now) differ at {diff}"
 
 
@@ -119,7 +124,7 @@ def test_snapshot_is_machine_independent(snapshot):
 
 if __name__ == "__main__":
     if sys.argv[1:] != ["--write"]:
-        sys.exit("usage: python tests/test_config_snapshot.py --write   (regenerates " f"{SNAPSHOT.relative_to(ROOT)})")
+        sys.exit(f"usage: python tests/test_config_snapshot.py --write   (regenerates {SNAPSHOT.relative_to(ROOT)})")
     SNAPSHOT.parent.mkdir(exist_ok=True)
     SNAPSHOT.write_text(json.dumps(resolved_configs(), indent=1, sort_keys=True) + "\n")
     print(f"wrote {SNAPSHOT.relative_to(ROOT)}")

@@ -1,5 +1,6 @@
 """One source of defaults: a baseline built from its bare constructor in Python is the model conf/model/<m>.yaml
 builds, and trains as the CLI's default run does."""
+
 import inspect
 
 import numpy as np
@@ -20,8 +21,11 @@ VARIANTS = {"de_lf": {"fusion": "late", "uncertainty": "entropy"}}
 
 
 def optim_defaults(cls) -> dict:
-    given = {k: p.default for k, p in inspect.signature(make_optimizer).parameters.items()
-             if p.default is not inspect.Parameter.empty}
+    given = {
+        k: p.default
+        for k, p in inspect.signature(make_optimizer).parameters.items()
+        if p.default is not inspect.Parameter.empty
+    }
     return {k: list(v) if isinstance(v, tuple) else v for k, v in {**given, **cls.OPTIM}.items()}
 
 
@@ -54,16 +58,27 @@ def test_a_bare_constructor_trains_as_the_cli_default_run(tmp_path, name, one_th
     """The same epochs on digits split into two views: the bare constructor within 1 point of the CLI's run."""
     views, y, train_idx, test_idx = digits_views(tmp_path)
     epochs = 8
-    overrides = [f"model={name}", "dataset=custom", f"dataset.path={tmp_path / 'digits.npz'}", "eval.noise=false",
-                 f"trainer.max_epochs={epochs}", "eval.missing=false"]
+    overrides = [
+        f"model={name}",
+        "dataset=custom",
+        f"dataset.path={tmp_path / 'digits.npz'}",
+        "eval.noise=false",
+        f"trainer.max_epochs={epochs}",
+        "eval.missing=false",
+    ]
     res = train(compose_train(tmp_path / "run", overrides))
     node = OmegaConf.load(f"{CONF}/model/{name}.yaml")
     pl.seed_everything(0)
     dm = TensorDataModule(views, y, train_idx, test_idx, scaling="standard", batch_size=200)
     dm.setup("fit")
     model = get_class(node._target_)(num_classes=10, view_dims=[32, 32], **VARIANTS.get(name, {}))
-    pl.Trainer(max_epochs=epochs, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-               enable_model_summary=False).fit(model, dm)
+    pl.Trainer(
+        max_epochs=epochs,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    ).fit(model, dm)
     probs, _ = model.predict_proba(dm.test_views, seed=0)
     acc = (probs.argmax(1).numpy() == dm.test_y.numpy()).mean()
     assert res["test/acc"] > 0.8, f"{name}: the CLI's run reaches {res['test/acc']:.3f}"

@@ -1,6 +1,7 @@
 """Your own data with the defaults: every model's run is sized by optimiser steps on the data, and
 `python train.py dataset=custom dataset.path=<file>` with the default model (mnp) lands within 3 accuracy points
 of the default mlp on four small scikit-learn sets split into views (wine, iris, breast_cancer, digits)."""
+
 import logging
 import sys
 
@@ -56,11 +57,22 @@ def test_update_replaces_only_the_models_rerun_and_keeps_the_table_order():
     """``--update``: the re-run model's rows replace its old ones, every other row stays, rows stay in dataset
     then model order, and the command joins ``updated_by``."""
     wine, iris = list(DATASETS)[:2]
-    old = {"command": "first", "overrides": [], "runs": [
-        {"dataset": wine, "model": "mnp", "acc": 0.9}, {"dataset": wine, "model": "mgp", "acc": 0.5},
-        {"dataset": iris, "model": "mnp", "acc": 0.8}, {"dataset": iris, "model": "mgp", "acc": 0.4}]}
+    old = {
+        "command": "first",
+        "overrides": [],
+        "runs": [
+            {"dataset": wine, "model": "mnp", "acc": 0.9},
+            {"dataset": wine, "model": "mgp", "acc": 0.5},
+            {"dataset": iris, "model": "mnp", "acc": 0.8},
+            {"dataset": iris, "model": "mgp", "acc": 0.4},
+        ],
+    }
     new = [{"dataset": wine, "model": "mgp", "acc": 1.0}, {"dataset": iris, "model": "mgp", "acc": 0.9}]
     got = updated(old, new, ["mgp"], "second")
     assert [(r["dataset"], r["model"], r["acc"]) for r in got["runs"]] == [
-        (wine, "mnp", 0.9), (wine, "mgp", 1.0), (iris, "mnp", 0.8), (iris, "mgp", 0.9)]
+        (wine, "mnp", 0.9),
+        (wine, "mgp", 1.0),
+        (iris, "mnp", 0.8),
+        (iris, "mgp", 0.9),
+    ]
     assert got["command"] == "first" and got["updated_by"] == ["second"]

@@ -1,5 +1,6 @@
 """Feature datamodules on the real files (docs/method.md §4), scaling from the training split, held-out-class OOD,
 tiny generated caltech101/hmdb/custom files, and the MLP learning handwritten end to end."""
+
 import logging
 import os
 
@@ -127,6 +128,7 @@ def test_hmdb_registered_dataset_reads_a_v73_file(tmp_path, monkeypatch):
     from dataclasses import replace
 
     from datamodules import features, sources
+
     rng = np.random.default_rng(0)
     n, k = 60, 3
     y = np.arange(n) % k
@@ -137,8 +139,9 @@ def test_hmdb_registered_dataset_reads_a_v73_file(tmp_path, monkeypatch):
     np.save(tmp_path / "hmdb" / "HMDB51_HOG_MBH_train_idx.npy", np.arange(12, n))
     np.save(tmp_path / "hmdb" / "HMDB51_HOG_MBH_test_idx.npy", np.arange(12))
     index = (sources.DataFile("HMDB51_HOG_MBH_train_idx.npy"), sources.DataFile("HMDB51_HOG_MBH_test_idx.npy"))
-    spec = replace(sources.DATASETS["hmdb"], n=n, view_dims=(4, 2), num_classes=k,
-                   split_files={"HMDB51_HOG_MBH.mat": index})  # no sha256 for these fake index files
+    spec = replace(
+        sources.DATASETS["hmdb"], n=n, view_dims=(4, 2), num_classes=k, split_files={"HMDB51_HOG_MBH.mat": index}
+    )  # no sha256 for these fake index files
     monkeypatch.setitem(features.DATASETS, "hmdb", spec)
     dm = FeatureDataModule("hmdb", str(tmp_path), scaling="none", download=False)
     dm.setup()
@@ -167,14 +170,17 @@ def test_one_line_says_what_was_loaded_and_one_based_labels_warn(tmp_path, tiny_
         CustomDataModule(str(path)).setup()
         CustomDataModule(str(path), split="stratified", val_fraction=0.2).setup()
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert warnings == [f"{path}: labels are 1-based (1..3); they are renumbered 0..2, the labels of "
-                        "predictions.npz"] * 2
+    assert (
+        warnings == [f"{path}: labels are 1-based (1..3); they are renumbered 0..2, the labels of predictions.npz"] * 2
+    )
     loaded = [r.getMessage() for r in caplog.records if r.getMessage().startswith("loaded ")]
-    assert loaded == [f"loaded {path}: 30 train / 6 test rows, 2 views of dims [5, 3], 3 classes (1-based in the "
-                      "file, renumbered from 0); split: the file's train_idx / test_idx",
-                      f"loaded {path}: 24 train / 6 test rows / 6 validation, 2 views of dims [5, 3], 3 classes "
-                      "(1-based in the file, renumbered from 0); split: drawn per class from seed 0 "
-                      "(dataset.test_fraction=0.2)"]
+    assert loaded == [
+        f"loaded {path}: 30 train / 6 test rows, 2 views of dims [5, 3], 3 classes (1-based in the "
+        "file, renumbered from 0); split: the file's train_idx / test_idx",
+        f"loaded {path}: 24 train / 6 test rows / 6 validation, 2 views of dims [5, 3], 3 classes "
+        "(1-based in the file, renumbered from 0); split: drawn per class from seed 0 "
+        "(dataset.test_fraction=0.2)",
+    ]
 
 
 def test_the_papers_one_based_files_load_without_a_warning(real_file, caplog):
@@ -191,8 +197,16 @@ def test_dataset_configs_instantiate_with_spec_scaling(name, tmp_path):
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
 
-    cfg = compose_train(tmp_path, [f"dataset={name}", "model=mlp", f"paths.data_dir={tmp_path}", "seed=7",
-                                   f"dataset.path={tmp_path}/x.npz" if name == "custom" else "dataset.batch_size=200"])
+    cfg = compose_train(
+        tmp_path,
+        [
+            f"dataset={name}",
+            "model=mlp",
+            f"paths.data_dir={tmp_path}",
+            "seed=7",
+            f"dataset.path={tmp_path}/x.npz" if name == "custom" else "dataset.batch_size=200",
+        ],
+    )
     node = OmegaConf.to_container(cfg.dataset, resolve=True)
     assert node.pop("name") == name
     dm = instantiate(node)
@@ -209,10 +223,20 @@ def test_mlp_learns_handwritten(tmp_path, real_file):
     from cfg_utils import compose_train
 
     from mnp.core.pipeline import train
+
     data_dir = real_file("handwritten", "handwritten_6views.mat").parent.parent
     os.environ.setdefault("WANDB_MODE", "disabled")
-    cfg = compose_train(tmp_path, ["model=mlp", "dataset=handwritten", "trainer.max_epochs=5",
-                                   f"paths.data_dir={data_dir}", "eval.noise=false", "trainer.accelerator=cpu"])
+    cfg = compose_train(
+        tmp_path,
+        [
+            "model=mlp",
+            "dataset=handwritten",
+            "trainer.max_epochs=5",
+            f"paths.data_dir={data_dir}",
+            "eval.noise=false",
+            "trainer.accelerator=cpu",
+        ],
+    )
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # a 2-core machine shared by several jobs: extra threads only contend
     try:

@@ -1,6 +1,7 @@
 """trainer=ddp for real: two CPU processes (gloo, ddp_spawn) train MNP through the pipeline; the dynamic
 context memory must be identical on both ranks after training, each rank must see its own shard of the
 training set with the same number of batches, and the run must write its outputs once."""
+
 import pytest
 import json
 from pathlib import Path
@@ -28,9 +29,16 @@ class DumpRank(pl.Callback):
             self.rows.append(batch[0][0].detach().cpu().clone())
 
     def on_train_end(self, trainer, pl_module):
-        torch.save({"start": self.start, "end": {k: v.detach().cpu().clone() for k, v in pl_module.memory.state_dict().items()},
-                    "rows": self.rows, "world_size": trainer.world_size, "backend": dist.get_backend()},
-                   Path(self.out) / f"rank{trainer.global_rank}.pt")
+        torch.save(
+            {
+                "start": self.start,
+                "end": {k: v.detach().cpu().clone() for k, v in pl_module.memory.state_dict().items()},
+                "rows": self.rows,
+                "world_size": trainer.world_size,
+                "backend": dist.get_backend(),
+            },
+            Path(self.out) / f"rank{trainer.global_rank}.pt",
+        )
 
 
 @pytest.mark.slow
@@ -38,12 +46,29 @@ def test_ddp_two_cpu_ranks_keep_identical_context_memories(tmp_path):
     dumps = tmp_path / "dumps"
     dumps.mkdir()
     # 201 training samples: an odd count, so the shards need padding to give both ranks 2 batches of ≤ 100
-    cfg = compose_train(tmp_path / "run", [
-        "model=mnp", "trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2", "trainer.max_epochs=3",
-        "dataset.num_views=2", "dataset.n_train=201", "dataset.n_test=60", "dataset.batch_size=100",
-        "model.encoder.d_e=16", "model.encoder.resmlp_depth=1", "model.memory.size=20", "model.warmup.epochs=1",
-        "model.decoder.num_samples=2", "eval.noise_levels=[1.0]", "skip_if_done=false", "ckpt_path=null",
-        f"+callbacks.extra.dump={{_target_:test_ddp.DumpRank,out:{dumps}}}"])
+    cfg = compose_train(
+        tmp_path / "run",
+        [
+            "model=mnp",
+            "trainer=ddp",
+            "trainer.accelerator=cpu",
+            "trainer.devices=2",
+            "trainer.max_epochs=3",
+            "dataset.num_views=2",
+            "dataset.n_train=201",
+            "dataset.n_test=60",
+            "dataset.batch_size=100",
+            "model.encoder.d_e=16",
+            "model.encoder.resmlp_depth=1",
+            "model.memory.size=20",
+            "model.warmup.epochs=1",
+            "model.decoder.num_samples=2",
+            "eval.noise_levels=[1.0]",
+            "skip_if_done=false",
+            "ckpt_path=null",
+            f"+callbacks.extra.dump={{_target_:test_ddp.DumpRank,out:{dumps}}}",
+        ],
+    )
     res = train(cfg)
     r0, r1 = (torch.load(dumps / f"rank{r}.pt", weights_only=False) for r in (0, 1))
     assert r0["world_size"] == r1["world_size"] == 2 and r0["backend"] == "gloo"

@@ -1,6 +1,7 @@
 """Every default decided under the selection protocol is the one conf/ composes: each decision record
 (results/decisions/<model>_<dataset>.csv, mnp.tools.select) names its chosen setting, and the composed config
 of that model and dataset holds it."""
+
 from __future__ import annotations
 
 import csv
@@ -36,8 +37,10 @@ def test_conf_holds_every_chosen_setting(path, tmp_path):
     model, dataset = rows[0]["model"], rows[0]["dataset"]
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=CONF, version_base="1.3"):
-        cfg = OmegaConf.to_container(compose("train", overrides=[f"model={model}", f"dataset={dataset}",
-                                                                 f"paths.output_dir={tmp_path}"]), resolve=True)
+        cfg = OmegaConf.to_container(
+            compose("train", overrides=[f"model={model}", f"dataset={dataset}", f"paths.output_dir={tmp_path}"]),
+            resolve=True,
+        )
     for r in rows:
         for part in r["setting"].split(","):
             key, value = part.split("=", 1)
@@ -46,4 +49,5 @@ def test_conf_holds_every_chosen_setting(path, tmp_path):
                 node = node[k]
             expected = yaml.safe_load(value)
             assert node == pytest.approx(expected) if isinstance(expected, float) else node == expected, (
-                f"{path.name}: decision {r['decision']} chose {key}={value}, conf/ composes {node!r}")
+                f"{path.name}: decision {r['decision']} chose {key}={value}, conf/ composes {node!r}"
+            )

@@ -1,5 +1,6 @@
 """Determinism of MNP runs: the same seed on the same device gives identical metrics.json values and
 predictions; different seeds give different initial weights and different context memories."""
+
 import json
 
 import numpy as np
@@ -12,9 +13,21 @@ from mnp.core.builders import build_datamodule, build_model
 from mnp.core.pipeline import train
 
 # two-view two moons, a small MNP with the warm-up, the memory update and the noise protocol all active
-MNP_RUN = ["model=mnp", "dataset.num_views=2", "dataset.n_train=200", "dataset.n_test=100", "model.encoder.d_e=16",
-           "model.encoder.resmlp_depth=1", "model.memory.size=20", "model.warmup.epochs=1", "model.decoder.num_samples=3",
-           "trainer.max_epochs=3", "eval.noise_levels=[0.1,1.0]", "skip_if_done=false", "ckpt_path=null"]
+MNP_RUN = [
+    "model=mnp",
+    "dataset.num_views=2",
+    "dataset.n_train=200",
+    "dataset.n_test=100",
+    "model.encoder.d_e=16",
+    "model.encoder.resmlp_depth=1",
+    "model.memory.size=20",
+    "model.warmup.epochs=1",
+    "model.decoder.num_samples=3",
+    "trainer.max_epochs=3",
+    "eval.noise_levels=[0.1,1.0]",
+    "skip_if_done=false",
+    "ckpt_path=null",
+]
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # small models: one thread is fastest on 2 shared cores
@@ -30,8 +43,9 @@ def test_same_seed_gives_identical_metrics_json_and_predictions(tmp_path):
     assert a["epochs"] == 3 and np.isfinite(a["test/nll"])
     pa, pb = np.load(tmp_path / "a" / "predictions.npz"), np.load(tmp_path / "b" / "predictions.npz")
     assert pa.files == pb.files and all(np.array_equal(pa[k], pb[k]) for k in pa.files)
-    ma, mb = (torch.load(tmp_path / run / "checkpoints" / "last.ckpt", weights_only=False)["state_dict"]
-              for run in ("a", "b"))
+    ma, mb = (
+        torch.load(tmp_path / run / "checkpoints" / "last.ckpt", weights_only=False)["state_dict"] for run in ("a", "b")
+    )
     assert all(torch.equal(ma[k], mb[k]) for k in ma)  # weights and the trained context memory
 
 
@@ -70,8 +84,14 @@ def test_resumed_mnp_run_equals_the_uninterrupted_one(tmp_path):
     """Stop after the warm-up and one main epoch, resume from last.ckpt: the same metrics as one straight
     run. The learning rate drops exactly at the resume point (piecewise schedule, milestone 1), where a
     schedule restored one step behind would repeat the old rate."""
-    run = [*MNP_RUN, "seed=3", "model.optim.schedule=piecewise", "model.optim.milestones=[1]",
-           "model.optim.values=[1e-3,1e-5]", "trainer.max_epochs=4"]
+    run = [
+        *MNP_RUN,
+        "seed=3",
+        "model.optim.schedule=piecewise",
+        "model.optim.milestones=[1]",
+        "model.optim.values=[1e-3,1e-5]",
+        "trainer.max_epochs=4",
+    ]
     straight = train(compose_train(tmp_path / "straight", run))
     train(compose_train(tmp_path / "resumed", [*run, "trainer.max_epochs=2", "test=false"]))
     resumed = train(compose_train(tmp_path / "resumed", [*run, "ckpt_path=last"]))

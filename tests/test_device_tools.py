@@ -1,4 +1,5 @@
 """The device tools run only on a GPU; what can be checked here: the job list and the log parser."""
+
 import pytest
 import subprocess
 import sys
@@ -11,24 +12,32 @@ import step_capture  # noqa: E402
 
 
 def test_step_capture_parses_the_printed_lines_into_the_json_fields():
-    lines = ["x.mat: 6 samples duplicate an earlier sample",
-             "handwritten: no host sync in a steady-state step",
-             "handwritten: step eager 17.26 ms, one CUDA graph 2.73 ms (6.3x), parameters finite after replays: True",
-             "pie: sync in the step: CUDA call synchronized",
-             "pie: step eager 20.00 ms; capture failed: RuntimeError: x"]
+    lines = [
+        "x.mat: 6 samples duplicate an earlier sample",
+        "handwritten: no host sync in a steady-state step",
+        "handwritten: step eager 17.26 ms, one CUDA graph 2.73 ms (6.3x), parameters finite after replays: True",
+        "pie: sync in the step: CUDA call synchronized",
+        "pie: step eager 20.00 ms; capture failed: RuntimeError: x",
+    ]
     assert step_capture.parse(lines) == {
         "handwritten": {"host_sync_free": True, "eager_ms": 17.26, "graph_ms": 2.73, "speedup": 6.32, "finite": True},
-        "pie": {"host_sync_free": False, "eager_ms": 20.0}}
+        "pie": {"host_sync_free": False, "eager_ms": 20.0},
+    }
 
 
 def test_device_final_jobs_cover_every_cell_seed_by_seed_without_repeats():
-    jobs = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "device" / "jobs.py"), "final"],
-                          capture_output=True, text=True, check=True).stdout.splitlines()
+    jobs = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "device" / "jobs.py"), "final"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
     cells = [tuple(j.split()[1:4]) for j in jobs]
     models = ("mnp", "mgp", "sngp", "etp", "mcd", "de_ef", "de_lf", "tmc", "mnp_official")
     datasets = ("handwritten", "cub", "pie", "scene15")
-    assert sorted(cells) == sorted((f"model={m}", f"dataset={d}", f"seed={s}") for m in models for d in datasets
-                                   for s in range(10))
+    assert sorted(cells) == sorted(
+        (f"model={m}", f"dataset={d}", f"seed={s}") for m in models for d in datasets for s in range(10)
+    )
     per_seed = len(models) * len(datasets)
     assert all(c[2] == "seed=0" for c in cells[:per_seed])  # a sweep cut short keeps whole seeds
     assert all(j.startswith("experiment=paper_main ") for j in jobs)
@@ -47,7 +56,11 @@ def test_gpu_check_records_each_step_and_skips_what_the_deadline_leaves_no_time_
     s.step("late", [sys.executable, "-c", "print(1)"], 30)
     steps = json.loads((tmp_path / "gpu_check.json").read_text())["steps"]
     assert [(e["name"], e.get("rc"), e.get("skipped")) for e in steps] == [
-        ("ok", 0, None), ("fails", 3, None), ("slow", "timeout", None), ("late", None, True)]
+        ("ok", 0, None),
+        ("fails", 3, None),
+        ("slow", "timeout", None),
+        ("late", None, True),
+    ]
     assert (tmp_path / "logs" / "ok.log").read_text().strip() == "hello"
 
 
@@ -56,6 +69,7 @@ def test_gpu_check_runs_compose_as_valid_train_configs(tmp_path):
     """Every whole run's overrides compose and validate (on the CPU: the emulated graph)."""
     from cfg_utils import compose_train
     from mnp.core.validate import resolve_auto, validate
+
     for cpu in (False, True):
         for dataset, variant in gpu_check.ORDER:
             cfg = compose_train(tmp_path, gpu_check.run_overrides(dataset, variant, cpu))
@@ -70,8 +84,14 @@ def test_gpu_check_runs_compose_as_valid_train_configs(tmp_path):
 @pytest.mark.slow
 def test_graph_check_compares_captured_and_eager_training_and_passes_emulated():
     import json
-    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "device" / "graph_check.py"), "--cpu"],
-                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "device" / "graph_check.py"), "--cpu"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out["ok"] and out["global_steps"] == [20, 20] and out["max_abs_param_diff"] == 0.0
@@ -84,8 +104,11 @@ def test_gpu_check_counts_stream_warnings_and_checks_the_step_each_run_took(tmp_
     s.step("graph_check", [sys.executable, "-c", f"print({gpu_check.STREAM_WARNING!r})"], 30)
     s.record["runs"] = [{"variant": "default", "accel/step": "cuda_graph"}, {"variant": "eager", "accel/step": "eager"}]
     assert s.record["steps"][0]["stream_warnings"] == 1
-    assert gpu_check.verdicts(s.record, cpu=False) == {"runs_took_the_expected_step": True, "stream_warnings": 1,
-                                                       "graph_check_ok": True}
+    assert gpu_check.verdicts(s.record, cpu=False) == {
+        "runs_took_the_expected_step": True,
+        "stream_warnings": 1,
+        "graph_check_ok": True,
+    }
     s.record["runs"][0]["accel/step"] = "eager"  # auto fell back to eager on the GPU
     assert gpu_check.verdicts(s.record, cpu=False)["runs_took_the_expected_step"] is False
     assert gpu_check.verdicts(s.record, cpu=True)["runs_took_the_expected_step"] is False  # emulated expected

@@ -1,4 +1,5 @@
 """mnp.tools.diagnose: attention and MBA diagnostics of a trained MNP under the noise protocol."""
+
 import json
 
 import pytest
@@ -14,14 +15,28 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("diag")
-    train(compose_train(out, ["model=mnp", "dataset.num_views=2", "dataset.n_train=300", "dataset.n_test=120",
-                              "model.encoder.d_e=32", "model.warmup.epochs=0", "trainer.max_epochs=8", "eval.noise=false"]))
+    train(
+        compose_train(
+            out,
+            [
+                "model=mnp",
+                "dataset.num_views=2",
+                "dataset.n_train=300",
+                "dataset.n_test=120",
+                "model.encoder.d_e=32",
+                "model.warmup.epochs=0",
+                "trainer.max_epochs=8",
+                "eval.noise=false",
+            ],
+        )
+    )
     return out
 
 
 def test_cli_writes_table_json_and_plot(run_dir, tmp_path, capsys):
-    res = main([str(run_dir), "--sigmas", "0", "1e4", "--json", str(tmp_path / "d.json"),
-                "--plot", str(tmp_path / "d.png")])
+    res = main(
+        [str(run_dir), "--sigmas", "0", "1e4", "--json", str(tmp_path / "d.json"), "--plot", str(tmp_path / "d.png")]
+    )
     assert "MBA precision of noised views" in capsys.readouterr().out
     assert json.loads((tmp_path / "d.json").read_text())["pooled"] == res["pooled"]
     assert (tmp_path / "d.png").stat().st_size > 10_000
@@ -39,6 +54,7 @@ def test_cli_writes_table_json_and_plot(run_dir, tmp_path, capsys):
 
 def test_mba_shares_of_complementary_subsets_sum_to_one(run_dir):
     from mnp.core.pipeline import load_run
+
     _, _, _, dm, model, _ = load_run(run_dir / "checkpoints" / "last.ckpt")
     dm.setup("test")
     views = [v.float() for v in dm.test_views]
@@ -53,6 +69,7 @@ def test_mba_shares_of_complementary_subsets_sum_to_one(run_dir):
 
 def test_rejects_a_model_that_is_not_mnp():
     from baselines.mlp import MLP
+
     with pytest.raises(TypeError, match="MNP"):
         diagnose(MLP(num_classes=2, view_dims=[2, 2]), [torch.zeros(3, 2)] * 2, torch.zeros(3, dtype=torch.long))
 
@@ -60,11 +77,14 @@ def test_rejects_a_model_that_is_not_mnp():
 def test_the_cli_on_a_run_of_another_model_or_a_refused_checkpoint_is_one_line(tmp_path, capsys):
     """N103, N21: an 11-line TypeError and an 18-line UnsafeConfig traceback."""
     from mnp.tools.diagnose import cli
+
     run = tmp_path / "mlp"
     train(compose_train(run, ["model=mlp", "dataset.num_views=2", "trainer.max_epochs=1", "test=false"]))
     assert cli([str(run)]) == 1
-    assert capsys.readouterr().err == (f"error: {run / 'checkpoints' / 'last.ckpt'} is a run of mlp; "
-                                       "mnp.tools.diagnose explains MNP's attention and MBA\n")
+    assert capsys.readouterr().err == (
+        f"error: {run / 'checkpoints' / 'last.ckpt'} is a run of mlp; "
+        "mnp.tools.diagnose explains MNP's attention and MBA\n"
+    )
     ckpt = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
     ckpt["mnp_cfg"]["dataset"] = {"_target_": "builtins.open", "_args_": [str(tmp_path / "victim.txt"), "w"]}
     torch.save(ckpt, tmp_path / "open.ckpt")

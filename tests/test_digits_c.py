@@ -1,4 +1,5 @@
 """digits_c: the offline CIFAR10-C pipeline on real digit images, with a stand-in feature network."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -51,8 +52,16 @@ def compose_dataset(feature_dir: Path, *overrides: str):
     from omegaconf import OmegaConf
 
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = compose("train", overrides=["dataset=digits_c", "model=mlp", f"dataset.feature_dir={feature_dir}",
-                                          "dataset.corruption_params=cifar10_c", *overrides])
+        cfg = compose(
+            "train",
+            overrides=[
+                "dataset=digits_c",
+                "model=mlp",
+                f"dataset.feature_dir={feature_dir}",
+                "dataset.corruption_params=cifar10_c",
+                *overrides,
+            ],
+        )
     node = OmegaConf.to_container(cfg.dataset, resolve=True)
     assert node.pop("name") == "digits_c"
     return instantiate(node)

@@ -1,5 +1,6 @@
 """A run directory that cannot be created, and a disk that fills during a run: one error line each, as
 ``train.py`` prints it, with the earlier good checkpoint kept and no temp file left."""
+
 import pytest
 import os
 import resource
@@ -36,9 +37,15 @@ def test_a_disk_that_fills_during_training_is_one_line_and_keeps_the_good_checkp
 
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # inherited: a write past the cap fails with EFBIG
     try:
-        res = subprocess.run([sys.executable, *MLP, f"hydra.run.dir={run}"], cwd=ROOT, capture_output=True,
-                             text=True, preexec_fn=small_disk, timeout=300,
-                             env={**os.environ, "MNP_TORCH_THREADS": "1", "WANDB_MODE": "disabled"})
+        res = subprocess.run(
+            [sys.executable, *MLP, f"hydra.run.dir={run}"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            preexec_fn=small_disk,
+            timeout=300,
+            env={**os.environ, "MNP_TORCH_THREADS": "1", "WANDB_MODE": "disabled"},
+        )
     finally:
         signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
     err = [x for x in res.stderr.strip().splitlines() if x.strip()]

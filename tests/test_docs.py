@@ -1,4 +1,5 @@
 """The docs: generated tables match the committed result files, links resolve, the README stays a guide."""
+
 import pytest
 import re
 from pathlib import Path
@@ -15,9 +16,11 @@ def test_generated_blocks_match_the_committed_result_files():
         assert docgen.render_file(text, src) == text, f"{path.name} is out of date: run python -m mnp.tools.docgen"
 
 
-RUNS = {("mnp", "pie"): [(0.95, 0.03, 0.90), (0.96, 0.031, 0.91), (0.9436, 0.029, 0.893)],
-        ("mcd", "pie"): [(0.90, 0.05, 0.80), (0.92, 0.06, 0.82), (0.91, 0.052, 0.81)],
-        ("mnp_official", "pie"): [(0.96, 0.02, 0.90), (0.94, 0.03, 0.91)]}
+RUNS = {
+    ("mnp", "pie"): [(0.95, 0.03, 0.90), (0.96, 0.031, 0.91), (0.9436, 0.029, 0.893)],
+    ("mcd", "pie"): [(0.90, 0.05, 0.80), (0.92, 0.06, 0.82), (0.91, 0.052, 0.81)],
+    ("mnp_official", "pie"): [(0.96, 0.02, 0.90), (0.94, 0.03, 0.91)],
+}
 
 
 def committed_like(tmp_path):
@@ -26,22 +29,39 @@ def committed_like(tmp_path):
     from mnp.tools.report import report
     from mnp.tools.report_records import claims, read_runs, write_runs
     from mnp.tools.report_runs import read_cells
+
     out = tmp_path / "results" / "paper_main"
     out.mkdir(parents=True)
     keys = ("test/acc", "test/ece", "noise/acc_mean")
-    write_runs(out / "runs.csv", {("paper_main", m, d, None, s): dict(zip(keys, v))
-                                  for (m, d), vals in RUNS.items() for s, v in enumerate(vals)})
-    legacy = [("mgp", "test/acc", 0.9), ("mgp", "test/ece", 0.02), ("mgp", "noise/acc_mean", 0.91), ("tmc", "test/acc", 0.8)]
-    (out / "results.csv").write_text("model,dataset,metric,mean,std,n,experiment,variant\n" + "".join(
-        f"{m},pie,{k},{v},0.0,5,paper_main,\n" for m, k, v in legacy))
+    write_runs(
+        out / "runs.csv",
+        {
+            ("paper_main", m, d, None, s): dict(zip(keys, v))
+            for (m, d), vals in RUNS.items()
+            for s, v in enumerate(vals)
+        },
+    )
+    legacy = [
+        ("mgp", "test/acc", 0.9),
+        ("mgp", "test/ece", 0.02),
+        ("mgp", "noise/acc_mean", 0.91),
+        ("tmc", "test/acc", 0.8),
+    ]
+    (out / "results.csv").write_text(
+        "model,dataset,metric,mean,std,n,experiment,variant\n"
+        + "".join(f"{m},pie,{k},{v},0.0,5,paper_main,\n" for m, k, v in legacy)
+    )
     report([], out, plots=False, from_runs=out / "runs.csv")
-    return {"paper_main": docgen.read_results(out / "results.csv"),
-            "claims": claims(read_runs(out / "runs.csv"), read_cells(out / "results.csv"))}
+    return {
+        "paper_main": docgen.read_results(out / "results.csv"),
+        "claims": claims(read_runs(out / "runs.csv"), read_cells(out / "results.csv")),
+    }
 
 
 def test_renderers_show_means_with_t_intervals_and_mark_legacy_cells(tmp_path):
     import numpy as np
     from scipy import stats as st
+
     src = committed_like(tmp_path)
     acc = np.array([v[0] for v in RUNS[("mnp", "pie")]]) * 100
     half = st.t.ppf(0.975, 2) * acc.std(ddof=1) / np.sqrt(3)
@@ -63,6 +83,7 @@ def test_renderers_show_means_with_t_intervals_and_mark_legacy_cells(tmp_path):
 
 def test_claims_section_states_each_paired_test(tmp_path):
     from scipy import stats as st
+
     src = committed_like(tmp_path)
     text = docgen.RENDERERS["claims"](src)
     acc = [[v[0] for v in RUNS[(m, "pie")]] for m in ("mnp", "mcd")]
@@ -84,6 +105,7 @@ def test_committed_results_are_derived_from_their_runs():
     legacy cells only (none may claim a source it lacks)."""
     from mnp.tools.report_records import derive, read_runs
     from mnp.tools.report_runs import LEGACY, read_cells
+
     for d in sorted((ROOT / "results").iterdir()):
         if not (d / "results.csv").is_file():
             continue
@@ -125,8 +147,12 @@ def test_docs_cite_nothing_outside_the_repository():
 
 def test_code_and_configs_cite_nothing_outside_the_repository():
     """A comment that cites a file the repository lacks (PITFALLS.md) says the reason itself instead."""
-    files = [p for d in ("mnp", "baselines", "datamodules", "conf", "benchmarks") for p in (ROOT / d).rglob("*")
-             if p.suffix in (".py", ".yaml")] + [ROOT / "train.py", ROOT / "evaluate.py"]
+    files = [
+        p
+        for d in ("mnp", "baselines", "datamodules", "conf", "benchmarks")
+        for p in (ROOT / d).rglob("*")
+        if p.suffix in (".py", ".yaml")
+    ] + [ROOT / "train.py", ROOT / "evaluate.py"]
     cited = [p.relative_to(ROOT).as_posix() for p in files if re.search(r"PITFALLS\.md|SPEC §", p.read_text())]
     assert cited == []
 
@@ -139,8 +165,13 @@ def test_the_slow_marker_says_how_many_tests_it_marks():
 
     text = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["markers"][0]
     said = re.match(r"slow: (\d+) tests", text)
-    res = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "slow", "-p", "no:warnings"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "slow", "-p", "no:warnings"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     marked = re.search(r"^(\d+)/\d+ tests collected", res.stdout, re.M)
     assert said and marked and int(said.group(1)) == int(marked.group(1)), (text, res.stdout[-500:])
 
@@ -148,10 +179,17 @@ def test_the_slow_marker_says_how_many_tests_it_marks():
 def test_readme_is_a_user_guide():
     text = (ROOT / "README.md").read_text()
     assert len(text.encode()) <= 12_500
-    for heading in ("## Set up and run", "## Tests", "## Commands", "## Datasets and models", "## Your own data",
-                    "## Sweeps, results and wandb", "## Results at a glance"):
+    for heading in (
+        "## Set up and run",
+        "## Tests",
+        "## Commands",
+        "## Datasets and models",
+        "## Your own data",
+        "## Sweeps, results and wandb",
+        "## Results at a glance",
+    ):
         assert heading in text
-    assert "pip install -e \".[test,optuna]\"" in text and "python -m pytest -q" in text
+    assert 'pip install -e ".[test,optuna]"' in text and "python -m pytest -q" in text
 
 
 def test_noise_figure_is_the_results_file_and_its_ceiling_is_the_best_removal(tmp_path):
@@ -161,31 +199,48 @@ def test_noise_figure_is_the_results_file_and_its_ceiling_is_the_best_removal(tm
 
     from mnp.tools import noise_figure
     from mnp.tools.report_runs import read_results
+
     committed = json.loads((ROOT / "figures" / "noise_curves.json").read_text())
     assert committed == noise_figure.curves(read_results(ROOT / "results" / "paper_main" / "results.csv"))
     csv = tmp_path / "results.csv"
-    rows = ["model,dataset,metric,mean,std,n,experiment,variant",
-            "mnp,cub,noise/acc@1,0.70,0.01,5,paper_main,", "mnp,cub,noise/acc@0.01,0.90,0.02,5,paper_main,",
-            "mnp,cub,missing/acc_subsets_mean,0.75,0.0,5,paper_main,",
-            "mgp,cub,noise/acc@1,0.80,0.0,3,paper_main,", "mgp,cub,missing/acc_subsets_mean,0.81,0.0,3,paper_main,",
-            "mnp,cub,missing/acc_subsets_mean,0.99,0.0,5,paper_main,model.loss.tau=1"]
+    rows = [
+        "model,dataset,metric,mean,std,n,experiment,variant",
+        "mnp,cub,noise/acc@1,0.70,0.01,5,paper_main,",
+        "mnp,cub,noise/acc@0.01,0.90,0.02,5,paper_main,",
+        "mnp,cub,missing/acc_subsets_mean,0.75,0.0,5,paper_main,",
+        "mgp,cub,noise/acc@1,0.80,0.0,3,paper_main,",
+        "mgp,cub,missing/acc_subsets_mean,0.81,0.0,3,paper_main,",
+        "mnp,cub,missing/acc_subsets_mean,0.99,0.0,5,paper_main,model.loss.tau=1",
+    ]
     csv.write_text("\n".join(rows) + "\n")
     data = noise_figure.curves(read_results(csv))
-    assert data["cub"]["models"]["mnp"] == {"sigma": [0.01, 1.0], "acc": [90.0, 70.0], "std": [2.0, 1.0], "n": 5,
-                                            "band": None}
+    assert data["cub"]["models"]["mnp"] == {
+        "sigma": [0.01, 1.0],
+        "acc": [90.0, 70.0],
+        "std": [2.0, 1.0],
+        "n": 5,
+        "band": None,
+    }
     assert data["cub"]["ceiling"] == {"acc": 81.0, "model": "mgp", "n": 3}
     table = docgen.render_noise_curves({"noise_curves": data})
-    assert "| CUB | MNP | 90.0 | 70.0 | 5 |" in table and "| CUB | ceiling (MGP, noised views removed) | 81.0 | 81.0 | 3 |" in table
+    assert (
+        "| CUB | MNP | 90.0 | 70.0 | 5 |" in table
+        and "| CUB | ceiling (MGP, noised views removed) | 81.0 | 81.0 | 3 |" in table
+    )
 
 
 def test_noise_figure_bands_are_the_results_intervals_and_legacy_cells_have_none():
     """Each curve's band is the results.csv 95 % interval of its cells (source=runs); a legacy aggregate has none."""
     import csv
     import json
+
     committed = json.loads((ROOT / "figures" / "noise_curves.json").read_text())
     with open(ROOT / "results" / "paper_main" / "results.csv", newline="") as f:
-        cells = {(r["model"], r["dataset"], float(r["metric"].split("@")[1])): r for r in csv.DictReader(f)
-                 if r["metric"].startswith("noise/acc@") and not r["variant"] and r["experiment"] == "paper_main"}
+        cells = {
+            (r["model"], r["dataset"], float(r["metric"].split("@")[1])): r
+            for r in csv.DictReader(f)
+            if r["metric"].startswith("noise/acc@") and not r["variant"] and r["experiment"] == "paper_main"
+        }
     kinds = set()
     for d, panel in committed.items():
         for m, c in panel["models"].items():
@@ -205,6 +260,7 @@ def test_noise_figure_view_curves_are_the_run_means():
     """The dashed per-view series are the means over runs.csv rows of view/acc@v<k>@<σ> (where MNP logged them)."""
     import csv
     import json
+
     committed = json.loads((ROOT / "figures" / "noise_curves.json").read_text())
     with open(ROOT / "results" / "paper_main" / "runs.csv", newline="") as f:
         runs = [r for r in csv.DictReader(f) if r["model"] == "mnp" and not r["variant"]]
@@ -214,8 +270,9 @@ def test_noise_figure_view_curves_are_the_run_means():
         assert bool(panel["views"]) == bool(logged), d
         for k, c in panel["views"].items():
             for s, acc in zip(c["sigma"], c["acc"]):
-                col = next(key for key in logged[0] if key.startswith(f"view/acc@v{k}@") and
-                           float(key.rsplit("@", 1)[1]) == s)
+                col = next(
+                    key for key in logged[0] if key.startswith(f"view/acc@v{k}@") and float(key.rsplit("@", 1)[1]) == s
+                )
                 assert acc == pytest.approx(100 * sum(float(r[col]) for r in logged) / len(logged), abs=1e-3)
                 checked += 1
             assert c["n"] == len(logged)
@@ -226,15 +283,18 @@ def synthetic_panel(tmp_path) -> dict:
     """The PIE panel of a results.csv with a runs-sourced MNP (intervals, three views), a legacy MGP."""
     from mnp.tools import noise_figure
     from mnp.tools.report_runs import read_results
+
     csv = tmp_path / "results.csv"
-    rows = ["model,dataset,metric,mean,std,n,ci95_low,ci95_high,source,experiment,variant",
-            "mnp,pie,noise/acc@0.1,0.9,0.01,10,0.89,0.91,runs,paper_main,",
-            "mnp,pie,noise/acc@1,0.8,0.02,10,0.78,0.82,runs,paper_main,",
-            "mgp,pie,noise/acc@0.1,0.85,0.01,5,,,legacy_aggregate,paper_main,",
-            "mgp,pie,noise/acc@1,0.84,0.01,5,,,legacy_aggregate,paper_main,",
-            "mnp,pie,view/acc@v10@1,0.1,0.0,10,0.09,0.11,runs,paper_main,",
-            "mnp,pie,view/acc@v2@1,0.3,0.0,10,0.29,0.31,runs,paper_main,",
-            "mnp,pie,view/acc@v2@0.1,0.7,0.0,10,0.69,0.71,runs,paper_main,"]
+    rows = [
+        "model,dataset,metric,mean,std,n,ci95_low,ci95_high,source,experiment,variant",
+        "mnp,pie,noise/acc@0.1,0.9,0.01,10,0.89,0.91,runs,paper_main,",
+        "mnp,pie,noise/acc@1,0.8,0.02,10,0.78,0.82,runs,paper_main,",
+        "mgp,pie,noise/acc@0.1,0.85,0.01,5,,,legacy_aggregate,paper_main,",
+        "mgp,pie,noise/acc@1,0.84,0.01,5,,,legacy_aggregate,paper_main,",
+        "mnp,pie,view/acc@v10@1,0.1,0.0,10,0.09,0.11,runs,paper_main,",
+        "mnp,pie,view/acc@v2@1,0.3,0.0,10,0.29,0.31,runs,paper_main,",
+        "mnp,pie,view/acc@v2@0.1,0.7,0.0,10,0.69,0.71,runs,paper_main,",
+    ]
     csv.write_text("\n".join(rows) + "\n")
     return noise_figure.curves(read_results(csv))["pie"]
 
@@ -253,6 +313,7 @@ def test_noise_figure_bands_and_views_of_a_synthetic_results_file(tmp_path):
 def test_noise_figure_renders_the_same_bytes_twice(tmp_path):
     """The figure with bands, a legacy curve and per-view curves is written, and is the same PNG twice."""
     from mnp.tools import noise_figure
+
     data = synthetic_panel(tmp_path)
     a, b = (noise_figure.plot({"pie": data}, tmp_path / f"{x}.png").read_bytes() for x in "ab")
     assert a[:8] == b"\x89PNG\r\n\x1a\n" and a == b
@@ -261,20 +322,63 @@ def test_noise_figure_renders_the_same_bytes_twice(tmp_path):
 def test_gpu_and_start_up_tables_come_from_the_measurement_files():
     """docs/gpu.md and docs/speed.md render the H200 session's JSON files and benchmarks/startup_cpu.json."""
     from mnp.tools import docgen_speed
+
     case = {"extrapolated": False, "test_s": 0.01}
-    src = {"gpu": {"bench_gpu": {"meta": {"device": "GPU X"}, "ratios": {"pie": {
-        "mnp_over_mnp_graph_train": 3.5, "mgp_over_mnp_train": 1.9, "mgp_over_mnp_graph_train": 6.6,
-        "mgp_over_mnp_test": 5.5}}, "cases": [{**case, "dataset": "pie", "model": m, "train_epoch_s": t}
-                                              for m, t in (("mnp", 0.08), ("mnp_graph", 0.02), ("mgp", 0.16))]},
-        "gpu_check": {"device": "GPU X", "runs": [{"dataset": "pie", "variant": "default", "test/acc": 0.9412,
-                                                   "test/ece": 0.0271, "noise/acc_mean": 0.9199,
-                                                   "time/train_epoch_s": 0.014, "time/total_s": 6.18, "wall_s": 9.5}]}},
-           "startup": {"after": {"commit": "abc", "cpus": 2, "runs": [{}], "median": {
-               "wall_s": 10.0, "time/total_s": 7.0, "wall_minus_total_s": 3.0, "time/startup_s": 2.5,
-               "time/teardown_s": 0.01}}}}
-    assert "| PIE | 0.080 → 0.020 | 0.160 | 3.50 | 1.90 ✗ | 6.60 ✓ | 0.0100 / 0.0100 | 5.50 ✓ |" in \
-        docgen_speed.render_gpu_bench(src)
-    assert "| PIE, MNP, defaults (`auto`: captured) | 94.12 | 0.0271 | 91.99 | 0.014 | 6.18 | 9.5 |" in \
-        docgen_speed.render_gpu_runs(src)
+    src = {
+        "gpu": {
+            "bench_gpu": {
+                "meta": {"device": "GPU X"},
+                "ratios": {
+                    "pie": {
+                        "mnp_over_mnp_graph_train": 3.5,
+                        "mgp_over_mnp_train": 1.9,
+                        "mgp_over_mnp_graph_train": 6.6,
+                        "mgp_over_mnp_test": 5.5,
+                    }
+                },
+                "cases": [
+                    {**case, "dataset": "pie", "model": m, "train_epoch_s": t}
+                    for m, t in (("mnp", 0.08), ("mnp_graph", 0.02), ("mgp", 0.16))
+                ],
+            },
+            "gpu_check": {
+                "device": "GPU X",
+                "runs": [
+                    {
+                        "dataset": "pie",
+                        "variant": "default",
+                        "test/acc": 0.9412,
+                        "test/ece": 0.0271,
+                        "noise/acc_mean": 0.9199,
+                        "time/train_epoch_s": 0.014,
+                        "time/total_s": 6.18,
+                        "wall_s": 9.5,
+                    }
+                ],
+            },
+        },
+        "startup": {
+            "after": {
+                "commit": "abc",
+                "cpus": 2,
+                "runs": [{}],
+                "median": {
+                    "wall_s": 10.0,
+                    "time/total_s": 7.0,
+                    "wall_minus_total_s": 3.0,
+                    "time/startup_s": 2.5,
+                    "time/teardown_s": 0.01,
+                },
+            }
+        },
+    }
+    assert (
+        "| PIE | 0.080 → 0.020 | 0.160 | 3.50 | 1.90 ✗ | 6.60 ✓ | 0.0100 / 0.0100 | 5.50 ✓ |"
+        in docgen_speed.render_gpu_bench(src)
+    )
+    assert (
+        "| PIE, MNP, defaults (`auto`: captured) | 94.12 | 0.0271 | 91.99 | 0.014 | 6.18 | 9.5 |"
+        in docgen_speed.render_gpu_runs(src)
+    )
     assert "| abc (after) | 10.0 | 7.0 | 3.0 | 2.50 | 0.01 | 1 |" in docgen_speed.render_startup(src)
     assert set(docgen_speed.RENDERERS) <= set(docgen.RENDERERS)

@@ -1,6 +1,7 @@
 """The models' numeric keys (mnp.core.domains): every numeric constructor argument of every model class has a
 declared domain, its default lies in it, and a value outside it is refused in one line naming the key, by the
 constructor (Python) and by the config validation (CLI) alike."""
+
 import dataclasses
 import importlib
 import inspect
@@ -21,7 +22,10 @@ from mnp.core.validate import ConfigError, resolve_auto, validate
 from mnp.optim import OPTIM_DOMAINS, make_optimizer
 
 ROOT = Path(__file__).resolve().parents[1]
-MODULES = ["mnp.model", *sorted(f"baselines.{p.stem}" for p in (ROOT / "baselines").glob("*.py") if p.stem != "__init__")]
+MODULES = [
+    "mnp.model",
+    *sorted(f"baselines.{p.stem}" for p in (ROOT / "baselines").glob("*.py") if p.stem != "__init__"),
+]
 DATA_ARGS = {"num_classes", "view_dims"}  # given by the data, checked by Routine
 SET_BY_THE_MODELS = {"params", "max_epochs"}  # make_optimizer's arguments the models fill in (trainer.max_epochs)
 
@@ -94,7 +98,9 @@ def test_every_numeric_argument_has_a_domain_holding_its_default(cls):
     hints = typing.get_type_hints(cls.__init__)
     need = {n for n in params if n not in DATA_ARGS and numeric(hints.get(n))}
     assert need <= cls.domains.keys(), f"{cls.__name__}: no declared domain for {sorted(need - cls.domains.keys())}"
-    assert cls.domains.keys() <= params.keys(), f"{cls.__name__}: domains of no argument {cls.domains.keys() - params.keys()}"
+    assert cls.domains.keys() <= params.keys(), (
+        f"{cls.__name__}: domains of no argument {cls.domains.keys() - params.keys()}"
+    )
     for name, domain in cls.domains.items():
         part = next((h for h in typing.get_args(hints[name]) if dataclasses.is_dataclass(h)), None)
         if part is not None:  # an MNP part (mnp.parts): its own numeric settings, each with a domain
@@ -102,7 +108,9 @@ def test_every_numeric_argument_has_a_domain_holding_its_default(cls):
         elif isinstance(domain, Mapping):  # a dict-valued argument: the optimiser's keyword arguments
             assert hints[name] in (dict, dict | None) and domain is OPTIM_DOMAINS, name
         else:
-            assert domain.holds(params[name].default), f"{cls.__name__}.{name}={params[name].default!r}: {domain.text()}"
+            assert domain.holds(params[name].default), (
+                f"{cls.__name__}.{name}={params[name].default!r}: {domain.text()}"
+            )
 
 
 def check_part(part: type, domains: Mapping) -> None:

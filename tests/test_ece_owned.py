@@ -1,5 +1,6 @@
 """The owned calibration metric (issue 33): ECE, accuracy, NLL and Brier against direct computations written here,
 and against scikit-learn; the defects of torchmetrics' ECE that made the project own it."""
+
 from __future__ import annotations
 
 import math
@@ -89,8 +90,11 @@ def test_an_entry_beyond_the_tolerance_is_refused_with_the_range_found(entry):
     probs, labels = overconfident_case()
     probs[5, 2] = entry
     lo, hi = min(entry, 0.1 / 9), max(entry, 0.9)
-    with pytest.raises(ValueError, match=rf"^probabilities must lie in \[0, 1\] \(to within 1e-06\); got min "
-                                         rf"{lo:.9g}, max {hi:.9g}$"):
+    with pytest.raises(
+        ValueError,
+        match=rf"^probabilities must lie in \[0, 1\] \(to within 1e-06\); got min "
+        rf"{lo:.9g}, max {hi:.9g}$",
+    ):
         metrics.ece(probs, labels)
     with pytest.raises(ValueError, match="probabilities must lie in"):
         metrics.adaptive_ece(probs, labels)
@@ -99,6 +103,7 @@ def test_an_entry_beyond_the_tolerance_is_refused_with_the_range_found(entry):
 def test_the_figure_title_and_the_wandb_table_use_the_bins_of_the_reported_ece():
     from mnp.core.figures import reliability_figure
     from mnp.core.wandb_tables import reliability_table
+
     # a mixture: a calibrated bulk and wrong rows at confidence 1 and on the edge 14/15
     probs, labels = random_case(7, n=300)
     probs[:20] = torch.nn.functional.one_hot((labels[:20] + 1) % 10, 10).double()
@@ -127,6 +132,7 @@ def test_a_nonfinite_row_is_an_error_in_accuracy_and_makes_the_ece_nan_as_nll_an
 
 def test_the_figure_of_a_run_with_nonfinite_rows_says_so_beside_its_nan_ece():
     from mnp.core.figures import reliability_figure
+
     probs = np.array([[0.9, 0.1], [0.2, 0.8], [np.nan, np.nan]], dtype=np.float32)
     fig = reliability_figure(probs, np.array([0, 1, 0]), "t")
     assert fig.axes[0].get_title() == "t\nECE = nan (1 row not finite)"
@@ -137,7 +143,10 @@ def test_the_figure_of_a_run_with_nonfinite_rows_says_so_beside_its_nan_ece():
 def test_accuracy_equals_torchmetrics_bit_for_bit(seed):
     probs, labels = random_case(seed, n=997 + seed, k=3 + seed)
     for p in (probs, probs.float()):
-        assert metrics.accuracy(p, labels) == multiclass_accuracy(p, labels, num_classes=p.shape[-1], average="micro").item()
+        assert (
+            metrics.accuracy(p, labels)
+            == multiclass_accuracy(p, labels, num_classes=p.shape[-1], average="micro").item()
+        )
 
 
 def test_nll_is_capped_at_minus_log_1e_12_per_row():
@@ -153,8 +162,9 @@ def test_brier_sums_over_classes_twice_scikit_learns_for_two_classes():
     from sklearn.metrics import brier_score_loss
 
     probs, labels = random_case(3, n=400, k=2)
-    assert metrics.brier(probs, labels) == pytest.approx(2 * brier_score_loss(labels.numpy(), probs[:, 1].numpy()),
-                                                         rel=1e-12)
+    assert metrics.brier(probs, labels) == pytest.approx(
+        2 * brier_score_loss(labels.numpy(), probs[:, 1].numpy()), rel=1e-12
+    )
     probs, labels = random_case(4, n=50, k=5)
     direct = sum(sum((p - (j == y)) ** 2 for j, p in enumerate(row)) for row, y in zip(probs.tolist(), labels.tolist()))
     assert metrics.brier(probs, labels) == pytest.approx(direct / 50, rel=1e-12)

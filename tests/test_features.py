@@ -1,4 +1,5 @@
 """Feature extraction and the resumable feature cache (official CIFAR10-C layout)."""
+
 from __future__ import annotations
 
 import json
@@ -32,8 +33,9 @@ class Pool(nn.Module):
 
 
 def extractor(model: nn.Module, batch_size: int = 64) -> F.FeatureExtractor:
-    return F.FeatureExtractor(lambda: model, input_size=40, batch_size=batch_size, device="cpu",
-                              description={"model": "pool4"})
+    return F.FeatureExtractor(
+        lambda: model, input_size=40, batch_size=batch_size, device="cpu", description={"model": "pool4"}
+    )
 
 
 @pytest.fixture()
@@ -46,8 +48,7 @@ def image_dir(tmp_path):
 
 
 def build(root, image_dir, model, chunk_size=4, params="cifar10_c", published_test=True):
-    jobs = F.cifar10c_jobs(root, image_dir, CORR, SEV, {"svhn": "svhn", "cifar100": "cifar100"}, params,
-                           published_test)
+    jobs = F.cifar10c_jobs(root, image_dir, CORR, SEV, {"svhn": "svhn", "cifar100": "cifar100"}, params, published_test)
     return F.run_jobs(root, jobs, extractor(model), chunk_size, {"extractor": {"model": "pool4"}})
 
 
@@ -88,10 +89,13 @@ def test_without_torchvision_the_image_datasets_stop_in_one_line_naming_the_extr
     import tomllib
 
     from datamodules.images import load_images
+
     for name in ("torchvision", "torchvision.models", "torchvision.datasets"):
         monkeypatch.setitem(sys.modules, name, None)  # `import` raises ImportError, as when not installed
-    says = "needs torchvision (import of torchvision.{} halted; None in sys.modules): pip install -e '.[images]' " \
-           "(on a CPU-only machine with --extra-index-url https://download.pytorch.org/whl/cpu)"
+    says = (
+        "needs torchvision (import of torchvision.{} halted; None in sys.modules): pip install -e '.[images]' "
+        "(on a CPU-only machine with --extra-index-url https://download.pytorch.org/whl/cpu)"
+    )
     with pytest.raises(DataError) as e:
         F.inception_v3(None)
     assert str(e.value) == "the Inception-v3 features " + says.format("models")
@@ -125,10 +129,16 @@ def test_cache_layout(tmp_path, image_dir):
     root = tmp_path / "feat"
     assert build(root, images, Pool()) == 2 * 3 + 2
     files = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
-    assert files == sorted(["cache.json", "train/labels.npy", "test/labels.npy",
-                            "svhn/feature/test_inceptionv3_feat.npy", "cifar100/feature/test_inceptionv3_feat.npy"]
-                           + [f"{s}/feature/{c}_severity_{v}_inceptionv3_feat.npy"
-                              for s in ("train", "test") for c, v in zip(CORR, SEV)])
+    assert files == sorted(
+        [
+            "cache.json",
+            "train/labels.npy",
+            "test/labels.npy",
+            "svhn/feature/test_inceptionv3_feat.npy",
+            "cifar100/feature/test_inceptionv3_feat.npy",
+        ]
+        + [f"{s}/feature/{c}_severity_{v}_inceptionv3_feat.npy" for s in ("train", "test") for c, v in zip(CORR, SEV)]
+    )
     np.testing.assert_array_equal(np.load(root / "train/labels.npy"), ref["train_y"])
     np.testing.assert_array_equal(np.load(root / "test/labels.npy"), ref["test_y"])
     assert np.load(F.feature_path(root, "train", "shot_noise", 3)).shape == (15, 48)
@@ -166,14 +176,19 @@ def test_published_cifar10c_test_view_is_read(tmp_path, image_dir):
     published = write_cifar10c(images, "shot_noise", ref)
     root = tmp_path / "feat"
     build(root, images, Pool())
-    np.testing.assert_allclose(np.load(F.feature_path(root, "test", "shot_noise", 3)),
-                               extractor(Pool())(published[2]), rtol=1e-6)
+    np.testing.assert_allclose(
+        np.load(F.feature_path(root, "test", "shot_noise", 3)), extractor(Pool())(published[2]), rtol=1e-6
+    )
     meta = json.loads((root / "cache.json").read_text())
     assert meta["arrays"]["test/feature/shot_noise_severity_3_inceptionv3_feat.npy"].startswith("CIFAR-10-C/")
     other = tmp_path / "imagenet_c"
     build(other, images, Pool(), params="imagenet_c")  # other parameters: the published file does not apply
-    assert "imagenet_c" in json.loads((other / "cache.json").read_text())["arrays"][
-        "test/feature/shot_noise_severity_3_inceptionv3_feat.npy"]
+    assert (
+        "imagenet_c"
+        in json.loads((other / "cache.json").read_text())["arrays"][
+            "test/feature/shot_noise_severity_3_inceptionv3_feat.npy"
+        ]
+    )
 
 
 def test_cache_refuses_other_settings(tmp_path):
@@ -192,12 +207,24 @@ def test_features_command_config_builds_the_dataset_cache(tmp_path, image_dir, m
     images, _ = image_dir
     monkeypatch.setattr(F, "inception_v3", lambda weights, seed: Pool())
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = compose("features/cifar10c", overrides=[
-            f"paths.data_dir={images}", f"dataset.feature_dir={tmp_path / 'feat'}", "dataset.extractor.weights=null",
-            "dataset.extractor.input_size=75", "chunk_size=8", "device=cpu", "download=false"])
+        cfg = compose(
+            "features/cifar10c",
+            overrides=[
+                f"paths.data_dir={images}",
+                f"dataset.feature_dir={tmp_path / 'feat'}",
+                "dataset.extractor.weights=null",
+                "dataset.extractor.input_size=75",
+                "chunk_size=8",
+                "device=cpu",
+                "download=false",
+            ],
+        )
     assert cfg.image_dir == str(images) and list(cfg.dataset.corruptions) == CORR
     root = F.build_cifar10c(cfg)
     assert len(list(root.rglob("*_inceptionv3_feat.npy"))) == 8
     settings = json.loads((root / "cache.json").read_text())["settings"]
-    assert settings == {"extractor": F.inception_description(None, 75, 0), "corruption_params": "cifar10_c",
-                        "corruption_seed": 0}
+    assert settings == {
+        "extractor": F.inception_description(None, 75, 0),
+        "corruption_params": "cifar10_c",
+        "corruption_seed": 0,
+    }

@@ -1,4 +1,5 @@
 """Figure 2 (two moons): three attention variants, PNG + JSON summary, and the figure's claim."""
+
 import json
 
 import pytest

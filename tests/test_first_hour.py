@@ -1,6 +1,7 @@
 """A new user's first hour, run as a user runs the programs: the CLI as a subprocess, stdout and stderr
 captured. Help, the end-of-run summary, progress lines in a log, config errors before training, a
 checkpoint evaluated from another directory, a quiet console and a sweep's closing lines."""
+
 import json
 import re
 import sys
@@ -29,8 +30,18 @@ def data_file(tmp_path_factory):
 def mnp_run(data_file, tmp_path_factory):
     """``train.py model=mnp dataset=custom`` with 4 epochs: 1 warm-up (a quarter) and 3 main epochs."""
     run_dir = tmp_path_factory.mktemp("runs") / "mnp_run"
-    res = run_cli(["train.py", "model=mnp", "dataset=custom", f"dataset.path={data_file}", "trainer.max_epochs=4",
-                   "model.encoder.d_e=16", f"hydra.run.dir={run_dir}", "eval.noise_levels=[0.1,1.0,10.0]"])
+    res = run_cli(
+        [
+            "train.py",
+            "model=mnp",
+            "dataset=custom",
+            f"dataset.path={data_file}",
+            "trainer.max_epochs=4",
+            "model.encoder.d_e=16",
+            f"hydra.run.dir={run_dir}",
+            "eval.noise_levels=[0.1,1.0,10.0]",
+        ]
+    )
     assert res.returncode == 0, res.stderr[-2000:]
     return res, run_dir
 
@@ -48,9 +59,11 @@ def test_help_describes_the_command_with_examples_and_lists_choices_without_inte
 
 
 def test_help_imports_neither_torch_nor_hydras_config_composition():
-    code = ("import runpy, sys; sys.argv = ['train.py', '--help']\n"
-            "try:\n    runpy.run_path('train.py', run_name='__main__')\nexcept SystemExit:\n    pass\n"
-            "print('torch' in sys.modules, 'pytorch_lightning' in sys.modules, file=sys.stderr)")
+    code = (
+        "import runpy, sys; sys.argv = ['train.py', '--help']\n"
+        "try:\n    runpy.run_path('train.py', run_name='__main__')\nexcept SystemExit:\n    pass\n"
+        "print('torch' in sys.modules, 'pytorch_lightning' in sys.modules, file=sys.stderr)"
+    )
     res = run_cli(["-c", code])
     assert res.stderr.strip().splitlines()[-1] == "False False"
 
@@ -121,7 +134,9 @@ def test_evaluate_helps_example_of_another_noise_protocol_runs(mnp_run, tmp_path
     assert example[0] == "evaluate.py" and example[1] == "ckpt_path=last.ckpt"
     out = tmp_path / "eval"
     overrides = [t for t in example[2:] if "=" in t]  # the words after it describe it
-    res = run_cli(["evaluate.py", f"ckpt_path={run_dir / 'checkpoints' / 'last.ckpt'}", *overrides, f"output_dir={out}"])
+    res = run_cli(
+        ["evaluate.py", f"ckpt_path={run_dir / 'checkpoints' / 'last.ckpt'}", *overrides, f"output_dir={out}"]
+    )
     assert res.returncode == 0, res.stderr[-2000:]
     levels = [k for k in json.loads((out / "metrics.json").read_text()) if k.startswith("noise/acc@")]
     assert levels == ["noise/acc@0.5", "noise/acc@1", "noise/acc@2"]
@@ -129,22 +144,31 @@ def test_evaluate_helps_example_of_another_noise_protocol_runs(mnp_run, tmp_path
 
 def test_evaluate_without_a_checkpoint_is_one_line():
     res = run_cli(["evaluate.py"])
-    assert res.returncode == 1 and res.stderr.strip() == "error: ckpt_path is required: add ckpt_path=<value> to the command"
+    assert (
+        res.returncode == 1
+        and res.stderr.strip() == "error: ckpt_path is required: add ckpt_path=<value> to the command"
+    )
 
 
 # ---------------------------------------------------------------------------- errors before training
-@pytest.mark.parametrize("args, message", [
-    (["model=mnp", "model.loss.tau=oops"], "error: model.loss.tau must be a number, got 'oops'"),
-    ([], "error: dataset.path is required"),
-    (["trainer.max_epochs=-1"], "error: trainer.max_epochs must be an integer >= 1, got -1"),
-    (["model=mnp", "model.warmup.epochs=600"], "error: model.warmup.epochs=600 >= trainer.max_epochs=500"),
-    (["model=mnp", "model.optim.clip_norm=-0.1"], "error: model.optim.clip_norm must be > 0 (or null), got -0.1"),
-    (["model=mlp", "model.warmup.epochs=10"], "error: model.warmup.epochs is not a key of the model (Key "
-     "'warmup' is not in struct; in a sweep, of every model it runs): check its spelling (the models' keys: "
-     "docs/usage.md), and give a key only some models of a sweep have in a command of its own for those; "
-     "+model.warmup.epochs would pass it to a model that does not take it; MNP's warm-up follows a shorter "
-     "trainer.max_epochs by itself"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["model=mnp", "model.loss.tau=oops"], "error: model.loss.tau must be a number, got 'oops'"),
+        ([], "error: dataset.path is required"),
+        (["trainer.max_epochs=-1"], "error: trainer.max_epochs must be an integer >= 1, got -1"),
+        (["model=mnp", "model.warmup.epochs=600"], "error: model.warmup.epochs=600 >= trainer.max_epochs=500"),
+        (["model=mnp", "model.optim.clip_norm=-0.1"], "error: model.optim.clip_norm must be > 0 (or null), got -0.1"),
+        (
+            ["model=mlp", "model.warmup.epochs=10"],
+            "error: model.warmup.epochs is not a key of the model (Key "
+            "'warmup' is not in struct; in a sweep, of every model it runs): check its spelling (the models' keys: "
+            "docs/usage.md), and give a key only some models of a sweep have in a command of its own for those; "
+            "+model.warmup.epochs would pass it to a model that does not take it; MNP's warm-up follows a shorter "
+            "trainer.max_epochs by itself",
+        ),
+    ],
+)
 def test_config_errors_are_one_line_before_anything_is_written(tmp_path, data_file, args, message):
     path = [] if "dataset.path" in message else [f"dataset.path={data_file}"]
     run_dir = tmp_path / "run"
@@ -154,15 +178,25 @@ def test_config_errors_are_one_line_before_anything_is_written(tmp_path, data_fi
     assert hydra_only(run_dir)  # no config.yaml, no csv/hparams.yaml, no checkpoint
 
 
-@pytest.mark.parametrize("override, key", [
-    ("trainer.max_epochs=0", "trainer.max_epochs"), ("seed=abc", "seed"), ("eval.noise_levels=[abc]", "eval.noise_levels"),
-    ("eval.noise_levels=[]", "eval.noise_levels"), ("eval.noise_levels=[-1]", "eval.noise_levels"),
-    ("eval.noise_levels=[inf]", "eval.noise_levels"), ("eval.n_bins=0", "eval.n_bins"),
-    ("dataset.batch_size=0", "dataset.batch_size"), ("dataset.batch_size=-1", "dataset.batch_size"),
-    ("dataset.val_fraction=1.0", "dataset.val_fraction"), ("dataset.val_fraction=-0.5", "dataset.val_fraction"),
-    ("model.decoder.num_samples=0", "model.decoder.num_samples"), ("model.optim.lr=-1", "model.optim.lr"),
-    ("model.aggregation.modality_mask=maybe", "model.aggregation.modality_mask"),
-])
+@pytest.mark.parametrize(
+    "override, key",
+    [
+        ("trainer.max_epochs=0", "trainer.max_epochs"),
+        ("seed=abc", "seed"),
+        ("eval.noise_levels=[abc]", "eval.noise_levels"),
+        ("eval.noise_levels=[]", "eval.noise_levels"),
+        ("eval.noise_levels=[-1]", "eval.noise_levels"),
+        ("eval.noise_levels=[inf]", "eval.noise_levels"),
+        ("eval.n_bins=0", "eval.n_bins"),
+        ("dataset.batch_size=0", "dataset.batch_size"),
+        ("dataset.batch_size=-1", "dataset.batch_size"),
+        ("dataset.val_fraction=1.0", "dataset.val_fraction"),
+        ("dataset.val_fraction=-0.5", "dataset.val_fraction"),
+        ("model.decoder.num_samples=0", "model.decoder.num_samples"),
+        ("model.optim.lr=-1", "model.optim.lr"),
+        ("model.aggregation.modality_mask=maybe", "model.aggregation.modality_mask"),
+    ],
+)
 def test_every_out_of_range_or_mistyped_value_names_its_key(tmp_path, override, key):
     cfg = compose_train(tmp_path, ["model=mnp", "dataset=handwritten", override])
     resolve_auto(cfg)
@@ -192,11 +226,19 @@ def test_a_run_shortened_below_the_datasets_warmup_scales_it_in_one_line(tmp_pat
     import logging
 
     # (dataset, trainer.max_epochs) -> warm-up: 100 of Scene15's 300 epochs, 100 of Handwritten's 105, 100 of PIE's 350
-    cases = {("scene15", 20): 7, ("scene15", 120): 100, ("scene15", None): 100, ("handwritten", 5): 4, ("pie", 1): 0,
-             ("pie", 101): 100, ("pie", 100): 29}
+    cases = {
+        ("scene15", 20): 7,
+        ("scene15", 120): 100,
+        ("scene15", None): 100,
+        ("handwritten", 5): 4,
+        ("pie", 1): 0,
+        ("pie", 101): 100,
+        ("pie", 100): 29,
+    }
     for (dataset, epochs), warmup in cases.items():
-        cfg = compose_train(tmp_path, ["model=mnp", f"dataset={dataset}"] +
-                            ([f"trainer.max_epochs={epochs}"] if epochs else []))
+        cfg = compose_train(
+            tmp_path, ["model=mnp", f"dataset={dataset}"] + ([f"trainer.max_epochs={epochs}"] if epochs else [])
+        )
         caplog.clear()
         with caplog.at_level(logging.INFO, logger="mnp.core.validate"):
             resolve_auto(cfg)
@@ -210,7 +252,8 @@ def test_a_run_shortened_below_the_datasets_warmup_scales_it_in_one_line(tmp_pat
         resolve_auto(cfg)
     assert [r.getMessage() for r in caplog.records] == [
         "trainer.max_epochs=20 leaves no epoch after the dataset's 100 warm-up epochs: the warm-up keeps its share "
-        "of the run, model.warmup.epochs=7 (100 of 300 by default; set model.warmup.epochs to choose)"]
+        "of the run, model.warmup.epochs=7 (100 of 300 by default; set model.warmup.epochs to choose)"
+    ]
     cfg = compose_train(tmp_path, ["model=mnp", "dataset=scene15", "trainer.max_epochs=20", "model.warmup.epochs=100"])
     resolve_auto(cfg)
     with pytest.raises(ConfigError, match=r"^model.warmup.epochs=100 >= trainer.max_epochs=20"):
@@ -222,8 +265,11 @@ def test_the_quick_preset_runs_every_model_on_every_dataset_in_a_few_short_epoch
     models, datasets = (sorted(p.stem for p in (ROOT / "conf" / g).glob("*.yaml")) for g in ("model", "dataset"))
     for model in models:
         for dataset in datasets:
-            cfg = compose_train(tmp_path, [f"model={model}", f"dataset={dataset}", "experiment=quick"] +
-                                (["dataset.path=x.npz"] if dataset == "custom" else []))
+            cfg = compose_train(
+                tmp_path,
+                [f"model={model}", f"dataset={dataset}", "experiment=quick"]
+                + (["dataset.path=x.npz"] if dataset == "custom" else []),
+            )
             resolve_auto(cfg)
             validate(cfg)
             assert (cfg.trainer.max_epochs, cfg.trainer.limit_train_batches, cfg.experiment_name) == (10, 5, "quick")
@@ -233,8 +279,10 @@ def test_the_quick_preset_runs_every_model_on_every_dataset_in_a_few_short_epoch
 
 def test_a_quick_run_writes_its_record_and_no_checkpoint(tmp_path):
     from mnp.core.pipeline import train
-    res = train(compose_train(tmp_path / "run", ["experiment=quick", "model=mlp", "dataset.n_train=100",
-                                                  "dataset.n_test=40"]))
+
+    res = train(
+        compose_train(tmp_path / "run", ["experiment=quick", "model=mlp", "dataset.n_train=100", "dataset.n_test=40"])
+    )
     assert res["epochs"] == 10 and (tmp_path / "run" / "metrics.json").is_file()
     assert (tmp_path / "run" / "predictions.npz").is_file() and not (tmp_path / "run" / "checkpoints").exists()
 
@@ -242,17 +290,40 @@ def test_a_quick_run_writes_its_record_and_no_checkpoint(tmp_path):
 # ---------------------------------------------------------------------------- sweeps
 @pytest.mark.slow
 def test_a_sweep_ends_with_one_line_per_job_and_the_report_command(tmp_path, data_file):
-    res = run_cli(["train.py", "-m", "model=mlp", "dataset=custom", f"dataset.path={data_file}", "seed=0,1",
-                   "trainer.max_epochs=1", "eval.noise=false", f"paths.log_dir={tmp_path}", "experiment_name=t"])
+    res = run_cli(
+        [
+            "train.py",
+            "-m",
+            "model=mlp",
+            "dataset=custom",
+            f"dataset.path={data_file}",
+            "seed=0,1",
+            "trainer.max_epochs=1",
+            "eval.noise=false",
+            f"paths.log_dir={tmp_path}",
+            "experiment_name=t",
+        ]
+    )
     assert res.returncode == 0, res.stderr[-2000:]
     out = res.stdout
     assert "Sweep finished: 2 ok" in out
     assert len(re.findall(r"^  ok\s+mlp_custom_s[01]", out, re.M)) == 2
     assert f"Aggregate with: python -m mnp.tools.report {tmp_path / 't' / 'multiruns'}" in out
-    again = run_cli(["train.py", "-m", "model=mlp", "dataset=custom", f"dataset.path={data_file}", "seed=0,1",
-                     "trainer.max_epochs=1", "eval.noise=false", f"paths.log_dir={tmp_path}", "experiment_name=t"])
+    again = run_cli(
+        [
+            "train.py",
+            "-m",
+            "model=mlp",
+            "dataset=custom",
+            f"dataset.path={data_file}",
+            "seed=0,1",
+            "trainer.max_epochs=1",
+            "eval.noise=false",
+            f"paths.log_dir={tmp_path}",
+            "experiment_name=t",
+        ]
+    )
     assert "Sweep finished: 2 done before" in again.stdout
-
 
 
 # ---------------------------------------------------------------------------- the terminal's bar
@@ -284,8 +355,14 @@ def test_on_a_terminal_the_bar_names_the_stage_and_the_whole_run_eta(tmp_path):
     dm = TensorDataModule([rng.normal(size=(60, 4)) + y[:, None]], y, np.arange(60), np.arange(0), batch_size=30)
     model = flat_mnp(num_classes=3, view_dims=[4], d_e=8, memory_size=6, projection="linear", warmup_epochs=1)
     bar = Recorded()
-    pl.Trainer(max_epochs=3, default_root_dir=tmp_path, logger=False, enable_checkpointing=False,
-               enable_model_summary=False, callbacks=[bar]).fit(model, dm)
+    pl.Trainer(
+        max_epochs=3,
+        default_root_dir=tmp_path,
+        logger=False,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+        callbacks=[bar],
+    ).fit(model, dm)
     assert bar.seen[0].startswith("warm-up 1/3 (L_RBF only)") and bar.seen[1].startswith("main 2/3 · run ETA ")
     assert bar.seen[2].startswith("main 3/3 · run ETA ")
     # the bar shows what was learned: the warm-up's loss alone, then train accuracy and classification loss
@@ -308,9 +385,19 @@ def test_console_entry_points_run_from_any_directory(tmp_path):
         assert exe, f"{script} is not installed: pip install -e ."
         res = subprocess.run([exe, "--help"], cwd=tmp_path, capture_output=True, text=True)
         assert res.returncode == 0 and res.stdout.startswith(first)
-    res = subprocess.run([which("mnp-train"), "model=mlp", "trainer.max_epochs=1", "eval.noise=false",
-                          f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path, capture_output=True, text=True,
-                         env={**__import__("os").environ, "MNP_TORCH_THREADS": "1"})
+    res = subprocess.run(
+        [
+            which("mnp-train"),
+            "model=mlp",
+            "trainer.max_epochs=1",
+            "eval.noise=false",
+            f"hydra.run.dir={tmp_path / 'run'}",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={**__import__("os").environ, "MNP_TORCH_THREADS": "1"},
+    )
     assert res.returncode == 0, res.stderr[-1500:]
     assert (tmp_path / "run" / "metrics.json").exists() and (tmp_path / "run" / "train.log").exists()
     for script in ("mnp-report", "mnp-bench", "mnp-docgen"):

@@ -1,4 +1,5 @@
 """File readers: every layout of SOURCES.md round-trips to samples × features and 0-based labels."""
+
 import h5py
 import numpy as np
 import pytest
@@ -25,8 +26,7 @@ def test_caltech_layout_cell_features_by_samples_one_based(tmp_path, tiny_views)
 def test_cub_layout_cell_samples_by_features_and_zero_based_Y(tmp_path, tiny_views):
     views, y = tiny_views
     path = tmp_path / "hw.mat"
-    scipy.io.savemat(path, {"X": cell(views), "Y": y[:, None].astype(np.uint8),
-                            "feas": cell(["pix", "fou"])})
+    scipy.io.savemat(path, {"X": cell(views), "Y": y[:, None].astype(np.uint8), "feas": cell(["pix", "fou"])})
     raw = read_file(path)
     np.testing.assert_array_equal(raw.views[0], views[0])
     np.testing.assert_array_equal(raw.y, y)  # 0-based labels stay as they are
@@ -86,10 +86,17 @@ def test_pre_split_label_base_from_whole_file_and_dtype_cast(tmp_path):
     gt_train = np.array([1, 1, 2, 3, 4], np.uint8)[:, None]
     gt_test = np.array([2, 3, 4], np.uint8)[:, None]
     path = tmp_path / "pre.mat"
-    scipy.io.savemat(path, {
-        "x1_train": np.arange(10, dtype=np.uint8).reshape(5, 2), "x1_test": np.full((3, 2), 200, np.uint8),
-        "x2_train": np.arange(15, dtype=np.uint16).reshape(5, 3) * 1000, "x2_test": np.ones((3, 3), np.uint16),
-        "gt_train": gt_train, "gt_test": gt_test})
+    scipy.io.savemat(
+        path,
+        {
+            "x1_train": np.arange(10, dtype=np.uint8).reshape(5, 2),
+            "x1_test": np.full((3, 2), 200, np.uint8),
+            "x2_train": np.arange(15, dtype=np.uint16).reshape(5, 3) * 1000,
+            "x2_test": np.ones((3, 3), np.uint16),
+            "gt_train": gt_train,
+            "gt_test": gt_test,
+        },
+    )
     raw = read_file(path)
     np.testing.assert_array_equal(raw.y, [0, 0, 1, 2, 3, 1, 2, 3])
     np.testing.assert_array_equal(raw.y[raw.test_idx], gt_test.ravel() - 1)

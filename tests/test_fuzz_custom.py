@@ -6,6 +6,7 @@ must train; files with a defect every run must reject must fail.
 The examples run in-process through the CLI's guard (:func:`mnp.core.cli.run_guarded`, what ``train.py``
 calls; a subprocess costs ~10 s of imports here); two fixed examples run as real subprocesses.
 """
+
 import contextlib
 import io
 import json
@@ -23,8 +24,14 @@ from cli_utils import run_cli
 from mnp.core.cli import run_guarded
 from mnp.core.pipeline import train
 
-ARGS = ["model=mlp", "trainer.max_epochs=2", "dataset=custom", "eval.noise=false", "skip_if_done=false",
-        "ckpt_path=null"]
+ARGS = [
+    "model=mlp",
+    "trainer.max_epochs=2",
+    "dataset=custom",
+    "eval.noise=false",
+    "skip_if_done=false",
+    "ckpt_path=null",
+]
 REAL = ("float64", "float32", "int64", "uint8", "bool")
 DTYPES = (*REAL, "complex128", "object", "str")
 LABEL_SETS = [(0, 1, 2), (0, 1, 2), (1, 2, 3), (0, 5, 10**9), (0, 7), (0, 1, 2, 3), (3,), (0, -1, 2)]
@@ -76,27 +83,44 @@ class Case:
     def must_fail(self) -> bool:
         """A defect every run must reject."""
         y = self.arrays()["y"]
-        return (any(v.dtype not in REAL or v.shape != "ok" or (v.special is not None and v.dtype.startswith("float"))
-                    for v in self.views)
-                or self.label_kind == "fractional" or (y < 0).any() or len(np.unique(y)) < 2)
+        return (
+            any(
+                v.dtype not in REAL or v.shape != "ok" or (v.special is not None and v.dtype.startswith("float"))
+                for v in self.views
+            )
+            or self.label_kind == "fractional"
+            or (y < 0).any()
+            or len(np.unique(y)) < 2
+        )
 
     def must_train(self) -> bool:
         """Clean: real finite values of moderate size, >= 2 classes of >= 3 samples (a non-empty test split)."""
         counts = np.unique(self.arrays()["y"], return_counts=True)[1]
-        return (not self.must_fail() and all(v.scale <= 1e6 for v in self.views)
-                and len(counts) >= 2 and counts.min() >= 3)
+        return (
+            not self.must_fail() and all(v.scale <= 1e6 for v in self.views) and len(counts) >= 2 and counts.min() >= 3
+        )
 
 
 @st.composite
 def cases(draw) -> Case:
     """Mostly plausible files (repeated entries weight the choices), each with a few defects mixed in."""
-    views = [View(draw(st.sampled_from(REAL * 2 + DTYPES[len(REAL):])), draw(st.integers(1, 4)),
-                  draw(st.sampled_from(["ok"] * 8 + ["1d", "3d", "short"])),
-                  draw(st.sampled_from([1.0] * 4 + [1e6, 1e200, 1e307])),
-                  draw(st.sampled_from([None] * 6 + [math.nan, math.inf, -math.inf])))
-             for _ in range(draw(st.integers(1, 3)))]
-    return Case(draw(st.integers(2, 60)), draw(st.sampled_from(LABEL_SETS)),
-                draw(st.sampled_from(["int"] * 3 + ["float", "fractional"])), views, draw(st.integers(0, 2**16)))
+    views = [
+        View(
+            draw(st.sampled_from(REAL * 2 + DTYPES[len(REAL) :])),
+            draw(st.integers(1, 4)),
+            draw(st.sampled_from(["ok"] * 8 + ["1d", "3d", "short"])),
+            draw(st.sampled_from([1.0] * 4 + [1e6, 1e200, 1e307])),
+            draw(st.sampled_from([None] * 6 + [math.nan, math.inf, -math.inf])),
+        )
+        for _ in range(draw(st.integers(1, 3)))
+    ]
+    return Case(
+        draw(st.integers(2, 60)),
+        draw(st.sampled_from(LABEL_SETS)),
+        draw(st.sampled_from(["int"] * 3 + ["float", "fractional"])),
+        views,
+        draw(st.integers(0, 2**16)),
+    )
 
 
 @pytest.fixture(autouse=True)
@@ -130,8 +154,13 @@ def run_in_process(path: Path, out: Path) -> tuple[int, str]:
 
 
 @pytest.mark.slow
-@settings(max_examples=40, deadline=None, derandomize=True, database=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=40,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture],
+)
 @given(case=cases())
 @example(case=Case(60, (0, 5, 10**9), "int", [View("float64", 3), View("bool", 2)]))  # every dtype at least once
 @example(case=Case(45, (1, 2, 3), "float", [View("int64", 2), View("uint8", 1)]))
@@ -147,10 +176,14 @@ def test_fuzz_custom_data_trains_or_fails_in_one_line(case, one_thread):  # one_
         check(case, path, code, stderr, out)
 
 
-@pytest.mark.parametrize("case", [
-    Case(60, (0, 7, 10**9), "float", [View("uint8", 3), View("bool", 2), View("float32", 1, scale=1e6)], seed=1),
-    Case(30, (1, 2), "int", [View("float64", 3), View("str", 2)], seed=2),
-], ids=["trains", "fails"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        Case(60, (0, 7, 10**9), "float", [View("uint8", 3), View("bool", 2), View("float32", 1, scale=1e6)], seed=1),
+        Case(30, (1, 2), "int", [View("float64", 3), View("str", 2)], seed=2),
+    ],
+    ids=["trains", "fails"],
+)
 @pytest.mark.slow
 def test_fuzz_examples_through_real_cli(tmp_path, case):
     path, run_dir = tmp_path / "data.npz", tmp_path / "run"

@@ -1,4 +1,5 @@
 """Image readers in torchvision's on-disk formats, the torchvision download path, and corruptions."""
+
 from __future__ import annotations
 
 import pickle
@@ -40,13 +41,28 @@ def write_cifar10(root: Path, n_per_batch: int = 3, n_test: int = 4, seed: int =
     out["train_y"], out["test_y"] = rng.integers(0, 10, 5 * n_per_batch), rng.integers(0, 10, n_test)
     for i in range(5):
         sl = slice(i * n_per_batch, (i + 1) * n_per_batch)
-        _pickle(folder / f"data_batch_{i + 1}", {"batch_label": f"training batch {i + 1} of 5",
-                                                 "labels": out["train_y"][sl].tolist(),
-                                                 "data": _rows(out["train"][sl]), "filenames": []})
-    _pickle(folder / "test_batch", {"batch_label": "testing batch 1 of 1", "labels": out["test_y"].tolist(),
-                                    "data": _rows(out["test"]), "filenames": []})
-    _pickle(folder / "batches.meta", {"label_names": [f"c{k}" for k in range(10)], "num_cases_per_batch": n_per_batch,
-                                      "num_vis": 3072})
+        _pickle(
+            folder / f"data_batch_{i + 1}",
+            {
+                "batch_label": f"training batch {i + 1} of 5",
+                "labels": out["train_y"][sl].tolist(),
+                "data": _rows(out["train"][sl]),
+                "filenames": [],
+            },
+        )
+    _pickle(
+        folder / "test_batch",
+        {
+            "batch_label": "testing batch 1 of 1",
+            "labels": out["test_y"].tolist(),
+            "data": _rows(out["test"]),
+            "filenames": [],
+        },
+    )
+    _pickle(
+        folder / "batches.meta",
+        {"label_names": [f"c{k}" for k in range(10)], "num_cases_per_batch": n_per_batch, "num_vis": 3072},
+    )
     return out
 
 
@@ -56,10 +72,20 @@ def write_cifar100(root: Path, n_train: int = 5, n_test: int = 4, seed: int = 2)
     rng = np.random.default_rng(seed)
     for split in ("train", "test"):
         out[f"{split}_y"] = rng.integers(0, 100, len(out[split]))
-        _pickle(folder / split, {"filenames": [], "batch_label": split, "fine_labels": out[f"{split}_y"].tolist(),
-                                 "coarse_labels": (out[f"{split}_y"] // 5).tolist(), "data": _rows(out[split])})
-    _pickle(folder / "meta", {"fine_label_names": [f"f{k}" for k in range(100)],
-                              "coarse_label_names": [f"c{k}" for k in range(20)]})
+        _pickle(
+            folder / split,
+            {
+                "filenames": [],
+                "batch_label": split,
+                "fine_labels": out[f"{split}_y"].tolist(),
+                "coarse_labels": (out[f"{split}_y"] // 5).tolist(),
+                "data": _rows(out[split]),
+            },
+        )
+    _pickle(
+        folder / "meta",
+        {"fine_label_names": [f"f{k}" for k in range(100)], "coarse_label_names": [f"c{k}" for k in range(20)]},
+    )
     return out
 
 
@@ -67,8 +93,10 @@ def write_svhn(root: Path, split: str = "test", n: int = 6, seed: int = 4) -> di
     x = tiny_images(n, seed)
     digits = np.arange(n) % 10
     root.mkdir(parents=True, exist_ok=True)
-    scipy.io.savemat(root / f"{split}_32x32.mat", {"X": x.transpose(1, 2, 3, 0),
-                                                    "y": np.where(digits == 0, 10, digits)[:, None].astype(np.uint8)})
+    scipy.io.savemat(
+        root / f"{split}_32x32.mat",
+        {"X": x.transpose(1, 2, 3, 0), "y": np.where(digits == 0, 10, digits)[:, None].astype(np.uint8)},
+    )
     return {"images": x, "labels": digits}
 
 
@@ -236,6 +264,7 @@ def test_imagenet_c_noise_is_imagecorruptions_without_it():
             ic = im._imagecorruptions()
             np.random.seed(11)
             import skimage.util
+
             noise = skimage.util.random_noise
             skimage.util.random_noise = lambda *a, **k: noise(*a, rng=np.random.randint(2**31), **k)
             try:

@@ -1,4 +1,5 @@
 """Metrics against hand-computed values and brute force."""
+
 import itertools
 
 import numpy as np
@@ -111,6 +112,7 @@ def test_non_finite_test_probabilities_are_counted_and_reported(caplog):
     import logging
 
     from baselines.mlp import MLP
+
     model = MLP(num_classes=3, view_dims=[4, 5])
     probs = torch.full((6, 3), 1 / 3)
     probs[[1, 4], 0] = float("nan")
@@ -195,10 +197,12 @@ def test_aupr_and_fpr95_match_scikit_learn(seed, ties):
     if ties:
         scores = np.round(scores)
     assert metrics.aupr(torch.tensor(scores), torch.tensor(pos)) == pytest.approx(
-        average_precision_score(pos, scores), abs=1e-12)
+        average_precision_score(pos, scores), abs=1e-12
+    )
     fpr, tpr, _ = roc_curve(pos, scores, drop_intermediate=False)
     assert metrics.fpr_at_tpr(torch.tensor(scores), torch.tensor(pos)) == pytest.approx(
-        fpr[np.argmax(tpr >= 0.95)], abs=1e-12)
+        fpr[np.argmax(tpr >= 0.95)], abs=1e-12
+    )
 
 
 def test_ood_scores_name_each_score_and_energy_only_with_logits():
@@ -221,15 +225,26 @@ def test_a_run_writes_the_selective_and_ood_metrics_that_a_reference_recomputes(
 
     x, y = load_digits(return_X_y=True)
     np.savez(tmp_path / "d.npz", x1=x[:, :32], x2=x[:, 32:], y=y)
-    res = train(compose_train(tmp_path / "run", ["model=mlp", "dataset=custom", f"dataset.path={tmp_path / 'd.npz'}",
-                                                 "dataset.ood_classes=[0,1]", "trainer.max_epochs=2",
-                                                 "eval.noise=false", "eval.missing=false"]))
+    res = train(
+        compose_train(
+            tmp_path / "run",
+            [
+                "model=mlp",
+                "dataset=custom",
+                f"dataset.path={tmp_path / 'd.npz'}",
+                "dataset.ood_classes=[0,1]",
+                "trainer.max_epochs=2",
+                "eval.noise=false",
+                "eval.missing=false",
+            ],
+        )
+    )
     z = np.load(tmp_path / "run" / "predictions.npz")
     probs, labels, unc = z["test/probs"], z["test/labels"], z["test/uncertainty"]
     conf, correct = probs.max(1), probs.argmax(1) == labels
     assert res["test/aurc"] == pytest.approx(loop_aurc(conf, correct), abs=1e-9)
     assert res["test/aurc_unc"] == pytest.approx(loop_aurc(-unc, correct), abs=1e-9)
-    top = np.argsort(-conf, kind="stable")[:int(np.ceil(0.9 * len(conf)))]
+    top = np.argsort(-conf, kind="stable")[: int(np.ceil(0.9 * len(conf)))]
     assert res["test/acc@cov90"] == pytest.approx(correct[top].mean(), abs=1e-9)
     assert 0 <= res["test/ece_adaptive"] < 1
     is_ood, p = z["ood/heldout/is_ood"], z["ood/heldout/probs"].astype(np.float64)

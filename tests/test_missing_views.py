@@ -1,5 +1,6 @@
 """Missing views (docs/method.md §5): every model predicts from the views present, early fusion imputes
 the training means, the errors are one line, and the missing-view protocol of the test loop."""
+
 import json
 import logging
 import re
@@ -25,13 +26,29 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # small models: one thread i
 MODELS = sorted(p.stem for p in Path(CONF, "model").glob("*.yaml"))
 EARLY_FUSION = ["de_ef", "etp", "mcd", "mlp", "sngp"]
 # sizes that keep every model tiny; a key applies where the model's config has it
-SMALL = {"hidden": [16], "members": 2, "d_e": 16, "memory_size": 12, "warmup_epochs": 0, "num_inducing": 8,
-         "mc_samples": 4, "num_features": 32, "samples": 3, "num_samples": 2}
+SMALL = {
+    "hidden": [16],
+    "members": 2,
+    "d_e": 16,
+    "memory_size": 12,
+    "warmup_epochs": 0,
+    "num_inducing": 8,
+    "mc_samples": 4,
+    "num_features": 32,
+    "samples": 3,
+    "num_samples": 2,
+}
 
 
 def quiet_trainer(**kwargs) -> pl.Trainer:
-    return pl.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                      accelerator="cpu", **kwargs)
+    return pl.Trainer(
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        accelerator="cpu",
+        **kwargs,
+    )
 
 
 def fitted(name: str, dm, tmp_path, epochs: int = 2, **model_keys):
@@ -93,8 +110,7 @@ def test_early_fusion_imputes_the_training_means(name, tiny_views, tmp_path, cap
     model.eval()
     with torch.no_grad(), caplog.at_level(logging.WARNING):
         outs = []
-        for views, mask in (([x0, torch.zeros_like(x1)], present),
-                            ([x0, model.view_means[5:].expand_as(x1)], None)):
+        for views, mask in (([x0, torch.zeros_like(x1)], present), ([x0, model.view_means[5:].expand_as(x1)], None)):
             model.sample_generator = torch.Generator().manual_seed(0)  # the same MC draws for both
             outs.append(model.predict(views, mask)[0])
         model.predict([x0, x1], present)
@@ -105,8 +121,12 @@ def test_early_fusion_imputes_the_training_means(name, tiny_views, tmp_path, cap
 
 def test_early_fusion_without_recorded_means_is_one_clear_error():
     from baselines.mlp import MLP
-    with pytest.raises(ValueError, match=r"^MLP imputes a missing view with its training means, which it has not "
-                                         r"recorded: .*model.set_training_means"):
+
+    with pytest.raises(
+        ValueError,
+        match=r"^MLP imputes a missing view with its training means, which it has not "
+        r"recorded: .*model.set_training_means",
+    ):
         MLP(3, [5, 3], hidden=(8,)).predict_proba([np.zeros((4, 5)), None])
 
 
@@ -114,10 +134,17 @@ def test_a_checkpoint_from_before_the_means_loads_and_testing_fills_them(tiny_vi
     """A checkpoint without ``view_means`` (written before it existed) resumes (check_fits) and loads;
     testing it with its datamodule records the means."""
     from baselines.mlp import MLP
+
     dm = tiny_dm(tiny_views)
     model = MLP(3, [5, 3], hidden=(8,))
-    trainer = pl.Trainer(max_epochs=1, logger=False, enable_progress_bar=False, enable_model_summary=False,
-                         accelerator="cpu", default_root_dir=str(tmp_path))
+    trainer = pl.Trainer(
+        max_epochs=1,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        accelerator="cpu",
+        default_root_dir=str(tmp_path),
+    )
     trainer.fit(model, dm)
     path = tmp_path / "old.ckpt"
     trainer.save_checkpoint(path)
@@ -136,13 +163,14 @@ def test_a_checkpoint_from_before_the_means_loads_and_testing_fills_them(tiny_vi
 # ---------------------------------------------------------------------------- fusion over the views present
 def test_mgp_product_of_experts_runs_over_the_views_present():
     from baselines.mgp import WEIGHTINGS, fuse_experts
+
     g = torch.Generator().manual_seed(0)
     means, variances = torch.randn(3, 4, 2, generator=g), torch.rand(3, 4, 2, generator=g) + 0.05
     present = torch.tensor([[True, True, True], [True, False, True], [False, True, False], [False, True, True]])
     for weighting in WEIGHTINGS:
         mu, var = fuse_experts(means, variances, weighting, present)
         for b, row in enumerate(present):
-            m, v = fuse_experts(means[row, b:b + 1], variances[row, b:b + 1], weighting)
+            m, v = fuse_experts(means[row, b : b + 1], variances[row, b : b + 1], weighting)
             torch.testing.assert_close((mu[b], var[b]), (m[0], v[0]))
         every = fuse_experts(means, variances, weighting, torch.ones(4, 3, dtype=torch.bool))
         torch.testing.assert_close(every, fuse_experts(means, variances, weighting))
@@ -150,22 +178,25 @@ def test_mgp_product_of_experts_runs_over_the_views_present():
 
 def test_tmc_fuses_the_opinions_of_the_views_present():
     from baselines.tmc import TMC, dempster_combine_all
+
     torch.manual_seed(0)
     model = TMC(3, [4, 2, 3]).eval()
     views = [torch.randn(5, d) for d in (4, 2, 3)]
-    present = torch.tensor([[True, True, True], [True, False, True], [False, True, False], [False, False, True],
-                            [True, True, False]])
+    present = torch.tensor(
+        [[True, True, True], [True, False, True], [False, True, False], [False, False, True], [True, True, False]]
+    )
     with torch.no_grad():
         probs, unc = model.predict(views, present)
         alphas = model.view_alphas(views)
     for b, row in enumerate(present):
-        fused = dempster_combine_all(list(alphas[row, b:b + 1]))[0]
+        fused = dempster_combine_all(list(alphas[row, b : b + 1]))[0]
         torch.testing.assert_close(probs[0, b], fused / fused.sum())
         torch.testing.assert_close(unc[b], 3 / fused.sum())
 
 
 def test_late_fusion_ensemble_averages_the_members_present():
     from baselines.deep_ensemble import DeepEnsemble
+
     torch.manual_seed(0)
     model = DeepEnsemble(3, [4, 2, 3], fusion="late", hidden=(8,), uncertainty="variance").eval()
     views = [torch.randn(4, d) for d in (4, 2, 3)]
@@ -184,7 +215,7 @@ def informative_view0(n: int = 240):
     rng = np.random.default_rng(1)
     y = np.tile([0, 1], n // 2)
     views = [rng.normal(size=(n, 4)) + np.where(y[:, None] == 1, 2.0, -2.0), rng.normal(size=(n, 4))]
-    return TensorDataModule(views, y, np.arange(n // 2), np.arange(n // 2, n), batch_size=40), y[n // 2:]
+    return TensorDataModule(views, y, np.arange(n // 2), np.arange(n // 2, n), batch_size=40), y[n // 2 :]
 
 
 @pytest.mark.parametrize("name", ["mnp", "mgp"])
@@ -192,8 +223,10 @@ def test_removing_the_informative_view_drops_to_chance(name, tmp_path):
     dm, y = informative_view0()
     model = fitted(name, dm, tmp_path, epochs=15, d_e=32, memory_size=40, num_inducing=20, mc_samples=20)
     x0, x1 = dm.test_views
-    acc = {k: (model.predict_proba(v)[0].argmax(1).numpy() == y).mean()
-           for k, v in {"no_v1": [x0, None], "no_v0": [None, x1]}.items()}
+    acc = {
+        k: (model.predict_proba(v)[0].argmax(1).numpy() == y).mean()
+        for k, v in {"no_v1": [x0, None], "no_v0": [None, x1]}.items()
+    }
     assert acc["no_v1"] > 0.95, acc
     assert 0.35 < acc["no_v0"] < 0.65, acc  # chance: 0.5
 
@@ -201,11 +234,22 @@ def test_removing_the_informative_view_drops_to_chance(name, tmp_path):
 # ---------------------------------------------------------------------------- the test loop
 def test_train_reports_the_missing_view_protocol(tmp_path):
     """A tiny train.py run: missing/ beside noise/, each equal to predict_proba with that view None."""
-    res = train(compose_train(tmp_path, ["model=mlp", "trainer.max_epochs=2", "dataset.num_views=2",
-                                         "dataset.n_train=200", "dataset.n_test=120"]))
+    res = train(
+        compose_train(
+            tmp_path,
+            ["model=mlp", "trainer.max_epochs=2", "dataset.num_views=2", "dataset.n_train=200", "dataset.n_test=120"],
+        )
+    )
     on_disk = json.loads((tmp_path / "metrics.json").read_text())
-    keys = {"missing/acc@v0", "missing/ece@v0", "missing/acc@v1", "missing/ece@v1", "missing/acc_mean",
-            "missing/ece_mean", "missing/acc_subsets_mean"}
+    keys = {
+        "missing/acc@v0",
+        "missing/ece@v0",
+        "missing/acc@v1",
+        "missing/ece@v1",
+        "missing/acc_mean",
+        "missing/ece_mean",
+        "missing/acc_subsets_mean",
+    }
     assert keys <= set(on_disk) and "noise/acc_mean" in on_disk
     _, _, _, dm, model, _ = load_run(tmp_path / "checkpoints" / "last.ckpt")
     for k in (0, 1):
@@ -218,10 +262,24 @@ def test_train_reports_the_missing_view_protocol(tmp_path):
 
 
 def test_the_protocol_is_off_by_key_and_for_a_single_view(tmp_path):
-    off = train(compose_train(tmp_path / "off", ["model=tmc", "trainer.max_epochs=1", "dataset.num_views=2",
-                                                 "dataset.n_train=100", "dataset.n_test=50", "eval.missing=false"]))
-    single = train(compose_train(tmp_path / "one", ["model=mlp", "trainer.max_epochs=1", "dataset.n_train=100",
-                                                    "dataset.n_test=50"]))
+    off = train(
+        compose_train(
+            tmp_path / "off",
+            [
+                "model=tmc",
+                "trainer.max_epochs=1",
+                "dataset.num_views=2",
+                "dataset.n_train=100",
+                "dataset.n_test=50",
+                "eval.missing=false",
+            ],
+        )
+    )
+    single = train(
+        compose_train(
+            tmp_path / "one", ["model=mlp", "trainer.max_epochs=1", "dataset.n_train=100", "dataset.n_test=50"]
+        )
+    )
     assert "noise/acc_mean" in off and not [k for k in off if k.startswith("missing/")]
     assert not [k for k in single if k.startswith("missing/")]
 
@@ -237,6 +295,7 @@ def test_subsets_removed_are_the_noise_subsets_and_the_noise_metrics_stay_put():
     """MC Dropout samples from the test generators: its clean and noisy numbers are the same with the protocol
     off. 3 views, noise subsets of 2: acc_subsets_mean is the mean accuracy with each pair removed."""
     from baselines.mcd import MCDropout
+
     dm = three_view_dm()
     torch.manual_seed(0)
     model = MCDropout(3, [3, 4, 2], hidden=(16,), mc_samples=8, optim={"lr": 1e-2})
@@ -248,19 +307,28 @@ def test_subsets_removed_are_the_noise_subsets_and_the_noise_metrics_stay_put():
         results[missing] = {k: v for k, v in model.test_results.items() if not k.startswith("time/")}
     on, off = results[True], results[False]
     assert {k: v for k, v in on.items() if not k.startswith("missing/")} == off
-    assert sorted(k for k in on if k.startswith("missing/acc@")) == ["missing/acc@v0", "missing/acc@v1", "missing/acc@v2"]
+    assert sorted(k for k in on if k.startswith("missing/acc@")) == [
+        "missing/acc@v0",
+        "missing/acc@v1",
+        "missing/acc@v2",
+    ]
     model.mc_samples = 0  # deterministic: the protocol's numbers equal predict_proba's
     model.configure_evaluation(EvalProtocol(noise_levels=(0.1,), noise_subset_size=2))
     quiet_trainer().test(model, dm, verbose=False)
     res = model.test_results
-    accs = [metrics.accuracy(model.predict_proba([None if j in pair else v for j, v in enumerate(dm.test_views)])[0],
-                             dm.test_y) for pair in ((0, 1), (0, 2), (1, 2))]
+    accs = [
+        metrics.accuracy(
+            model.predict_proba([None if j in pair else v for j, v in enumerate(dm.test_views)])[0], dm.test_y
+        )
+        for pair in ((0, 1), (0, 2), (1, 2))
+    ]
     assert res["missing/acc_subsets_mean"] == pytest.approx(np.mean(accs), abs=1e-6)
     assert res["missing/acc@v0"] < res["missing/acc@v2"]  # view 0 carries the most information
 
 
 def test_the_test_loop_accepts_rows_missing_a_view(tiny_views):
     from baselines.tmc import TMC
+
     dm = tiny_dm(tiny_views)
     torch.manual_seed(0)
     model = TMC(3, [5, 3])
@@ -278,6 +346,7 @@ def test_the_test_loop_accepts_rows_missing_a_view(tiny_views):
 
 def test_a_model_without_a_present_mask_says_so_and_skips_the_protocol():
     from test_routine import ThresholdModel, make_dm, run_test
+
     model = ThresholdModel()
     with pytest.raises(ValueError, match=r"^ThresholdModel cannot predict with missing views: its predict takes no "):
         model.predict_proba([np.zeros((4, 1)), None])

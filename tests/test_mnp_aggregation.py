@@ -1,4 +1,5 @@
 """MBA (eq. 8) against a brute-force product of Gaussian densities; the ablations and the modality mask."""
+
 import math
 import time
 from itertools import combinations
@@ -7,8 +8,16 @@ import numpy as np
 import pytest
 import torch
 
-from mnp.aggregation import (TABLE_VIEWS, ConcatAggregation, MBA, MeanAggregation, mba_posterior, modality_draws,
-                             random_modality_mask, unimodal_posteriors)
+from mnp.aggregation import (
+    TABLE_VIEWS,
+    ConcatAggregation,
+    MBA,
+    MeanAggregation,
+    mba_posterior,
+    modality_draws,
+    random_modality_mask,
+    unimodal_posteriors,
+)
 from mnp_utils import flat_mnp
 
 CPU = torch.device("cpu")
@@ -52,10 +61,11 @@ def test_unimodal_posterior_is_mba_with_one_modality():
     r, s, u, q = random_terms(7, m=4)
     mu_m, var_m = unimodal_posteriors(r, s, u, q)
     for m in range(4):
-        mu, var = mba_posterior(r[m:m + 1], s[m:m + 1], u[m:m + 1], q[m:m + 1])
+        mu, var = mba_posterior(r[m : m + 1], s[m : m + 1], u[m : m + 1], q[m : m + 1])
         assert torch.allclose(mu, mu_m[m]) and torch.allclose(var, var_m[m])
-        gm, gv = grid_posterior(np.array([r[m, 0, 0].item(), u[m, 0, 0].item()]),
-                                np.array([s[m, 0, 0].item(), q[m, 0, 0].item()]))
+        gm, gv = grid_posterior(
+            np.array([r[m, 0, 0].item(), u[m, 0, 0].item()]), np.array([s[m, 0, 0].item(), q[m, 0, 0].item()])
+        )
         assert mu_m[m, 0, 0].item() == pytest.approx(gm, abs=1e-6)
         assert var_m[m, 0, 0].item() == pytest.approx(gv, rel=1e-5)
 
@@ -76,7 +86,7 @@ def test_modality_weights_drop_modalities():
     mu, var = mba_posterior(r, s, u, q, w)
     for i in range(4):
         keep = w[i].bool()
-        mu_i, var_i = mba_posterior(r[keep][:, i:i + 1], s[keep][:, i:i + 1], u[keep], q[keep])
+        mu_i, var_i = mba_posterior(r[keep][:, i : i + 1], s[keep][:, i : i + 1], u[keep], q[keep])
         assert torch.allclose(mu[i], mu_i[0]) and torch.allclose(var[i], var_i[0])
 
 

@@ -1,5 +1,6 @@
 """Attention (eqs. 1, 9): sparsemax against a brute-force simplex projection, RBF scores against
 their definition, exact zeros for far-away context points, batched = per-modality scores."""
+
 import itertools
 import math
 
@@ -73,7 +74,7 @@ def test_rbf_scores_follow_the_kernel_definition(form, amplitude):
     assert g.shape == (2, 5, 6)
     for m, amp in enumerate([0.5, 2.0] if amplitude else [1.0, 1.0]):
         l = to_positive(sim.raw_lengthscale[m], "softplus").detach()
-        lam = l ** 2 if form == "l2" else l
+        lam = l**2 if form == "l2" else l
         for i in range(5):
             for j in range(6):
                 want = amp * math.exp(-0.5 * (((t[m][i] - c[m][j]) / lam) ** 2).sum().item())

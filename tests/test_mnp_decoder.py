@@ -1,4 +1,5 @@
 """Monte Carlo prediction (eqs. 11–13): sample shapes and moments, the σ²-as-std switch, predict()."""
+
 import pytest
 import torch
 from torch import nn
@@ -28,7 +29,7 @@ def test_logit_samples_have_the_marginal_moments(sigma_as_std):
     assert logits.shape == (200 * 400, 1, 3)
     std_z = var if sigma_as_std else var.sqrt()  # the official bug uses σ² as the standard deviation
     assert torch.allclose(logits.mean(0), mu, atol=0.02)
-    assert torch.allclose(logits.var(0), std_z ** 2 + 0.09, rtol=0.03)
+    assert torch.allclose(logits.var(0), std_z**2 + 0.09, rtol=0.03)
 
 
 def test_shapes_and_deterministic_latent():

@@ -1,5 +1,6 @@
 """Losses: the supervised contrastive loss (eq. 10) against a naive per-anchor loop, L_RBF's paper and
 official forms, the predictive NLL (eq. 14) and the unimodal errors (eq. 3)."""
+
 import math
 
 import pytest
@@ -54,7 +55,7 @@ def test_rbf_loss_paper_and_official_forms(official):
     cl = [naive_supcon(sim[m].double(), y, 0.5, official) for m in range(2)]
     ls = [l.detach().double() for l in model.similarity.lengthscales()]
     if official:  # Σ_m (L_CL + α‖l‖²/2)
-        want = sum(cl) + 0.3 * sum(0.5 * (l ** 2).sum().item() for l in ls)
+        want = sum(cl) + 0.3 * sum(0.5 * (l**2).sum().item() for l in ls)
     else:  # (1/M) Σ_m L_CL + α (1/M) Σ_m ‖l‖
         want = sum(cl) / 2 + 0.3 * sum(l.norm().item() for l in ls) / 2
     assert got == pytest.approx(want, rel=1e-5)

@@ -1,5 +1,6 @@
 """The dynamic context memory (eqs. 2–3): initialisation, the mse/ce update for both j* modes, fifo,
 random, class balance, and survival through checkpoints."""
+
 import logging
 
 import numpy as np
@@ -201,11 +202,19 @@ def tiny_datamodule(seed=0):
 @pytest.mark.parametrize("trainable", [False, True])
 def test_memory_survives_a_checkpoint_round_trip(tmp_path, trainable):
     pl.seed_everything(0, verbose=False)
-    kwargs = dict(num_classes=K, view_dims=DIMS, d_e=8, memory_size=K * NK, memory_trainable=trainable,
-                  memory_init="uniform" if trainable else "data", memory_update="fifo")
+    kwargs = dict(
+        num_classes=K,
+        view_dims=DIMS,
+        d_e=8,
+        memory_size=K * NK,
+        memory_trainable=trainable,
+        memory_init="uniform" if trainable else "data",
+        memory_update="fifo",
+    )
     model = flat_mnp(**kwargs)
-    trainer = pl.Trainer(max_epochs=2, default_root_dir=tmp_path, logger=False, enable_progress_bar=False,
-                         enable_model_summary=False)
+    trainer = pl.Trainer(
+        max_epochs=2, default_root_dir=tmp_path, logger=False, enable_progress_bar=False, enable_model_summary=False
+    )
     trainer.fit(model, tiny_datamodule())
     ckpt = tmp_path / "m.ckpt"
     trainer.save_checkpoint(ckpt)
@@ -221,22 +230,31 @@ def test_memory_survives_a_checkpoint_round_trip(tmp_path, trainable):
     assert torch.equal(fresh.memory.rows(1), model.memory.rows(1))
     # resuming a finished fit restores the memory and does not re-initialise it from data
     resumed = flat_mnp(**kwargs)
-    pl.Trainer(max_epochs=2, default_root_dir=tmp_path, logger=False, enable_progress_bar=False,
-               enable_model_summary=False).fit(resumed, tiny_datamodule(), ckpt_path=ckpt)
+    pl.Trainer(
+        max_epochs=2, default_root_dir=tmp_path, logger=False, enable_progress_bar=False, enable_model_summary=False
+    ).fit(resumed, tiny_datamodule(), ckpt_path=ckpt)
     assert torch.equal(resumed.memory.rows(0), model.memory.rows(0))
 
 
 def test_gather_candidates_merges_every_rank_and_drops_the_padding():
     """DDP: with a fake two-rank all_gather, every rank sees both ranks' targets, unpadded, in rank order."""
-    local = ([torch.randn(5, 2), torch.randn(5, 3)], torch.tensor([0, 1, 2, 0, 1]), torch.rand(2, K * NK),
-             torch.rand(2, 5))
+    local = (
+        [torch.randn(5, 2), torch.randn(5, 3)],
+        torch.tensor([0, 1, 2, 0, 1]),
+        torch.rand(2, K * NK),
+        torch.rand(2, 5),
+    )
     remote = ([torch.randn(3, 2), torch.randn(3, 3)], torch.tensor([2, 2, 1]), torch.rand(2, K * NK), torch.rand(2, 3))
     pad = torch.nn.functional.pad
-    answers = iter([torch.tensor([5, 3]),
-                    [torch.stack([a, pad(b, (0, 0, 0, 2))]) for a, b in zip(local[0], remote[0])],
-                    torch.stack([local[1], pad(remote[1], (0, 2), value=-1)]),
-                    torch.stack([local[3], pad(remote[3], (0, 2))]),
-                    torch.stack([local[2], remote[2]])])
+    answers = iter(
+        [
+            torch.tensor([5, 3]),
+            [torch.stack([a, pad(b, (0, 0, 0, 2))]) for a, b in zip(local[0], remote[0])],
+            torch.stack([local[1], pad(remote[1], (0, 2), value=-1)]),
+            torch.stack([local[3], pad(remote[3], (0, 2))]),
+            torch.stack([local[2], remote[2]]),
+        ]
+    )
     views, y, attn_sum, err = gather_candidates(lambda data: next(answers), 2, *local)
     for m in range(2):
         assert torch.equal(views[m], torch.cat([local[0][m], remote[0][m]]))

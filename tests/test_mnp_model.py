@@ -1,4 +1,5 @@
 """The MNP LightningModule: optimisation switches, warm-up, determinism, configs, learning on real data."""
+
 import os
 import time
 
@@ -25,7 +26,7 @@ def blobs(n_per_class=20, k=3, dims=(4, 6), seed=0):
     y = np.repeat(np.arange(k), n_per_class)
     views = [rng.normal(size=(len(y), d)) + 3.0 * y[:, None] for d in dims]
     idx = rng.permutation(len(y))
-    return views, y, np.sort(idx[: len(y) * 3 // 4]), np.sort(idx[len(y) * 3 // 4:])
+    return views, y, np.sort(idx[: len(y) * 3 // 4]), np.sort(idx[len(y) * 3 // 4 :])
 
 
 def datamodule(batch_size=16, **kw):
@@ -34,8 +35,14 @@ def datamodule(batch_size=16, **kw):
 
 
 def trainer(tmp_path, max_epochs, **kw):
-    return pl.Trainer(max_epochs=max_epochs, default_root_dir=tmp_path, logger=False, enable_progress_bar=False,
-                      enable_model_summary=False, **kw)
+    return pl.Trainer(
+        max_epochs=max_epochs,
+        default_root_dir=tmp_path,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        **kw,
+    )
 
 
 def small(**kw):
@@ -79,18 +86,28 @@ def test_lengthscale_lr_scale_moves_l_by_scale_times_lr_per_adam_step(scale):
     views, y, _, _ = blobs()
     views, y = [torch.tensor(v, dtype=torch.float32) for v in views], torch.tensor(y)
     lr, warm_lr = 1e-3, 4e-3
-    model = small(lengthscale_lr_scale=scale, optim={"lr": lr, "eps": 1e-12}, projection="linear",
-                  warmup_epochs=1, warmup_lr=warm_lr)
+    model = small(
+        lengthscale_lr_scale=scale,
+        optim={"lr": lr, "eps": 1e-12},
+        projection="linear",
+        warmup_epochs=1,
+        warmup_lr=warm_lr,
+    )
     model.init_memory(views, y)
     main, warm = [o["optimizer"] for o in model.configure_optimizers()]
-    for opt, step, params in [(main, lr, model.encoders[0].enc_r.fc1.weight), (warm, warm_lr, model.encoders[0].projection[0].weight)]:
+    for opt, step, params in [
+        (main, lr, model.encoders[0].enc_r.fc1.weight),
+        (warm, warm_lr, model.encoders[0].projection[0].weight),
+    ]:
         raw, other = model.similarity.raw_lengthscale[0], params
         before_raw, before_other = raw.detach().clone(), other.detach().clone()
         opt.zero_grad()
         model.training_loss(views, y)[0].backward()
         opt.step()
         moved = (raw.detach() - before_raw).abs()
-        assert torch.allclose(moved[moved > 0], torch.full_like(moved[moved > 0], step * scale), rtol=5e-3)  # float32 ulp at l ≈ 10
+        assert torch.allclose(
+            moved[moved > 0], torch.full_like(moved[moved > 0], step * scale), rtol=5e-3
+        )  # float32 ulp at l ≈ 10
         moved = (other.detach() - before_other).abs()
         assert torch.allclose(moved[moved > 0], torch.full_like(moved[moved > 0], step), rtol=1e-4)
 
@@ -155,8 +172,13 @@ class LearningRates(pl.Callback):
 
 def test_warmup_trains_only_l_rbf_then_resumes_into_the_shifted_schedule(tmp_path):
     pl.seed_everything(0, verbose=False)
-    kw = dict(projection="linear", warmup_epochs=2, warmup_lr=1e-2, memory_update="mse",
-              optim={"lr": 1e-3, "schedule": "piecewise", "milestones": [1], "values": [1e-3, 1e-4]})
+    kw = dict(
+        projection="linear",
+        warmup_epochs=2,
+        warmup_lr=1e-2,
+        memory_update="mse",
+        optim={"lr": 1e-3, "schedule": "piecewise", "milestones": [1], "values": [1e-3, 1e-4]},
+    )
     model = small(**kw)
     model.init_memory(*[[torch.tensor(v, dtype=torch.float32) for v in blobs()[0]], torch.tensor(blobs()[1])])
     before = snapshot(model)
@@ -164,9 +186,14 @@ def test_warmup_trains_only_l_rbf_then_resumes_into_the_shifted_schedule(tmp_pat
     t = trainer(tmp_path, 2, callbacks=[lrs])
     t.fit(model, datamodule())
     # warm-up: only the projections and the lengthscales move; the memory is not updated
-    assert changed(before, model) == {"encoders.0.projection.0.weight", "encoders.0.projection.0.bias",
-                                      "encoders.1.projection.0.weight", "encoders.1.projection.0.bias",
-                                      "similarity.raw_lengthscale.0", "similarity.raw_lengthscale.1"}
+    assert changed(before, model) == {
+        "encoders.0.projection.0.weight",
+        "encoders.0.projection.0.bias",
+        "encoders.1.projection.0.weight",
+        "encoders.1.projection.0.bias",
+        "similarity.raw_lengthscale.0",
+        "similarity.raw_lengthscale.1",
+    }
     assert model.epoch_times == []  # warm-up epochs are not MNP training epochs
     assert lrs.warm[0] < 1e-2 and lrs.warm[1] < lrs.warm[0] and lrs.warm[1] >= 1e-3  # linear decay to 10 %
     ckpt = tmp_path / "warm.ckpt"
@@ -185,17 +212,36 @@ def test_warmup_trains_only_l_rbf_then_resumes_into_the_shifted_schedule(tmp_pat
     assert changed(before, resumed, "memory.")
 
 
-@pytest.mark.parametrize("switches, learns", [
-    (dict(aggregation="mean"), True),
-    (dict(aggregation="concat", memory_update="ce"), True),
-    (dict(similarity="dot"), True),
-    (dict(similarity="dot", attention_norm="softmax", memory_update="random"), True),
-    (dict(modality_mask=True, memory_jstar="same_class", memory_update="fifo"), True),
-    # the official quirks with a U(-1, 1) memory need far more steps than this test gives them
-    (dict(projection="linear", merge="sum", prior="shared", norm="batch", amplitude=True, sigma_as_std=True,
-          ty_loss="mean_ce", rbf_reduce="sum", lengthscale_penalty="half_sq", self_in_denominator=True,
-          memory_init="uniform", memory_trainable=True, l2=1e-3, clip_norm=0.1), False),
-])
+@pytest.mark.parametrize(
+    "switches, learns",
+    [
+        (dict(aggregation="mean"), True),
+        (dict(aggregation="concat", memory_update="ce"), True),
+        (dict(similarity="dot"), True),
+        (dict(similarity="dot", attention_norm="softmax", memory_update="random"), True),
+        (dict(modality_mask=True, memory_jstar="same_class", memory_update="fifo"), True),
+        # the official quirks with a U(-1, 1) memory need far more steps than this test gives them
+        (
+            dict(
+                projection="linear",
+                merge="sum",
+                prior="shared",
+                norm="batch",
+                amplitude=True,
+                sigma_as_std=True,
+                ty_loss="mean_ce",
+                rbf_reduce="sum",
+                lengthscale_penalty="half_sq",
+                self_in_denominator=True,
+                memory_init="uniform",
+                memory_trainable=True,
+                l2=1e-3,
+                clip_norm=0.1,
+            ),
+            False,
+        ),
+    ],
+)
 def test_every_switch_trains(tmp_path, switches, learns):
     pl.seed_everything(0, verbose=False)
     model = small(view_dims=[4, 6, 5], optim={"lr": 1e-2}, **switches)
@@ -219,7 +265,9 @@ def test_configs_compose_and_build(tmp_path, model_name, dataset):
     node["encoder"]["d_e"], node["memory"]["size"] = 16, 6
     spec = instantiate(node, num_classes=3, view_dims=[5, 7], _convert_="all").spec
     if model_name == "mnp_official":
-        assert spec.memory.trainable and not spec.decoder.train and spec.decoder.sigma_as_std and spec.loss.ty == "mean_ce"
+        assert (
+            spec.memory.trainable and not spec.decoder.train and spec.decoder.sigma_as_std and spec.loss.ty == "mean_ce"
+        )
     else:
         assert spec.decoder.train and not spec.decoder.sigma_as_std and spec.loss.ty == "nll_of_mean"
     assert cfg.trainer.max_epochs > spec.warmup.epochs  # the warm-up epochs come first, within max_epochs
@@ -238,14 +286,24 @@ def test_configs_compose_and_build(tmp_path, model_name, dataset):
 def test_mnp_learns_handwritten_beyond_chance(real_file):
     real_file("handwritten", "handwritten_6views.mat")
     from datamodules.features import FeatureDataModule
+
     pl.seed_everything(0, verbose=False)
     dm = FeatureDataModule("handwritten", os.environ["MNP_DATA_DIR"], download=False, batch_size=200)
     dm.setup()
-    model = flat_mnp(num_classes=dm.num_classes, view_dims=dm.view_dims, d_e=32, memory_size=100, tau=0.25,
-                lengthscale_form="l", num_samples=3, optim={"lr": 3e-3})
+    model = flat_mnp(
+        num_classes=dm.num_classes,
+        view_dims=dm.view_dims,
+        d_e=32,
+        memory_size=100,
+        tau=0.25,
+        lengthscale_form="l",
+        num_samples=3,
+        optim={"lr": 3e-3},
+    )
     t0 = time.perf_counter()
-    pl.Trainer(max_epochs=6, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-               enable_model_summary=False).fit(model, dm)
+    pl.Trainer(
+        max_epochs=6, logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False
+    ).fit(model, dm)
     p, _ = model.predict_proba(dm.test_views)
     acc = (p.argmax(1) == dm.test_y).float().mean().item()
     assert acc > 0.8, f"accuracy {acc:.3f} after {time.perf_counter() - t0:.1f}s (chance 0.1)"

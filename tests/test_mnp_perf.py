@@ -1,6 +1,7 @@
 """MNP's optimised implementation (``fast=True``) against the straightforward one (``fast=False``):
 foreach clipping and L2, fused Adam, cached context encodings at inference, partial-sort sparsemax,
 float32 variances under bf16 autocast, torch.compile. Same math, so the same numbers."""
+
 import copy
 import dataclasses
 import pickle
@@ -26,8 +27,17 @@ def data(n=40, k=3, dims=(5, 7), seed=0):
 
 def pair(n=40, **kw):
     """Two MNPs with identical weights and memory (from n rows), one fast and one straightforward."""
-    base = dict(num_classes=3, view_dims=[5, 7], d_e=16, memory_size=9, projection="linear", l2=1e-2,
-                clip_norm=0.05, norm="batch", lengthscale_form="l")
+    base = dict(
+        num_classes=3,
+        view_dims=[5, 7],
+        d_e=16,
+        memory_size=9,
+        projection="linear",
+        l2=1e-2,
+        clip_norm=0.05,
+        norm="batch",
+        lengthscale_form="l",
+    )
     base.update(kw)
     torch.manual_seed(0)
     fast = flat_mnp(**base, fast=True)
@@ -108,8 +118,10 @@ def test_fused_adam_equals_the_per_tensor_adam():
         assert of.defaults["fused"] and not orf.defaults["fused"]
         g = torch.Generator().manual_seed(0)
         for _ in range(5):
-            for pf, pr in zip((p for grp in of.param_groups for p in grp["params"]),
-                              (p for grp in orf.param_groups for p in grp["params"])):
+            for pf, pr in zip(
+                (p for grp in of.param_groups for p in grp["params"]),
+                (p for grp in orf.param_groups for p in grp["params"]),
+            ):
                 pf.grad = torch.randn(pf.shape, generator=g)
                 pr.grad = pf.grad.clone()
             of.step(), orf.step()
@@ -137,11 +149,12 @@ def test_cached_context_predictions_equal_fresh_ones_and_follow_every_change():
         torch.testing.assert_close(a, c, rtol=1e-5, atol=1e-6)
     # a parameter changed in place (an optimiser step), a memory row replaced, a buffer changed:
     # every one invalidates the cache
-    for change in (lambda m: m.encoders[0].enc_r.fc1.weight.mul_(1.5),
-                   lambda m: m.memory.rows(1)[0, 0].fill_(3.0),
-                   lambda m: m.encoders[1].enc_s.norm.norm.running_var.add_(0.5),
-                   lambda m: m.load_state_dict({k: v * 0.9 if v.is_floating_point() else v
-                                                for k, v in m.state_dict().items()})):
+    for change in (
+        lambda m: m.encoders[0].enc_r.fc1.weight.mul_(1.5),
+        lambda m: m.memory.rows(1)[0, 0].fill_(3.0),
+        lambda m: m.encoders[1].enc_s.norm.norm.running_var.add_(0.5),
+        lambda m: m.load_state_dict({k: v * 0.9 if v.is_floating_point() else v for k, v in m.state_dict().items()}),
+    ):
         for m in (fast, ref):
             with torch.no_grad():
                 change(m)
@@ -254,6 +267,7 @@ def test_model_with_a_cache_still_pickles_and_deep_copies():
 @pytest.mark.slow
 def test_compiled_decoder_and_nll_equal_eager(monkeypatch):
     import torch._inductor.config as inductor
+
     monkeypatch.setattr(inductor, "fallback_random", True)  # the eager random stream, so the same draws
     fast, _ = pair()
     compiled = copy.deepcopy(fast)

@@ -1,4 +1,5 @@
 """The plain-Python usage snippet of the README, read out of README.md, runs and learns."""
+
 import re
 from pathlib import Path
 
@@ -11,7 +12,7 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 def readme_snippet() -> str:
     """The first python block of the README's "From Python" section, as a user would copy it."""
     text = README.read_text()
-    section = text[text.index("## From Python"):]
+    section = text[text.index("## From Python") :]
     return re.search(r"```python\n(.*?)```", section, re.S).group(1)
 
 

@@ -1,5 +1,6 @@
 """Numerical safety of MNP: huge inputs, far targets, sparsemax in float32 under bf16 autocast, floors
 on every variance and positive parameter."""
+
 import numpy as np
 import pytest
 import pytorch_lightning as pl
@@ -23,7 +24,7 @@ def blobs(scale=1.0, n_per_class=30, seed=0):
     y = np.repeat(np.arange(K), n_per_class)
     views = [(rng.normal(size=(len(y), d)) + 3.0 * y[:, None]) * scale for d in DIMS]
     idx = rng.permutation(len(y))
-    return TensorDataModule(views, y, np.sort(idx[: len(y) * 3 // 4]), np.sort(idx[len(y) * 3 // 4:]), batch_size=16)
+    return TensorDataModule(views, y, np.sort(idx[: len(y) * 3 // 4]), np.sort(idx[len(y) * 3 // 4 :]), batch_size=16)
 
 
 def mnp(**kw):
@@ -42,8 +43,14 @@ class Losses(pl.Callback):
 
 def fit(model, dm, epochs):
     losses = Losses()
-    pl.Trainer(max_epochs=epochs, logger=False, enable_progress_bar=False, enable_model_summary=False,
-               enable_checkpointing=False, callbacks=[losses]).fit(model, dm)
+    pl.Trainer(
+        max_epochs=epochs,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+        callbacks=[losses],
+    ).fit(model, dm)
     return losses.values
 
 

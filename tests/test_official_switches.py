@@ -3,6 +3,7 @@
 Full batches from a repeating stream, Keras' placement of Adam's ε, new memory rows written before the
 optimiser step, the modality mask, and the per-dataset warm-up learning rates of mnp_official.
 """
+
 import math
 
 import numpy as np
@@ -33,12 +34,12 @@ def test_full_batches_stream_every_sample_once_per_pass_with_no_short_batch():
         stream += torch.cat(batches).tolist()
     passes = len(stream) // n
     for p in range(passes):  # the stream is a concatenation of whole permutations
-        assert sorted(stream[p * n:(p + 1) * n]) == list(range(n))
+        assert sorted(stream[p * n : (p + 1) * n]) == list(range(n))
     # the 80 samples epoch 0 left over open epoch 1 (stream position 600), then the next pass follows
     assert set(stream[600:680]) == set(range(n)) - set(stream[:600])
     fresh = EpochBatchSampler(n, b, shuffle=True, seed=3, stream=True)
     fresh.set_epoch(5)  # resume-safe: an epoch depends only on (seed, epoch)
-    assert torch.cat(list(fresh)).tolist() == stream[5 * 600:6 * 600]
+    assert torch.cat(list(fresh)).tolist() == stream[5 * 600 : 6 * 600]
 
 
 def test_datamodule_full_batches_switch_changes_the_steps_per_epoch():
@@ -58,7 +59,7 @@ def keras_adam(grads, lr, eps, b1=0.9, b2=0.999):
     theta, m, v = 0.0, 0.0, 0.0
     for t, g in enumerate(grads, 1):
         m, v = b1 * m + (1 - b1) * g, b2 * v + (1 - b2) * g * g
-        theta -= lr * math.sqrt(1 - b2 ** t) / (1 - b1 ** t) * m / (math.sqrt(v) + eps)
+        theta -= lr * math.sqrt(1 - b2**t) / (1 - b1**t) * m / (math.sqrt(v) + eps)
     return theta
 
 
@@ -108,10 +109,25 @@ def one_step_memory(tmp_path, write):
     y = np.repeat(np.arange(3), 10)
     views = [rng.normal(size=(30, 4)) + 3.0 * y[:, None]]
     dm = TensorDataModule(views, y, np.arange(30), np.arange(0), batch_size=30)
-    model = flat_mnp(num_classes=3, view_dims=[4], d_e=8, memory_size=6, memory_init="uniform", memory_trainable=True,
-                memory_jstar="same_class", memory_write=write, optim={"lr": 0.05})
-    pl.Trainer(max_epochs=1, default_root_dir=tmp_path, logger=False, enable_progress_bar=False,
-               enable_model_summary=False, enable_checkpointing=False).fit(model, dm)
+    model = flat_mnp(
+        num_classes=3,
+        view_dims=[4],
+        d_e=8,
+        memory_size=6,
+        memory_init="uniform",
+        memory_trainable=True,
+        memory_jstar="same_class",
+        memory_write=write,
+        optim={"lr": 0.05},
+    )
+    pl.Trainer(
+        max_epochs=1,
+        default_root_dir=tmp_path,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+    ).fit(model, dm)
     return model.memory.rows(0).detach().reshape(6, 4), dm.train_views[0]
 
 
@@ -126,13 +142,22 @@ def test_memory_write_after_step_stores_raw_rows_before_step_lets_the_optimiser_
 
 
 def test_unknown_memory_write_is_rejected():
-    with pytest.raises(ValueError, match="^unknown model.memory.write 'sometimes'; choose one of after_step, before_step$"):
+    with pytest.raises(
+        ValueError, match="^unknown model.memory.write 'sometimes'; choose one of after_step, before_step$"
+    ):
         flat_mnp(num_classes=3, view_dims=[4], memory_write="sometimes")
 
 
 # ---------------------------------------------------------------------------- the configs
-WARMUP_LR = {"handwritten": 1e-2, "cub": 1e-2, "pie": 1e-2, "scene15": 1e-2,
-             "caltech101": 1e-3, "hmdb": 1e-3, "cifar10c": 1e-3}  # the official scripts' --warmup_lr
+WARMUP_LR = {
+    "handwritten": 1e-2,
+    "cub": 1e-2,
+    "pie": 1e-2,
+    "scene15": 1e-2,
+    "caltech101": 1e-3,
+    "hmdb": 1e-3,
+    "cifar10c": 1e-3,
+}  # the official scripts' --warmup_lr
 
 
 @pytest.mark.parametrize("dataset", list(WARMUP_LR))
@@ -140,7 +165,9 @@ def test_mnp_official_takes_every_official_switch(tmp_path, dataset):
     cfg = OmegaConf.to_container(compose_train(tmp_path, ["model=mnp_official", f"dataset={dataset}"]), resolve=True)
     m, d = cfg["model"], cfg["dataset"]
     assert m["warmup"]["lr"] == WARMUP_LR[dataset]
-    assert m["aggregation"]["modality_mask"] and m["memory"]["write"] == "before_step" and m["memory"]["init"] == "uniform"
+    assert (
+        m["aggregation"]["modality_mask"] and m["memory"]["write"] == "before_step" and m["memory"]["init"] == "uniform"
+    )
     assert m["aggregation"]["view_weighting"]["mode"] == "none"  # the authors' code: eq. 8 unweighted
     assert m["optim"]["eps_placement"] == "keras" and m["optim"]["eps"] == 1e-7
     assert d["full_batches"] and d["scale_test_separately"]

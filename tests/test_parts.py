@@ -5,6 +5,7 @@
 model.memory_size=6 model.view_weighting=distance model.warmup_epochs=1 seed=0``, and ``expected.npz`` holds
 that commit's ``mnp.load(last.ckpt).predict_proba`` of 40 fixed rows (5 of them far from view 1's context).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -44,16 +45,30 @@ def test_every_flat_argument_has_one_home_and_every_setting_one_flat_name():
     settings = set().union(*(part_settings(cls, name) for name, cls in PARTS.items()))
     optimiser_own = {("optim", f.name) for f in dataclasses.fields(PARTS["optim"])} - set(homes)
     assert set(homes) - {("warmup", "fraction")} == settings - optimiser_own
-    assert optimiser_own == {("optim", k) for k in ("lr", "eps", "eps_placement", "weight_decay", "schedule",
-                                                    "milestones", "values")}
+    assert optimiser_own == {
+        ("optim", k) for k in ("lr", "eps", "eps_placement", "weight_decay", "schedule", "milestones", "values")
+    }
 
 
 def test_nest_flat_moves_each_key_into_its_part_and_keeps_the_rest():
-    old = {"num_classes": 3, "view_dims": [4, 2], "memory_size": 400, "view_weighting": "distance",
-           "distance_power": 2.0, "clip_norm": 0.1, "optim": {"lr": 0.01}, "fast": True}
-    assert nest_flat(old) == {"num_classes": 3, "view_dims": [4, 2], "fast": True, "memory": {"size": 400},
-                              "aggregation": {"view_weighting": {"mode": "distance", "power": 2.0}},
-                              "optim": {"lr": 0.01, "clip_norm": 0.1}}
+    old = {
+        "num_classes": 3,
+        "view_dims": [4, 2],
+        "memory_size": 400,
+        "view_weighting": "distance",
+        "distance_power": 2.0,
+        "clip_norm": 0.1,
+        "optim": {"lr": 0.01},
+        "fast": True,
+    }
+    assert nest_flat(old) == {
+        "num_classes": 3,
+        "view_dims": [4, 2],
+        "fast": True,
+        "memory": {"size": 400},
+        "aggregation": {"view_weighting": {"mode": "distance", "power": 2.0}},
+        "optim": {"lr": 0.01, "clip_norm": 0.1},
+    }
     new = {"memory": {"size": 400}, "optim": {"lr": 0.01}}
     assert nest_flat(new) == new  # already nested: unchanged
 
@@ -67,12 +82,15 @@ def test_a_part_takes_its_node_a_part_or_nothing():
     assert agg.view_weighting == ViewWeightingPart("distance", 0.9, 1.0)
 
 
-@pytest.mark.parametrize("value,message", [
-    ({"sise": 3}, "model.memory has no setting 'sise'; it takes size, init, trainable, update, jstar, write"),
-    (5, "model.memory must be a mapping of its settings, got 5"),
-    ({"size": 0}, "model.memory.size must be an integer >= 1, got 0"),
-    ({"write": "sometimes"}, "unknown model.memory.write 'sometimes'"),
-])
+@pytest.mark.parametrize(
+    "value,message",
+    [
+        ({"sise": 3}, "model.memory has no setting 'sise'; it takes size, init, trainable, update, jstar, write"),
+        (5, "model.memory must be a mapping of its settings, got 5"),
+        ({"size": 0}, "model.memory.size must be an integer >= 1, got 0"),
+        ({"write": "sometimes"}, "unknown model.memory.write 'sometimes'"),
+    ],
+)
 def test_a_bad_part_node_is_one_line_naming_its_key(value, message):
     with pytest.raises(ValueError) as e:
         MNP(3, [4], memory=value)
@@ -95,8 +113,15 @@ def test_the_config_validation_checks_a_part_node_before_anything_is_built():
 
 
 def test_the_constructor_reads_each_part_where_its_block_is_built():
-    model = MNP(3, [4, 5], encoder={"d_e": 8, "projection": "linear"}, memory={"size": 6},
-                aggregation={"view_weighting": {"mode": "distance"}}, decoder={"train": False}, optim={"lr": 0.02})
+    model = MNP(
+        3,
+        [4, 5],
+        encoder={"d_e": 8, "projection": "linear"},
+        memory={"size": 6},
+        aggregation={"view_weighting": {"mode": "distance"}},
+        decoder={"train": False},
+        optim={"lr": 0.02},
+    )
     assert model.encoders[0].projection[0].out_features == 8 and model.memory.per_class == 2
     assert torch.isnan(model.distance_ref).all() and model.distance_ref.shape == (2,)  # eq. 8′'s reference, unfitted
     assert not any(p.requires_grad for p in model.decoder.parameters())
@@ -105,8 +130,13 @@ def test_the_constructor_reads_each_part_where_its_block_is_built():
 
 
 def test_the_saved_arguments_are_plain_settings_that_rebuild_the_same_model():
-    model = MNP(3, [4, 5], encoder={"d_e": 8}, memory=MemoryPart(size=6), optim={"milestones": [2], "values": [1e-3, 1e-4],
-                                                                                  "schedule": "piecewise"})
+    model = MNP(
+        3,
+        [4, 5],
+        encoder={"d_e": 8},
+        memory=MemoryPart(size=6),
+        optim={"milestones": [2], "values": [1e-3, 1e-4], "schedule": "piecewise"},
+    )
     hp = dict(model.hparams)
     assert hp["memory"] == plain(MemoryPart(size=6)) and hp["optim"]["milestones"] == [2]  # lists, not tuples
     assert MNP(**hp).spec == model.spec

@@ -1,5 +1,6 @@
 """Per-view metrics (docs/method.md §5.5): MNP's per-view prediction is the decoder on that view's unimodal
 posterior, and the test loop's ``view/`` metrics read each view's own prediction, clean and noised."""
+
 import numpy as np
 import pytest
 import pytorch_lightning as pl
@@ -15,8 +16,14 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # small models: one thread i
 
 
 def quiet_trainer(**kwargs) -> pl.Trainer:
-    return pl.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                      accelerator="cpu", **kwargs)
+    return pl.Trainer(
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        accelerator="cpu",
+        **kwargs,
+    )
 
 
 def informative_view0(n: int = 240) -> TensorDataModule:
@@ -80,6 +87,7 @@ def test_a_pure_noise_view_is_at_chance_alone_while_the_other_stays_high():
 
 def test_the_per_view_arrays_and_a_model_without_the_hook():
     from baselines.mlp import MLP
+
     dm = informative_view0(80)
     model = tiny_mnp(dm, epochs=1)
     model.configure_evaluation(EvalProtocol(noise_levels=(0.1, 1.0, 10.0)))
@@ -87,7 +95,9 @@ def test_the_per_view_arrays_and_a_model_without_the_hook():
     acc = model.test_arrays["view/noise_acc"]
     assert acc.shape == (2, 3) and acc[0, 2] == model.test_results["view/acc@v0@10"]
     per_call = model.test_results
-    model.configure_evaluation(EvalProtocol(noise_levels=(0.1, 1.0, 10.0), noise_batch_rows=50))  # the GPU layout, in chunks
+    model.configure_evaluation(
+        EvalProtocol(noise_levels=(0.1, 1.0, 10.0), noise_batch_rows=50)
+    )  # the GPU layout, in chunks
     quiet_trainer().test(model, dm, verbose=False)
     chunked = model.test_results
     assert {k for k in chunked if k.startswith("view/")} == {k for k in per_call if k.startswith("view/")}

@@ -1,4 +1,5 @@
 """train(cfg) / evaluate(cfg) end to end, the CLIs, outputs and resume."""
+
 import json
 import os
 import subprocess
@@ -12,8 +13,19 @@ from omegaconf import OmegaConf
 from cfg_utils import CONF, ROOT, compose_train
 from mnp.core.pipeline import evaluate, train
 
-CONTRACT = {"model", "dataset", "seed", "epochs", "test/acc", "test/ece", "test/nll", "test/brier",
-            "time/train_epoch_s", "time/test_s", "time/total_s"}
+CONTRACT = {
+    "model",
+    "dataset",
+    "seed",
+    "epochs",
+    "test/acc",
+    "test/ece",
+    "test/nll",
+    "test/brier",
+    "time/train_epoch_s",
+    "time/test_s",
+    "time/total_s",
+}
 
 
 def test_train_writes_contract_and_evaluate_reproduces(tmp_path):
@@ -32,9 +44,17 @@ def test_train_writes_contract_and_evaluate_reproduces(tmp_path):
     assert not list(tmp_path.glob("**/*.tmp"))
 
     ev_dir = tmp_path / "eval"
-    ev = evaluate(OmegaConf.create({"ckpt_path": str(tmp_path / "checkpoints" / "last.ckpt"),
-                                    "output_dir": str(ev_dir), "data_dir": None, "eval": None,
-                                    "trainer": {"accelerator": "cpu", "devices": 1}}))
+    ev = evaluate(
+        OmegaConf.create(
+            {
+                "ckpt_path": str(tmp_path / "checkpoints" / "last.ckpt"),
+                "output_dir": str(ev_dir),
+                "data_dir": None,
+                "eval": None,
+                "trainer": {"accelerator": "cpu", "devices": 1},
+            }
+        )
+    )
     for key in ("test/acc", "test/ece", "test/nll", "test/brier"):
         assert ev[key] == pytest.approx(res[key], abs=1e-6)
     assert (ev_dir / "metrics.json").exists() and (ev_dir / "predictions.npz").exists()
@@ -79,8 +99,18 @@ def test_the_summary_says_what_it_times_and_lists_the_files_there(tmp_path, monk
     monkeypatch.setattr(pipeline, "log_summary", lambda lg, results, out, *a: (out / "noise.png").write_bytes(b"png"))
     (tmp_path / "evaluate.log").touch()
     with caplog.at_level(logging.INFO, logger="mnp"):
-        res = train(compose_train(tmp_path, ["model=mlp", "trainer.max_epochs=2", "logger=wandb",
-                                             "logger.wandb.job_type=mlp", "logger.wandb.tags=[t]"]))
+        res = train(
+            compose_train(
+                tmp_path,
+                [
+                    "model=mlp",
+                    "trainer.max_epochs=2",
+                    "logger=wandb",
+                    "logger.wandb.job_type=mlp",
+                    "logger.wandb.tags=[t]",
+                ],
+            )
+        )
     assert res["time/train_epochs"] == 2
     text = run_summary(res, tmp_path)
     assert caplog.text.count("Run directory:") == 1 and "  noise.png  (3 B)" in caplog.text
@@ -118,16 +148,20 @@ def test_cli_train_then_evaluate(tmp_path):
     r = _run(["evaluate.py", f"ckpt_path={out}/checkpoints/last.ckpt"], ROOT)
     assert r.returncode == 0, r.stderr[-2000:]
     assert (out / "eval" / "metrics.json").exists() and (out / "eval" / ".hydra" / "config.yaml").exists()
-    assert json.loads((out / "eval" / "metrics.json").read_text())["test/acc"] == \
-        json.loads((out / "metrics.json").read_text())["test/acc"]
+    assert (
+        json.loads((out / "eval" / "metrics.json").read_text())["test/acc"]
+        == json.loads((out / "metrics.json").read_text())["test/acc"]
+    )
 
 
 @pytest.mark.slow
 def test_cli_missing_checkpoint_one_line(tmp_path):
     r = _run(["evaluate.py", f"ckpt_path={tmp_path}/none.ckpt", f"hydra.run.dir={tmp_path}"], ROOT)
     assert r.returncode == 1
-    assert r.stderr.strip().splitlines()[-1] == \
-        f"error: checkpoint {tmp_path}/none.ckpt does not exist (traceback in {tmp_path}/evaluate.log)"
+    assert (
+        r.stderr.strip().splitlines()[-1]
+        == f"error: checkpoint {tmp_path}/none.ckpt does not exist (traceback in {tmp_path}/evaluate.log)"
+    )
     assert "Traceback" not in r.stderr
 
 
@@ -145,7 +179,9 @@ def test_every_model_dataset_config_composes(tmp_path):
     with initialize_config_dir(config_dir=CONF, version_base="1.3"):
         for model in _names("model"):
             for dataset in _names("dataset"):
-                cfg = compose("train", overrides=[f"model={model}", f"dataset={dataset}", f"paths.output_dir={tmp_path}"])
+                cfg = compose(
+                    "train", overrides=[f"model={model}", f"dataset={dataset}", f"paths.output_dir={tmp_path}"]
+                )
                 assert cfg.model.name == model and cfg.dataset.name == dataset
                 assert get_class(cfg.model._target_) and get_class(cfg.dataset._target_)
                 # dataset=custom: null, sized by about train_steps optimiser steps once the data is loaded

@@ -1,4 +1,5 @@
 """``mnp.load(run)``: a trained run predicts on raw rows exactly as evaluate.py does, without the data file."""
+
 import logging
 
 import numpy as np
@@ -26,24 +27,49 @@ def digits_file(path):
 def evaluated(run_dir):
     """evaluate.py's predictions.npz of the run's last checkpoint."""
     out = run_dir / "eval"
-    evaluate(OmegaConf.create({"ckpt_path": str(run_dir / "checkpoints" / "last.ckpt"), "output_dir": str(out),
-                               "data_dir": None, "eval": {"noise": False, "missing": False},
-                               "trainer": {"accelerator": "cpu", "devices": 1}}))
+    evaluate(
+        OmegaConf.create(
+            {
+                "ckpt_path": str(run_dir / "checkpoints" / "last.ckpt"),
+                "output_dir": str(out),
+                "data_dir": None,
+                "eval": {"noise": False, "missing": False},
+                "trainer": {"accelerator": "cpu", "devices": 1},
+            }
+        )
+    )
     return np.load(out / "predictions.npz")
 
 
-@pytest.mark.parametrize("model, extra", [
-    ("mcd", ["model.mc_samples=10"]),  # MC dropout and MNP sample at test time
-    ("mnp", ["model.encoder.d_e=32", "model.memory.size=50", "model.warmup.epochs=0"]),
-    ("mlp", ["dataset.scale_test_separately=true"]),  # the official protocol: test rows scaled on their own
-])
+@pytest.mark.parametrize(
+    "model, extra",
+    [
+        ("mcd", ["model.mc_samples=10"]),  # MC dropout and MNP sample at test time
+        ("mnp", ["model.encoder.d_e=32", "model.memory.size=50", "model.warmup.epochs=0"]),
+        ("mlp", ["dataset.scale_test_separately=true"]),  # the official protocol: test rows scaled on their own
+    ],
+)
 def test_load_predicts_raw_rows_as_evaluate_does(tmp_path, model, extra, one_thread):
     data = tmp_path / "digits.npz"
     x, y, test_idx = digits_file(data)
     run = tmp_path / "run"
-    train(compose_train(run, [f"model={model}", "dataset=custom", f"dataset.path={data}", "dataset.scaling=standard",
-                              "+dataset.eval_batch_size=150", "trainer.max_epochs=3", "eval.noise=false",
-                              "eval.missing=false", "seed=1", *extra]))
+    train(
+        compose_train(
+            run,
+            [
+                f"model={model}",
+                "dataset=custom",
+                f"dataset.path={data}",
+                "dataset.scaling=standard",
+                "+dataset.eval_batch_size=150",
+                "trainer.max_epochs=3",
+                "eval.noise=false",
+                "eval.missing=false",
+                "seed=1",
+                *extra,
+            ],
+        )
+    )
     ref = evaluated(run)
     data.unlink()  # the checkpoint carries the preprocessing: no data file is needed to predict
     predictor = mnp.load(run)
@@ -59,8 +85,20 @@ def test_a_checkpoint_without_the_preprocessing_refits_it_from_the_data_file(tmp
     data = tmp_path / "digits.npz"
     x, _, test_idx = digits_file(data)
     run = tmp_path / "run"
-    train(compose_train(run, ["model=mlp", "dataset=custom", f"dataset.path={data}", "dataset.scaling=standard",
-                              "trainer.max_epochs=2", "eval.noise=false", "eval.missing=false"]))
+    train(
+        compose_train(
+            run,
+            [
+                "model=mlp",
+                "dataset=custom",
+                f"dataset.path={data}",
+                "dataset.scaling=standard",
+                "trainer.max_epochs=2",
+                "eval.noise=false",
+                "eval.missing=false",
+            ],
+        )
+    )
     ckpt = run / "checkpoints" / "last.ckpt"
     stored = load_checkpoint(ckpt)
     old = {k: v for k, v in stored.items() if k != PREP_KEY}
@@ -76,8 +114,19 @@ def test_wrong_views_are_one_clear_line(tmp_path, one_thread):
     data = tmp_path / "digits.npz"
     x, _, _ = digits_file(data)
     run = tmp_path / "run"
-    train(compose_train(run, ["model=mlp", "dataset=custom", f"dataset.path={data}", "trainer.max_epochs=1",
-                              "eval.noise=false", "eval.missing=false"]))
+    train(
+        compose_train(
+            run,
+            [
+                "model=mlp",
+                "dataset=custom",
+                f"dataset.path={data}",
+                "trainer.max_epochs=1",
+                "eval.noise=false",
+                "eval.missing=false",
+            ],
+        )
+    )
     predictor = mnp.load(run)
     with pytest.raises(ValueError, match="view x2 has shape \\(5, 31\\); the run was trained on rows of 32 columns"):
         predictor.predict_proba([x[:5, :32], x[:5, 32:63]])

@@ -1,6 +1,7 @@
 """The private APIs of Lightning and torch the project uses, each named and checked here, so that a version
 past the tested ones fails in this file, loudly, not deep inside a run. pyproject.toml bounds both packages
 to the tested minor versions; docs/reliability.md lists the same APIs."""
+
 from __future__ import annotations
 
 import inspect
@@ -18,24 +19,30 @@ TESTED = {"pytorch-lightning": ("2.6.6",), "torch": ("2.11.0", "2.14.1")}  # the
 
 
 def test_pyproject_bounds_lightning_and_torch_to_the_tested_minor_versions():
-    deps = {r.name: r.specifier for r in map(Requirement, tomllib.loads(
-        (ROOT / "pyproject.toml").read_text())["project"]["dependencies"])}
+    deps = {
+        r.name: r.specifier
+        for r in map(Requirement, tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"])
+    }
     for name, versions in TESTED.items():
         assert all(deps[name].contains(v) for v in versions), (name, deps[name])
         major, minor = max(tuple(map(int, v.split(".")[:2])) for v in versions)
         assert not deps[name].contains(f"{major}.{minor + 1}.0"), f"{name} {deps[name]} admits an untested minor"
-    assert deps["pytorch-lightning"].contains(pl.__version__) and deps["torch"].contains(torch.__version__.split("+")[0])
+    assert deps["pytorch-lightning"].contains(pl.__version__) and deps["torch"].contains(
+        torch.__version__.split("+")[0]
+    )
 
 
 # ---------------------------------------------------------------------------- Lightning
 def test_lightning_private_apis_the_project_uses(tmp_path):
     # mnp.core.pipeline.spawned: a ddp_spawn fit runs in child processes
     from pytorch_lightning.strategies.launchers.multiprocessing import _MultiProcessingLauncher
+
     trainer = pl.Trainer(accelerator="cpu", devices=2, strategy="ddp_spawn", logger=False, enable_progress_bar=False)
     assert isinstance(trainer.strategy.launcher, _MultiProcessingLauncher)
 
     # mnp.step_graphs: a replayed graph advances Lightning's optimiser-step count by these hooks
     from pytorch_lightning.core.optimizer import LightningOptimizer
+
     opt = LightningOptimizer(torch.optim.SGD([torch.nn.Parameter(torch.ones(1))], lr=0.1))
     assert callable(opt._on_before_step) and callable(opt._on_after_step)
 
@@ -46,6 +53,7 @@ def test_lightning_private_apis_the_project_uses(tmp_path):
     # with the header in its metrics_keys
     from lightning_fabric.loggers.csv_logs import _ExperimentWriter
     from pytorch_lightning.loggers import CSVLogger
+
     logger = CSVLogger(tmp_path, name="csv", version="")
     Path(logger.log_dir).mkdir(parents=True)
     (Path(logger.log_dir) / "metrics.csv").write_text("epoch\n0\n")
@@ -59,6 +67,7 @@ def test_lightning_private_apis_the_project_uses(tmp_path):
     # with SIGTERMException, a SystemExit (status 0); mnp.core.console silences this module's note of it
     from pytorch_lightning.trainer.connectors import signal_connector
     from pytorch_lightning.utilities.exceptions import SIGTERMException
+
     assert issubclass(SIGTERMException, SystemExit) and SIGTERMException().code is None
     assert signal_connector.log.name == "pytorch_lightning.trainer.connectors.signal_connector"
     calls = []
@@ -74,6 +83,7 @@ def test_lightning_private_apis_the_project_uses(tmp_path):
 
     # mnp.core.wandb_utils.RunLogger: WandbLogger keeps wandb.init's kwargs in _wandb_init, anonymous among them
     from pytorch_lightning.loggers import WandbLogger
+
     assert WandbLogger(project="mnp", save_dir=str(tmp_path))._wandb_init["anonymous"] is None
     assert "wandb.init(**self._wandb_init)" in inspect.getsource(WandbLogger.experiment.fget)
 
@@ -82,7 +92,7 @@ def test_lightning_private_apis_the_project_uses(tmp_path):
 def test_torch_private_apis_the_project_uses():
     # mnp.model_training: per-tensor clipping and the L2 term
     a, b = torch.ones(2), torch.full((3,), 2.0)
-    assert torch.allclose(torch.stack(torch._foreach_norm([a, b])), torch.tensor([2 ** 0.5, 12 ** 0.5]))
+    assert torch.allclose(torch.stack(torch._foreach_norm([a, b])), torch.tensor([2**0.5, 12**0.5]))
     torch._foreach_mul_([a], [torch.tensor(3.0)])
     assert a.tolist() == [3.0, 3.0] and torch._foreach_mul([b], 0.5)[0].tolist() == [1.0] * 3
 
@@ -104,12 +114,14 @@ def test_torch_private_apis_the_project_uses():
     # mnp.tools.bench_measure, mnp.tools.step_metrics: dispatch modes, pytrees, storages, op schemas, autograd
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_flatten
+
     seen = []
 
     class Ops(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             seen.append((func._schema.name, torch._C._current_autograd_node() is None))
             return func(*args, **(kwargs or {}))
+
     with Ops():
         out = a + a
     assert ("aten::add", True) in seen
@@ -118,5 +130,6 @@ def test_torch_private_apis_the_project_uses():
 
     # mnp.tools.step_metrics: graph-break logging and dynamo's explain
     from torch import _dynamo, _logging
+
     assert "graph_breaks" in inspect.signature(_logging.set_logs).parameters
     assert callable(_dynamo.explain) and callable(_dynamo.reset)

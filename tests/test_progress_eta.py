@@ -1,4 +1,5 @@
 """The whole-run ETA during MNP's warm-up, on a fake clock: a main epoch costs about 11 warm-up epochs."""
+
 from types import SimpleNamespace
 
 import pytest

@@ -1,5 +1,6 @@
 """Property-based tests (hypothesis): sparsemax lies on the simplex and is the Euclidean projection onto
 it; the MBA posterior variance never exceeds any single term's variance."""
+
 import numpy as np
 import torch
 from hypothesis import given, settings, strategies as st
@@ -16,7 +17,8 @@ def score_rows(max_magnitude):
     """(rows, n) float64 scores with magnitudes up to ``max_magnitude`` (ties and equal rows included)."""
     elements = st.floats(-max_magnitude, max_magnitude, allow_nan=False, allow_infinity=False)
     return st.tuples(st.integers(1, 4), st.integers(1, 12)).flatmap(
-        lambda shape: arrays(np.float64, shape, elements=elements))
+        lambda shape: arrays(np.float64, shape, elements=elements)
+    )
 
 
 @SETTINGS

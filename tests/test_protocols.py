@@ -1,4 +1,5 @@
 """Noise protocol and OOD assembly (docs/method.md §5)."""
+
 import json
 import math
 import os
@@ -33,8 +34,9 @@ def test_the_cap_keeps_every_subset_of_the_paper_datasets():
     """Handwritten's C(6, 3) = 20 is the most any real dataset has: all kept, in the order as before."""
     assert protocols.DEFAULT_MAX_SUBSETS >= 20
     for m in (6, 3, 2):
-        assert protocols.noise_subsets(m, max_subsets=protocols.DEFAULT_MAX_SUBSETS, seed=5) == \
-            list(combinations(range(m), m // 2))
+        assert protocols.noise_subsets(m, max_subsets=protocols.DEFAULT_MAX_SUBSETS, seed=5) == list(
+            combinations(range(m), m // 2)
+        )
 
 
 @pytest.mark.parametrize("m", [8, 40, 60, 200])
@@ -56,7 +58,9 @@ def test_unrank_subset_is_the_lexicographic_order():
 
 
 def test_bad_subset_size_and_cap_name_their_keys():
-    with pytest.raises(ValueError, match=r"^eval\.noise_subset_size must lie in \[1, 2\] \(the data has 2 views\), got 5$"):
+    with pytest.raises(
+        ValueError, match=r"^eval\.noise_subset_size must lie in \[1, 2\] \(the data has 2 views\), got 5$"
+    ):
         DeepEnsemble(3, [2, 2]).configure_evaluation(EvalProtocol(noise_subset_size=5))
     for bad in (0, -1, 2.5, True, 1025):
         with pytest.raises(ValueError, match=r"^eval\.noise_max_subsets must be an integer in \[1, 1024\], got"):
@@ -81,11 +85,24 @@ def train_forty_views(tmp_path, *overrides) -> dict:
     np.savez(path, **{f"x{v + 1}": rng.normal(size=(len(y), 2)) + y[:, None] for v in range(40)}, y=y)
     run_dir, rss = tmp_path / "run", tmp_path / "maxrss_kb"
     limit = 5 << 30  # the child's address space; its peak resident memory is written to ``rss`` at exit
-    child = (f"import atexit, resource, runpy, sys; resource.setrlimit(resource.RLIMIT_AS, ({limit}, {limit})); "
-             f"atexit.register(lambda: open({str(rss)!r}, 'w').write(str(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))); "
-             "sys.argv = ['train.py'] + sys.argv[1:]; runpy.run_path('train.py', run_name='__main__')")
-    r = run_cli(["-c", child, "trainer.max_epochs=2", "dataset=custom", f"dataset.path={path}", "logger=none",
-                 "eval.noise_levels=[0.5,2.0]", f"hydra.run.dir={run_dir}", *overrides])
+    child = (
+        f"import atexit, resource, runpy, sys; resource.setrlimit(resource.RLIMIT_AS, ({limit}, {limit})); "
+        f"atexit.register(lambda: open({str(rss)!r}, 'w').write(str(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))); "
+        "sys.argv = ['train.py'] + sys.argv[1:]; runpy.run_path('train.py', run_name='__main__')"
+    )
+    r = run_cli(
+        [
+            "-c",
+            child,
+            "trainer.max_epochs=2",
+            "dataset=custom",
+            f"dataset.path={path}",
+            "logger=none",
+            "eval.noise_levels=[0.5,2.0]",
+            f"hydra.run.dir={run_dir}",
+            *overrides,
+        ]
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     assert int(rss.read_text()) < 3 << 20, f"peak resident memory {int(rss.read_text()) / 2**20:.1f} GB"
     return json.loads((run_dir / "metrics.json").read_text())
@@ -102,8 +119,15 @@ def test_forty_views_train_and_test_in_little_memory(tmp_path):
 def test_forty_views_train_mnp_with_the_modality_mask_in_little_memory(tmp_path):
     """MNP's modality mask drew from the table of all 2^40 subsets of >= 2 views, built before training; it now
     draws a subset size, then the views, beyond 12 views (mnp.aggregation.random_modality_mask)."""
-    metrics = train_forty_views(tmp_path, "model=mnp", "model.aggregation.modality_mask=true", "model.encoder.d_e=16",
-                                "model.warmup.epochs=1", "model.decoder.num_samples=2", "model.memory.size=30")
+    metrics = train_forty_views(
+        tmp_path,
+        "model=mnp",
+        "model.aggregation.modality_mask=true",
+        "model.encoder.d_e=16",
+        "model.warmup.epochs=1",
+        "model.decoder.num_samples=2",
+        "model.memory.size=30",
+    )
     assert metrics["epochs"] == 2 and 0 <= metrics["test/acc"] <= 1 and math.isfinite(metrics["test/nll"])
 
 
@@ -171,8 +195,13 @@ def test_auto_is_one_call_per_subset_on_the_cpu():
 
 def noisy_metrics(model, dm, rows):
     model.configure_evaluation(EvalProtocol(noise_levels=(0.1, 1.0, 3.0), noise_batch_rows=rows))
-    pl.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-               accelerator="cpu").test(model, dm, verbose=False)
+    pl.Trainer(
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        accelerator="cpu",
+    ).test(model, dm, verbose=False)
     return {k: v for k, v in model.test_results.items() if not k.startswith("time/")}
 
 
@@ -182,8 +211,13 @@ def test_a_deterministic_model_gives_the_same_noisy_metrics_batched(fusion, one_
     splits (σ, subset) blocks across calls."""
     rng = np.random.default_rng(0)
     y = rng.integers(0, 3, 200)
-    dm = TensorDataModule([rng.normal(size=(200, d)) + y[:, None] for d in (3, 5, 2, 4)], y, np.arange(148),
-                          np.arange(148, 200), eval_batch_size=37)
+    dm = TensorDataModule(
+        [rng.normal(size=(200, d)) + y[:, None] for d in (3, 5, 2, 4)],
+        y,
+        np.arange(148),
+        np.arange(148, 200),
+        eval_batch_size=37,
+    )
     torch.manual_seed(0)
     model = DeepEnsemble(3, [3, 5, 2, 4], fusion=fusion, members=3, hidden=(16,))
     base = noisy_metrics(model, dm, 0)
@@ -201,13 +235,27 @@ def test_mnp_noisy_accuracy_batched_matches_one_call_per_subset(real_file, one_t
     real_file("handwritten", "handwritten_6views.mat")
     from datamodules.features import FeatureDataModule
     from mnp_utils import flat_mnp
+
     pl.seed_everything(0, verbose=False)
     dm = FeatureDataModule("handwritten", os.environ["MNP_DATA_DIR"], download=False, batch_size=200)
     dm.setup()
-    model = flat_mnp(num_classes=dm.num_classes, view_dims=dm.view_dims, d_e=32, memory_size=100, tau=0.25,
-                num_samples=3, optim={"lr": 3e-3})
-    pl.Trainer(max_epochs=4, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-               enable_model_summary=False, accelerator="cpu").fit(model, dm)
+    model = flat_mnp(
+        num_classes=dm.num_classes,
+        view_dims=dm.view_dims,
+        d_e=32,
+        memory_size=100,
+        tau=0.25,
+        num_samples=3,
+        optim={"lr": 3e-3},
+    )
+    pl.Trainer(
+        max_epochs=4,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        accelerator="cpu",
+    ).fit(model, dm)
     base, batched = noisy_metrics(model, dm, 0), noisy_metrics(model, dm, 65536)
     assert base["test/acc"] == batched["test/acc"] and base["test/acc"] > 0.7
     assert abs(batched["noise/acc_mean"] - base["noise/acc_mean"]) < 0.015, (batched, base)

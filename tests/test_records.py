@@ -1,5 +1,6 @@
 """python -m mnp.tools.report: runs.csv (one row per run), results.csv derived from it with 95 % t-intervals,
 legacy aggregates kept and marked, claims.csv of paired tests, --from-runs; checked against numpy/scipy."""
+
 from __future__ import annotations
 
 import csv
@@ -15,17 +16,39 @@ from scipy import stats as st
 from mnp.tools.report import main, report
 
 # (model, dataset) -> per seed (acc, ece); mnp beats mgp on pie accuracy on every seed by a varying margin
-ACC = {("mnp", "pie"): [0.95, 0.96, 0.98, 0.97], ("mgp", "pie"): [0.90, 0.93, 0.92, 0.91, 0.5],
-       ("mcd", "pie"): [0.96, 0.95, 0.96], ("mnp", "cub"): [0.80], ("mgp", "cub"): [0.85]}
-ECE = {("mnp", "pie"): [0.04, 0.05, 0.03, 0.045], ("mgp", "pie"): [0.08, 0.07, 0.09, 0.06, 0.2],
-       ("mcd", "pie"): [0.02, 0.03, 0.012], ("mnp", "cub"): [0.05], ("mgp", "cub"): [0.03]}
+ACC = {
+    ("mnp", "pie"): [0.95, 0.96, 0.98, 0.97],
+    ("mgp", "pie"): [0.90, 0.93, 0.92, 0.91, 0.5],
+    ("mcd", "pie"): [0.96, 0.95, 0.96],
+    ("mnp", "cub"): [0.80],
+    ("mgp", "cub"): [0.85],
+}
+ECE = {
+    ("mnp", "pie"): [0.04, 0.05, 0.03, 0.045],
+    ("mgp", "pie"): [0.08, 0.07, 0.09, 0.06, 0.2],
+    ("mcd", "pie"): [0.02, 0.03, 0.012],
+    ("mnp", "cub"): [0.05],
+    ("mgp", "cub"): [0.03],
+}
 
 
 def write_run(root: Path, model: str, dataset: str, seed: int, metrics: dict, exp: str = "paper_main") -> None:
     d = root / f"{model}_{dataset}_s{seed}"
     d.mkdir(parents=True)
-    (d / "metrics.json").write_text(json.dumps({"model": model, "dataset": dataset, "seed": seed, "epochs": 3,
-                                                "experiment": exp, "flag": True, "note": "text", **metrics}))
+    (d / "metrics.json").write_text(
+        json.dumps(
+            {
+                "model": model,
+                "dataset": dataset,
+                "seed": seed,
+                "epochs": 3,
+                "experiment": exp,
+                "flag": True,
+                "note": "text",
+                **metrics,
+            }
+        )
+    )
 
 
 @pytest.fixture
@@ -92,13 +115,23 @@ def test_results_csv_is_derived_from_runs_with_t_intervals(sweep, tmp_path):
 def test_claims_are_paired_tests_of_mnp_on_shared_seeds(sweep, tmp_path):
     res = report([sweep], tmp_path / "out", plots=False)
     got = claims(tmp_path / "out" / "claims.csv")
-    assert list(rows(tmp_path / "out" / "claims.csv")[0]) == ["experiment", "model", "dataset", "metric", "baseline",
-                                                             "difference", "p_value", "n", "verdict"]
+    assert list(rows(tmp_path / "out" / "claims.csv")[0]) == [
+        "experiment",
+        "model",
+        "dataset",
+        "metric",
+        "baseline",
+        "difference",
+        "p_value",
+        "n",
+        "verdict",
+    ]
     # pie: mcd and mgp, acc/ece/noisy acc (+ nll against mgp, the only baseline reporting it); cub: mgp
-    assert sorted(got) == sorted([("pie", b, k) for b in ("mcd", "mgp") for k in ("test/acc", "test/ece",
-                                                                              "noise/acc_mean")]
-                                 + [("pie", "mgp", "test/nll")] + [("cub", "mgp", k) for k in
-                                                                   ("test/acc", "test/ece", "noise/acc_mean")])
+    assert sorted(got) == sorted(
+        [("pie", b, k) for b in ("mcd", "mgp") for k in ("test/acc", "test/ece", "noise/acc_mean")]
+        + [("pie", "mgp", "test/nll")]
+        + [("cub", "mgp", k) for k in ("test/acc", "test/ece", "noise/acc_mean")]
+    )
     assert len(res["claims"]) == len(got) and {r["model"] for r in got.values()} == {"mnp"}
     for b in ("mgp", "mcd"):
         for k, vals in (("test/acc", ACC), ("test/ece", ECE)):
@@ -137,10 +170,15 @@ def test_nothing_to_report_is_a_usage_error(capsys):
     assert e.value.code == 2 and "--from-runs" in capsys.readouterr().err
 
 
-LEGACY_CSV = ["model,dataset,metric,mean,std,n,experiment,variant",  # a results.csv from before runs.csv
-              "mnp,pie,test/acc,0.5,0.1,5,paper_main,", "mgp,pie,test/acc,0.9,0.02,5,paper_main,",
-              "tmc,pie,test/acc,0.8,0.01,5,paper_main,", "tmc,pie,test/ece,0.3,0.01,5,paper_main,",
-              "mnp,scene15,test/acc,0.79,0.01,5,paper_main,", "mgp,scene15,test/acc,0.77,0.01,5,paper_main,"]
+LEGACY_CSV = [
+    "model,dataset,metric,mean,std,n,experiment,variant",  # a results.csv from before runs.csv
+    "mnp,pie,test/acc,0.5,0.1,5,paper_main,",
+    "mgp,pie,test/acc,0.9,0.02,5,paper_main,",
+    "tmc,pie,test/acc,0.8,0.01,5,paper_main,",
+    "tmc,pie,test/ece,0.3,0.01,5,paper_main,",
+    "mnp,scene15,test/acc,0.79,0.01,5,paper_main,",
+    "mgp,scene15,test/acc,0.77,0.01,5,paper_main,",
+]
 
 
 def test_legacy_cells_are_kept_marked_without_interval_and_never_tested(sweep, tmp_path, caplog):
@@ -155,8 +193,11 @@ def test_legacy_cells_are_kept_marked_without_interval_and_never_tested(sweep, t
     assert "legacy aggregate of paper_main/mnp/None/pie replaced by its per-run records" in caplog.text
     res = results(out / "results.csv")
     assert res[("mnp", "pie", "test/acc", "")]["source"] == "runs" and res[("mnp", "pie", "test/acc", "")]["n"] == "4"
-    for key, mean in ((("tmc", "pie", "test/acc", ""), "0.8"), (("tmc", "pie", "test/ece", ""), "0.3"),
-                      (("mnp", "scene15", "test/acc", ""), "0.79")):
+    for key, mean in (
+        (("tmc", "pie", "test/acc", ""), "0.8"),
+        (("tmc", "pie", "test/ece", ""), "0.3"),
+        (("mnp", "scene15", "test/acc", ""), "0.79"),
+    ):
         r = res[key]
         assert (r["mean"], r["n"], r["source"]) == (mean, "5", "legacy_aggregate")
         assert r["ci95_low"] == r["ci95_high"] == ""

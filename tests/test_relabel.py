@@ -1,4 +1,5 @@
 """mnp.tools.report --relabel: runs labelled by today's defaults and by the experiment directory that holds them."""
+
 from __future__ import annotations
 
 import copy
@@ -16,8 +17,19 @@ from mnp.tools.report_runs import load
 def write_run(root: Path, exp_dir: str, name: str, cfg: dict, recorded_exp: str) -> Path:
     d = root / exp_dir / "multiruns" / name
     d.mkdir(parents=True)
-    (d / "metrics.json").write_text(json.dumps({"model": "mnp", "dataset": "cub", "seed": 0, "experiment": recorded_exp,
-                                                "test/acc": 0.9, "test/ece": 0.05, "noise/acc_mean": 0.8}))
+    (d / "metrics.json").write_text(
+        json.dumps(
+            {
+                "model": "mnp",
+                "dataset": "cub",
+                "seed": 0,
+                "experiment": recorded_exp,
+                "test/acc": 0.9,
+                "test/ece": 0.05,
+                "noise/acc_mean": 0.8,
+            }
+        )
+    )
     (d / "config.yaml").write_text(yaml.safe_dump(cfg))
     return d
 
@@ -35,8 +47,10 @@ def test_variant_is_the_drift_from_todays_defaults_with_the_runs_values():
     current = defaults("mnp", "cub", 0)
     assert variant_of(saved(), "mnp", "cub", 0) is None
     old_lr = current["model"]["warmup"]["lr"] / 10
-    assert variant_of(saved({("warmup", "lr"): old_lr, ("aggregation", "modality_mask"): False}), "mnp", "cub", 0) == \
-        f"model.aggregation.modality_mask=False,model.warmup.lr={old_lr}"
+    assert (
+        variant_of(saved({("warmup", "lr"): old_lr, ("aggregation", "modality_mask"): False}), "mnp", "cub", 0)
+        == f"model.aggregation.modality_mask=False,model.warmup.lr={old_lr}"
+    )
     # keys that cannot change a result are not a variant, nor a switch the old run did not know yet
     cfg = saved()
     cfg["dataset"]["data_dir"] = "/elsewhere"

@@ -1,5 +1,6 @@
 """python -m mnp.tools.report: tables (mean [95 % interval] (n), best bold, second underlined), CSV rows, failed/skipped
 jobs, paper comparison and plots, from metrics files written here."""
+
 from __future__ import annotations
 
 import csv
@@ -16,13 +17,32 @@ from mnp.tools.report_runs import Cell, load, summarise
 SIGMAS = [0.01, 0.1, 1.0, 10.0]
 
 
-def write_run(root: Path, exp: str, model: str, dataset: str, seed: int, acc: float, ece: float,
-              variant=None, extra: dict | None = None, predictions: bool = False) -> Path:
+def write_run(
+    root: Path,
+    exp: str,
+    model: str,
+    dataset: str,
+    seed: int,
+    acc: float,
+    ece: float,
+    variant=None,
+    extra: dict | None = None,
+    predictions: bool = False,
+) -> Path:
     d = root / exp / "multiruns" / f"{model}_{dataset}_{variant}_s{seed}"
     d.mkdir(parents=True)
-    m = {"model": model, "dataset": dataset, "seed": seed, "epochs": 3, "experiment": exp,
-         "test/acc": acc, "test/ece": ece, "noise/acc_mean": acc - 0.1,
-         "time/train_epoch_s": 1.0 + seed, "time/test_s": 0.5}
+    m = {
+        "model": model,
+        "dataset": dataset,
+        "seed": seed,
+        "epochs": 3,
+        "experiment": exp,
+        "test/acc": acc,
+        "test/ece": ece,
+        "noise/acc_mean": acc - 0.1,
+        "time/train_epoch_s": 1.0 + seed,
+        "time/test_s": 0.5,
+    }
     m.update({f"noise/acc@{s:.4g}": acc - 0.01 * i for i, s in enumerate(SIGMAS)})
     m.update(extra or {})
     (d / "metrics.json").write_text(json.dumps(m))
@@ -33,11 +53,17 @@ def write_run(root: Path, exp: str, model: str, dataset: str, seed: int, acc: fl
     if predictions:
         rng = np.random.default_rng(seed)
         probs = rng.dirichlet(np.ones(3), 60).astype(np.float32)
-        np.savez(d / "predictions.npz", **{
-            "test/probs": probs, "test/labels": rng.integers(0, 3, 60), "test/uncertainty": rng.random(60),
-            "ood/svhn/uncertainty": np.r_[rng.random(60), 1 + rng.random(40)],
-            "ood/svhn/is_ood": np.r_[np.zeros(60), np.ones(40)].astype(np.int64),
-            "ood/svhn/probs": rng.dirichlet(np.ones(3), 100)})
+        np.savez(
+            d / "predictions.npz",
+            **{
+                "test/probs": probs,
+                "test/labels": rng.integers(0, 3, 60),
+                "test/uncertainty": rng.random(60),
+                "ood/svhn/uncertainty": np.r_[rng.random(60), 1 + rng.random(40)],
+                "ood/svhn/is_ood": np.r_[np.zeros(60), np.ones(40)].astype(np.int64),
+                "ood/svhn/probs": rng.dirichlet(np.ones(3), 100),
+            },
+        )
     return d
 
 
@@ -45,10 +71,22 @@ def write_run(root: Path, exp: str, model: str, dataset: str, seed: int, acc: fl
 def sweep(tmp_path):
     """paper_main-like runs: 3 models × 2 datasets; known accuracies per seed."""
     root = tmp_path / "logs"
-    accs = {("mnp", "pie"): [0.95, 0.96, 0.97], ("mgp", "pie"): [0.90, 0.92], ("mcd", "pie"): [0.92, 0.92, 0.92],
-            ("mnp", "cub"): [0.80, 0.82], ("mgp", "cub"): [0.85, 0.87], ("mcd", "cub"): [0.70, 0.70]}
-    eces = {("mnp", "pie"): 0.04, ("mgp", "pie"): 0.08, ("mcd", "pie"): 0.02,
-            ("mnp", "cub"): 0.05, ("mgp", "cub"): 0.03, ("mcd", "cub"): 0.20}
+    accs = {
+        ("mnp", "pie"): [0.95, 0.96, 0.97],
+        ("mgp", "pie"): [0.90, 0.92],
+        ("mcd", "pie"): [0.92, 0.92, 0.92],
+        ("mnp", "cub"): [0.80, 0.82],
+        ("mgp", "cub"): [0.85, 0.87],
+        ("mcd", "cub"): [0.70, 0.70],
+    }
+    eces = {
+        ("mnp", "pie"): 0.04,
+        ("mgp", "pie"): 0.08,
+        ("mcd", "pie"): 0.02,
+        ("mnp", "cub"): 0.05,
+        ("mgp", "cub"): 0.03,
+        ("mcd", "cub"): 0.20,
+    }
     for (m, d), vals in accs.items():
         for s, a in enumerate(vals):
             write_run(root, "paper_main", m, d, s, a, eces[(m, d)], predictions=(d == "pie" and s < 2))
@@ -106,7 +144,9 @@ def test_tables_show_percentages_intervals_best_bold_second_underlined(sweep, tm
     assert ece["MCD"][pie].startswith("**0.020") and ece["MNP"][pie].startswith("<u>0.040")
     assert ece["MGP"][cub].startswith("**0.030") and ece["MNP"][cub].startswith("<u>0.050")
     assert md_table(md, "3")["MNP"][pie].startswith("**86.00")  # noise/acc_mean = acc − 0.1
-    t5 = md_table(md, "4")  # no OOD table: training time is Table 4; min is best; mcd and mnp tie on pie (seeds 0..2 -> mean 2.0)
+    t5 = md_table(
+        md, "4"
+    )  # no OOD table: training time is Table 4; min is best; mcd and mnp tie on pie (seeds 0..2 -> mean 2.0)
     assert t5["MGP"][pie].startswith("**1.500") and t5["MNP"][pie].startswith("<u>2.000")
     assert t5["MCD"][pie].startswith("<u>2.000")
     tex = (tmp_path / "out" / "results.tex").read_text()
@@ -118,20 +158,46 @@ def test_tables_show_percentages_intervals_best_bold_second_underlined(sweep, tm
 
 def test_ties_share_the_rank():
     from mnp.tools.report_tables import ACC, Table
-    t = Table("1", "t", "t", [("a", None), ("b", None), ("c", None)], [("D", "d", ACC)],
-              {(0, 0): Cell(0.9925, 0, 5), (1, 0): Cell(0.9925, 0, 5), (2, 0): Cell(0.995, 0, 5)})
+
+    t = Table(
+        "1",
+        "t",
+        "t",
+        [("a", None), ("b", None), ("c", None)],
+        [("D", "d", ACC)],
+        {(0, 0): Cell(0.9925, 0, 5), (1, 0): Cell(0.9925, 0, 5), (2, 0): Cell(0.995, 0, 5)},
+    )
     assert t.ranks() == {(2, 0): 1, (0, 0): 2, (1, 0): 2}
 
 
 def test_failed_and_skipped_jobs_are_listed(sweep, tmp_path, capsys):
     d = sweep / "paper_main" / "multiruns" / "sngp_pie_s0"
     d.mkdir()
-    (d / "failed.json").write_text(json.dumps({"model": "sngp", "dataset": "pie", "seed": 0, "status": "failed",
-                                               "error": "RuntimeError", "message": "CUDA out of memory"}))
+    (d / "failed.json").write_text(
+        json.dumps(
+            {
+                "model": "sngp",
+                "dataset": "pie",
+                "seed": 0,
+                "status": "failed",
+                "error": "RuntimeError",
+                "message": "CUDA out of memory",
+            }
+        )
+    )
     d = sweep / "paper_main" / "multiruns" / "mnp_hmdb_s0"
     d.mkdir()
-    (d / "skipped.json").write_text(json.dumps({"model": "mnp", "dataset": "hmdb", "seed": 0, "status": "skipped",
-                                                "reason": "HMDB51_HOG_MBH.mat not found in /data/hmdb/"}))
+    (d / "skipped.json").write_text(
+        json.dumps(
+            {
+                "model": "mnp",
+                "dataset": "hmdb",
+                "seed": 0,
+                "status": "skipped",
+                "reason": "HMDB51_HOG_MBH.mat not found in /data/hmdb/",
+            }
+        )
+    )
     assert main([str(sweep), "--out", str(tmp_path / "out"), "--no-plots"]) == 0
     out = capsys.readouterr().out
     assert "14 runs, 1 failed, 1 skipped" in out
@@ -156,10 +222,15 @@ def test_unreadable_records_are_listed_by_file_and_the_report_goes_on(sweep, tmp
     assert "14 runs, 0 failed, 0 skipped, 3 unreadable" in capsys.readouterr().out
     md = (tmp_path / "out" / "results.md").read_text()
     assert "## Unreadable jobs (3)" in md
-    assert (f"- mgp / cub / seed 7: metrics.json holds a JSON list, not a job's record (an object); re-run the job to "
-            f"write it again ({listed.parent})") in md
-    assert re.search(r"\n- metrics\.json cannot be read \(Unterminated string starting at: line 1 column \d+ \(char "
-                     rf"\d+\)\); re-run the job to write it again \({re.escape(str(cut.parent))}\)\n", md)
+    assert (
+        f"- mgp / cub / seed 7: metrics.json holds a JSON list, not a job's record (an object); re-run the job to "
+        f"write it again ({listed.parent})"
+    ) in md
+    assert re.search(
+        r"\n- metrics\.json cannot be read \(Unterminated string starting at: line 1 column \d+ \(char "
+        rf"\d+\)\); re-run the job to write it again \({re.escape(str(cut.parent))}\)\n",
+        md,
+    )
     assert "- tmc / None / seed None: failed.json cannot be read (" not in md  # its identity is not trusted
     assert "failed.json cannot be read (" in md and f"({bad_failed})" in md
     warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
@@ -178,10 +249,12 @@ def test_variants_duplicates_and_evaluate_outputs(tmp_path):
     # the same job found twice (copied folder, older file): counted once
     dup = write_run(root / "copy", "ablation_context", "mnp", "pie", 0, 0.1, 0.05, variant="mse")
     import os
+
     os.utime(dup / "metrics.json", (1, 1))
     # evaluate.py output (has a checkpoint key) is not a sweep job
-    ev = write_run(root, "ablation_context", "mnp", "pie", 5, 0.0, 0.5, variant="mse",
-                   extra={"checkpoint": "x/last.ckpt"})
+    ev = write_run(
+        root, "ablation_context", "mnp", "pie", 5, 0.0, 0.5, variant="mse", extra={"checkpoint": "x/last.ckpt"}
+    )
     assert ev.exists()
     runs, jobs = load([root])
     assert len(runs) == 4 and not jobs
@@ -195,8 +268,9 @@ def test_variants_duplicates_and_evaluate_outputs(tmp_path):
 def test_ood_table_columns_in_paper_order(tmp_path):
     root = tmp_path / "logs"
     for m, (svhn, c100) in {"mnp": (0.87, 0.79), "mgp": (0.80, 0.75), "mcd": (0.79, 0.72)}.items():
-        write_run(root, "paper_ood", m, "cifar10c", 0, 0.75, 0.01,
-                  extra={"ood/svhn/auroc": svhn, "ood/cifar100/auroc": c100})
+        write_run(
+            root, "paper_ood", m, "cifar10c", 0, 0.75, 0.01, extra={"ood/svhn/auroc": svhn, "ood/cifar100/auroc": c100}
+        )
     report([root], tmp_path / "out", plots=False)
     md = (tmp_path / "out" / "results.md").read_text()
     assert "| Method | Accuracy (%) ↑ | ECE ↓ | AUROC SVHN ↑ | AUROC CIFAR100 ↑ |" in md
@@ -210,9 +284,23 @@ def test_selective_and_ood_detection_columns(tmp_path):
     """AURC, accuracy at 90 % coverage and adaptive ECE in a table of their own; AUPR and FPR95 beside AUROC."""
     root = tmp_path / "logs"
     for m, (aurc, fpr) in {"mnp": (0.02, 0.30), "mgp": (0.05, 0.60)}.items():
-        write_run(root, "paper_ood", m, "cifar10c", 0, 0.75, 0.01,
-                  extra={"test/aurc": aurc, "test/acc@cov90": 0.8, "test/ece_adaptive": 0.03,
-                         "ood/svhn/auroc": 0.9, "ood/svhn/aupr": 0.85, "ood/svhn/fpr95": fpr})
+        write_run(
+            root,
+            "paper_ood",
+            m,
+            "cifar10c",
+            0,
+            0.75,
+            0.01,
+            extra={
+                "test/aurc": aurc,
+                "test/acc@cov90": 0.8,
+                "test/ece_adaptive": 0.03,
+                "ood/svhn/auroc": 0.9,
+                "ood/svhn/aupr": 0.85,
+                "ood/svhn/fpr95": fpr,
+            },
+        )
     report([root], tmp_path / "out", plots=False)
     md = (tmp_path / "out" / "results.md").read_text()
     assert "| Method | Accuracy (%) ↑ | ECE ↓ | AUROC SVHN ↑ | AUPR SVHN ↑ | FPR95 SVHN ↓ |" in md
@@ -244,9 +332,16 @@ def test_plots(sweep, tmp_path):
             write_run(sweep, "context_size", "mnp", "pie", s, acc + 0.01 * s, 0.05, variant=n)
     res = report([sweep], tmp_path / "out", plots=True)
     names = sorted(p.name for p in res["plots"])
-    assert names == ["context_size_context_pie.png", "context_size_noise_pie.png", "context_size_speed.png",
-                     "paper_main_noise_cub.png", "paper_main_noise_pie.png", "paper_main_ood_pie_svhn.png",
-                     "paper_main_reliability_pie.png", "paper_main_speed.png"]
+    assert names == [
+        "context_size_context_pie.png",
+        "context_size_noise_pie.png",
+        "context_size_speed.png",
+        "paper_main_noise_cub.png",
+        "paper_main_noise_pie.png",
+        "paper_main_ood_pie_svhn.png",
+        "paper_main_reliability_pie.png",
+        "paper_main_speed.png",
+    ]
     for p in res["plots"]:
         assert p.stat().st_size > 5000 and p.read_bytes()[:4] == b"\x89PNG"
     assert "plots/paper_main_reliability_pie.png" in (tmp_path / "out" / "results.md").read_text()
@@ -282,11 +377,18 @@ def test_paper_numbers_come_from_the_package_data_file():
     from importlib import resources
 
     from mnp.tools.report_paper import PAPER_FILE, paper_rows, paper_speedups, paper_values
+
     printed = {(r["model"], r["dataset"], r["metric"]): r["value"] for r in paper_rows()}
-    assert [printed[("mnp", "handwritten", k)] for k in ("test/acc", "test/ece", "noise/acc_mean")] == \
-        ["99.50", "0.005", "98.58"]
-    assert [printed[("mgp", "pie", k)] for k in ("test/acc", "test/ece", "noise/acc_mean")] == \
-        ["92.06", "0.079", "90.97"]
+    assert [printed[("mnp", "handwritten", k)] for k in ("test/acc", "test/ece", "noise/acc_mean")] == [
+        "99.50",
+        "0.005",
+        "98.58",
+    ]
+    assert [printed[("mgp", "pie", k)] for k in ("test/acc", "test/ece", "noise/acc_mean")] == [
+        "92.06",
+        "0.079",
+        "90.97",
+    ]
     assert printed[("mnp", "cifar10c", "ood/svhn/auroc")] == "0.872"
     # in metrics.json units: accuracies as fractions, ECE and AUROC as printed
     values = paper_values()
@@ -336,8 +438,9 @@ def test_update_replaces_only_the_runs_rerun(sweep, tmp_path):
     r = after[("mnp", "pie", "test/acc", "paper_main", "")]
     assert float(r["mean"]) == pytest.approx((0.5 + 0.7 + 0.97) / 3) and r["n"] == "3"
     assert after[("mnp", "pie", "time/test_s", "paper_main", "")]["n"] == "1"  # seed 2's only
-    assert {k: v for k, v in after.items() if k[:2] != ("mnp", "pie")} == \
-        {k: v for k, v in before.items() if k[:2] != ("mnp", "pie")}
+    assert {k: v for k, v in after.items() if k[:2] != ("mnp", "pie")} == {
+        k: v for k, v in before.items() if k[:2] != ("mnp", "pie")
+    }
     with open(out / "runs.csv") as f:
         runs = {(r["model"], r["dataset"], r["seed"]): r for r in csv.DictReader(f)}
     assert len(runs) == 14 and float(runs[("mnp", "pie", "0")]["test/acc"]) == 0.5
@@ -346,8 +449,9 @@ def test_update_replaces_only_the_runs_rerun(sweep, tmp_path):
     assert "with the rows of 5 other groups kept" in md and "MGP" in md.split("## Experiment", 1)[1]
 
 
-def test_custom_runs_are_grouped_by_their_file_one_seed_shows_no_spread_and_the_report_stays_beside_them(tmp_path,
-                                                                                                          capsys):
+def test_custom_runs_are_grouped_by_their_file_one_seed_shows_no_spread_and_the_report_stays_beside_them(
+    tmp_path, capsys
+):
     """Runs on two custom files get a column each (their best marks compare runs on one file); a single seed is
     shown as its value and "(n = 1)", not "[…] (1)"; without --out the report goes to <first dir>/report."""
     root = tmp_path / "logs"
@@ -360,8 +464,10 @@ def test_custom_runs_are_grouped_by_their_file_one_seed_shows_no_spread_and_the_
     assert f"-> {root / 'report' / 'results.md'}" in capsys.readouterr().out
     md = (root / "report" / "results.md").read_text()
     assert "| Method | iris | wine |" in md and "Custom" not in md and "[" not in md_table(md, "1")["MNP"][0]
-    assert md_table(md, "1") == {"MLP": ["<u>93.00</u> (n = 1)", "**95.00** (n = 1)"],
-                                 "MNP": ["**97.00** (n = 1)", "<u>90.00</u> (n = 1)"]}
+    assert md_table(md, "1") == {
+        "MLP": ["<u>93.00</u> (n = 1)", "**95.00** (n = 1)"],
+        "MNP": ["**97.00** (n = 1)", "<u>90.00</u> (n = 1)"],
+    }
     assert r"\textbf{97.00}\,{\scriptsize($n = 1$)}" in (root / "report" / "results.tex").read_text()
 
 
@@ -384,22 +490,29 @@ def test_interrupted_jobs_and_damaged_configs_are_listed_and_the_report_goes_on(
     assert not (Path.cwd() / "PWNED_YAML").exists()
     md = (tmp_path / "out" / "results.md").read_text()
     assert "## Interrupted jobs (1)" in md
-    assert (f"- mcd / cub / seed 2: no metrics.json: the job stopped before it finished; its checkpoints/last.ckpt "
-            f"is kept, re-run it to finish ({stopped})") in md
+    assert (
+        f"- mcd / cub / seed 2: no metrics.json: the job stopped before it finished; its checkpoints/last.ckpt "
+        f"is kept, re-run it to finish ({stopped})"
+    ) in md
     assert "config.yaml cannot be read (" in md and f"({tagged})" in md and f"({damaged})" in md
 
 
-@pytest.mark.parametrize("make, says", [
-    (lambda out: (out / "results.csv").write_text("a,b\n1,2\n"), "it has no column 'experiment'"),
-    (lambda out: (out / "results.csv").write_bytes(b"\xff\xfe\x00garbage"), "'utf-8' codec can't decode")])
+@pytest.mark.parametrize(
+    "make, says",
+    [
+        (lambda out: (out / "results.csv").write_text("a,b\n1,2\n"), "it has no column 'experiment'"),
+        (lambda out: (out / "results.csv").write_bytes(b"\xff\xfe\x00garbage"), "'utf-8' codec can't decode"),
+    ],
+)
 def test_update_with_a_foreign_results_csv_or_an_out_below_a_file_is_one_line(sweep, tmp_path, capsys, make, says):
     """N64, N65: a NotADirectoryError traceback, a KeyError traceback, and a decode error naming no file."""
     out = tmp_path / "out"
     out.mkdir()
     make(out)
     assert main([str(sweep), "--out", str(out), "--no-plots", "--update"]) == 1
-    assert capsys.readouterr().out.startswith(f"error: {out / 'results.csv'} is not a results.csv written by "
-                                              f"mnp.tools.report ({says}")
+    assert capsys.readouterr().out.startswith(
+        f"error: {out / 'results.csv'} is not a results.csv written by mnp.tools.report ({says}"
+    )
     (tmp_path / "file").write_text("x")
     assert main([str(sweep), "--out", str(tmp_path / "file" / "sub"), "--no-plots"]) == 1
     assert capsys.readouterr().out == f"error: [Errno 20] Not a directory: '{tmp_path / 'file' / 'sub'}'\n"
@@ -409,7 +522,12 @@ def test_speed_up_only_between_cells_of_the_same_kind_of_record():
     """MGP time / MNP time per dataset; a legacy cell against per-run records (another machine, another load) is left out."""
     from mnp.tools.report_runs import LEGACY
     from mnp.tools.report_tables import speedups
+
     key = "time/train_epoch_s"
-    agg = {("e", "mnp", None, "cub", key): Cell(2.0, 0, 10), ("e", "mgp", None, "cub", key): Cell(9.0, 0, 10),
-           ("e", "mnp", None, "pie", key): Cell(1.0, 0, 10), ("e", "mgp", None, "pie", key): Cell(9.0, 0, 5, None, LEGACY)}
+    agg = {
+        ("e", "mnp", None, "cub", key): Cell(2.0, 0, 10),
+        ("e", "mgp", None, "cub", key): Cell(9.0, 0, 10),
+        ("e", "mnp", None, "pie", key): Cell(1.0, 0, 10),
+        ("e", "mgp", None, "pie", key): Cell(9.0, 0, 5, None, LEGACY),
+    }
     assert speedups(agg, "e") == {"cub": {"train": 4.5}}

@@ -1,4 +1,5 @@
 """The report's figures: the speed figure's axes and error bars, the reliability diagram, plain log ticks."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -11,11 +12,19 @@ def test_speed_figure_points_on_a_log_axis_with_plain_ticks_and_floorless_error_
 
     from mnp.tools.plots import speed_figure
     from mnp.tools.report_runs import Run
+
     # mgp on handwritten: mean − std < 0, which sent the old error bar to the axis floor
-    times = {("mnp", "handwritten"): [0.05, 0.06, 0.07], ("mgp", "handwritten"): [0.1, 0.1, 3.0],
-             ("mnp", "cifar10c"): [20.0, 22.0, 24.0], ("mgp", "cifar10c"): [30.0, 33.0, 36.0]}
-    runs = [Run(tmp_path, "paper_speed", m, d, s, None, {"time/train_epoch_s": t, "time/test_s": t / 2})
-            for (m, d), ts in times.items() for s, t in enumerate(ts)]
+    times = {
+        ("mnp", "handwritten"): [0.05, 0.06, 0.07],
+        ("mgp", "handwritten"): [0.1, 0.1, 3.0],
+        ("mnp", "cifar10c"): [20.0, 22.0, 24.0],
+        ("mgp", "cifar10c"): [30.0, 33.0, 36.0],
+    }
+    runs = [
+        Run(tmp_path, "paper_speed", m, d, s, None, {"time/train_epoch_s": t, "time/test_s": t / 2})
+        for (m, d), ts in times.items()
+        for s, t in enumerate(ts)
+    ]
     fig = speed_figure(runs)
     fig.canvas.draw()
     assert len(fig.axes) == 2
@@ -56,6 +65,7 @@ def test_reliability_figure_shows_ece_counts_confidence_and_faded_small_bins():
 
     from mnp.core.metrics import ece
     from mnp.core.figures import FADED, reliability_figure
+
     probs, labels = reliability_data()
     fig = reliability_figure(probs, labels, "mnp / pie / seed 0")
     fig.canvas.draw()
@@ -85,6 +95,7 @@ def test_reliability_figure_shows_ece_counts_confidence_and_faded_small_bins():
 
 def test_log_ticks_are_plain_numbers():
     from mnp.tools.plots import log_ticks, plain_number
+
     assert log_ticks(0.05, 50) == [0.1, 1, 10]
     assert log_ticks(0.3, 30) == [0.5, 1, 2, 5, 10, 20]
     assert log_ticks(2.1, 4.7) == [3, 4]
@@ -98,8 +109,12 @@ def test_figures_are_written_in_each_format_asked_vector_ones_valid_and_undated(
     from mnp.tools.plots import figure_formats, speed_plots
     from mnp.tools.report import main
     from mnp.tools.report_runs import Run
-    runs = [Run(tmp_path, "paper_speed", m, "cub", s, None, {"time/train_epoch_s": 1.0 + s, "time/test_s": 0.5})
-            for m in ("mnp", "mlp") for s in range(2)]
+
+    runs = [
+        Run(tmp_path, "paper_speed", m, "cub", s, None, {"time/train_epoch_s": 1.0 + s, "time/test_s": 0.5})
+        for m in ("mnp", "mlp")
+        for s in range(2)
+    ]
     assert figure_formats(" PDF, .svg,png,pdf") == ("pdf", "svg", "png")
     written = speed_plots(runs, tmp_path / "a", figure_formats("pdf,svg,png"))
     assert [p.name for p in written] == ["paper_speed_speed.pdf", "paper_speed_speed.svg", "paper_speed_speed.png"]

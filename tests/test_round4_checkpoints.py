@@ -1,4 +1,5 @@
 """Reliability round four (issue 30): crafted checkpoint state and evaluate.py's outputs."""
+
 import json
 
 import pytest
@@ -52,11 +53,16 @@ def test_a_checkpoint_whose_loop_state_holds_text_is_refused_in_one_line(tmp_pat
     ckpt = torch.load(tmp_path / "a" / "checkpoints" / "last.ckpt", weights_only=True)
     ckpt["loops"]["fit_loop"]["state_dict"] = {"path": "/etc"}
     torch.save(ckpt, tmp_path / "evil.ckpt")
-    line = guarded(train, compose_train(tmp_path / "b", [*MLP_RUN, "trainer.max_epochs=2",
-                                                          f"ckpt_path={tmp_path / 'evil.ckpt'}"]), capsys)
-    assert line == (f"error: checkpoint {tmp_path / 'evil.ckpt'} refused: its loop state holds str '/etc' at "
-                    "loops.fit_loop.state_dict.path, where train.py writes counters; only load checkpoints "
-                    "written by train.py")
+    line = guarded(
+        train,
+        compose_train(tmp_path / "b", [*MLP_RUN, "trainer.max_epochs=2", f"ckpt_path={tmp_path / 'evil.ckpt'}"]),
+        capsys,
+    )
+    assert line == (
+        f"error: checkpoint {tmp_path / 'evil.ckpt'} refused: its loop state holds str '/etc' at "
+        "loops.fit_loop.state_dict.path, where train.py writes counters; only load checkpoints "
+        "written by train.py"
+    )
     assert not (tmp_path / "b" / "config.yaml").exists()
 
 
@@ -68,8 +74,10 @@ def test_evaluate_never_writes_over_a_training_record_nor_another_evaluation(tmp
     cfg = eval_cfg(ckpt, run)  # N98: output_dir=<the run>
     cfg.eval = {"noise_levels": [0.5]}
     line = guarded(evaluate, cfg, capsys)
-    assert line.startswith(f"error: output_dir {run} holds a training run's record (metrics.json, config.yaml, "
-                           "checkpoints/), which an evaluation never writes over")
+    assert line.startswith(
+        f"error: output_dir {run} holds a training run's record (metrics.json, config.yaml, "
+        "checkpoints/), which an evaluation never writes over"
+    )
     assert record == {f: (run / f).read_bytes() for f in record}
     outs = {}
     for bins in (5, 7):  # two evaluations with other eval settings: each its own folder
@@ -81,9 +89,11 @@ def test_evaluate_never_writes_over_a_training_record_nor_another_evaluation(tmp
     assert outs[5]["test/ece"] != outs[7]["test/ece"]
     cfg = eval_cfg(ckpt, run / "eval_n_bins=5")  # an explicit output_dir of another evaluation
     cfg.eval = {"n_bins": 9}
-    assert guarded(evaluate, cfg, capsys) == (f"error: output_dir {run / 'eval_n_bins=5'} holds another evaluation "
-                                              "(differs at eval.n_bins); it was left as it is: choose another "
-                                              "output_dir, or move it away")
+    assert guarded(evaluate, cfg, capsys) == (
+        f"error: output_dir {run / 'eval_n_bins=5'} holds another evaluation "
+        "(differs at eval.n_bins); it was left as it is: choose another "
+        "output_dir, or move it away"
+    )
     cfg.eval = {"n_bins": 5}  # the same evaluation again writes over its own outputs
     assert results(evaluate(cfg)) == results(outs[5])
 
@@ -94,18 +104,30 @@ def test_resuming_from_a_checkpoint_of_another_config_is_one_line(tmp_path, caps
     ckpt = tmp_path / "a" / "checkpoints" / "last.ckpt"
     overrides = [*MLP_RUN, "trainer.max_epochs=2", f"ckpt_path={ckpt}"]
     line = guarded(train, compose_train(tmp_path / "b", [*overrides, "seed=1"]), capsys)
-    assert line == (f"error: checkpoint {ckpt} is of a run of another config (differs at seed); resume only "
-                    "from a checkpoint of this job's config, or set ckpt_path=null to start afresh")
+    assert line == (
+        f"error: checkpoint {ckpt} is of a run of another config (differs at seed); resume only "
+        "from a checkpoint of this job's config, or set ckpt_path=null to start afresh"
+    )
     assert not (tmp_path / "b" / "config.yaml").exists()
     assert train(compose_train(tmp_path / "c", [*overrides, "trainer.max_epochs=3"]))["epochs"] == 3  # same config
 
 
-@pytest.mark.parametrize("key, value, says", [
-    ("eval", {"noise_levels": [-1.0, float("nan")]},
-     "eval.noise_levels must be null or a non-empty list of finite numbers >= 0, got [-1.0, nan]"),
-    ("eval", {"_target_": "builtins.open", "_args_": ["victim.txt", "w"]},
-     "eval._args_ is not an evaluation key; valid keys: "),
-    ("seed", "abc", "seed must be an integer in [0, 4294967295], got 'abc'")])
+@pytest.mark.parametrize(
+    "key, value, says",
+    [
+        (
+            "eval",
+            {"noise_levels": [-1.0, float("nan")]},
+            "eval.noise_levels must be null or a non-empty list of finite numbers >= 0, got [-1.0, nan]",
+        ),
+        (
+            "eval",
+            {"_target_": "builtins.open", "_args_": ["victim.txt", "w"]},
+            "eval._args_ is not an evaluation key; valid keys: ",
+        ),
+        ("seed", "abc", "seed must be an integer in [0, 4294967295], got 'abc'"),
+    ],
+)
 def test_a_checkpoints_stored_eval_and_seed_are_checked_as_train_py_checks_them(tmp_path, capsys, key, value, says):
     """N13, N09, N14: a stored eval of [-1, nan] reported noise/acc@nan, a _target_ in it was a 49-line traceback,
     and a stored seed `abc` said `invalid literal for int()` naming neither key nor file."""
@@ -135,17 +157,26 @@ def test_a_yaml_tagged_config_in_the_run_dir_is_one_line_and_runs_no_code(tmp_pa
     marker = tmp_path / "PWNED_YAML"
     (run / "config.yaml").write_text(f'seed: !!python/object/apply:os.system ["touch {marker}"]\n')
     line = guarded(train, compose_train(run, [*MLP_RUN, "trainer.max_epochs=1"]), capsys)
-    assert line.startswith(f"error: {run / 'config.yaml'} cannot be read (could not determine a constructor for the "
-                           "tag 'tag:yaml.org,2002:python/object/apply:os.system'")
-    assert line.endswith(f"so {run} cannot be shown to hold a run of this job; it was left as it is. Move it away to "
-                         "re-run")
+    assert line.startswith(
+        f"error: {run / 'config.yaml'} cannot be read (could not determine a constructor for the "
+        "tag 'tag:yaml.org,2002:python/object/apply:os.system'"
+    )
+    assert line.endswith(
+        f"so {run} cannot be shown to hold a run of this job; it was left as it is. Move it away to re-run"
+    )
     assert not marker.exists()
 
 
-@pytest.mark.parametrize("change, says", [
-    (lambda sd: sd.update({"extra.weight": torch.zeros(2)}), "extra.weight is not in this model"),
-    (lambda sd: sd.update({k: torch.zeros(1, 1) for k in [next(k for k in sd if k.endswith("weight"))]}),
-     "has shape [1, 1] there, ")])
+@pytest.mark.parametrize(
+    "change, says",
+    [
+        (lambda sd: sd.update({"extra.weight": torch.zeros(2)}), "extra.weight is not in this model"),
+        (
+            lambda sd: sd.update({k: torch.zeros(1, 1) for k in [next(k for k in sd if k.endswith("weight"))]}),
+            "has shape [1, 1] there, ",
+        ),
+    ],
+)
 def test_weights_that_do_not_fit_their_own_hyperparameters_are_one_line(tmp_path, capsys, change, says):
     """N15: a 53-line `Error(s) in loading state_dict` traceback."""
     train(compose_train(tmp_path / "a", [*MLP_RUN, "trainer.max_epochs=1", "test=false"]))
@@ -170,9 +201,13 @@ def test_evaluating_an_unfinished_checkpoint_says_so_and_not_finished(tmp_path, 
     assert "Finished:" not in caplog.text
 
 
-@pytest.mark.parametrize("key, says", [
-    ("${oc.env:HOME}", "refused: its stored config holds an interpolation in a key at dataset.${oc.env:HOME}"),
-    ("evil", "TwoMoons takes no argument 'evil' (stored at dataset.evil)")])
+@pytest.mark.parametrize(
+    "key, says",
+    [
+        ("${oc.env:HOME}", "refused: its stored config holds an interpolation in a key at dataset.${oc.env:HOME}"),
+        ("evil", "TwoMoons takes no argument 'evil' (stored at dataset.evil)"),
+    ],
+)
 def test_a_stored_dataset_key_that_is_an_interpolation_or_unknown_is_one_line(tmp_path, capsys, key, says):
     """N07: the key reached the datamodule's constructor: Hydra's two lines and a TypeError."""
     train(compose_train(tmp_path / "a", [*MLP_RUN, "trainer.max_epochs=1", "test=false"]))
@@ -188,11 +223,13 @@ def test_evaluate_on_a_directory_says_it_is_one_and_writes_nothing_beside_the_ru
     """N99: `checkpoint <run>/checkpoints does not exist`, and for ckpt_path=<run> eval/evaluate.log was written
     into the run's parent directory."""
     from cli_utils import run_cli
+
     run = tmp_path / "run"
     train(compose_train(run, [*MLP_RUN, "trainer.max_epochs=1", "test=false"]))
     for given in (run, run / "checkpoints"):
         res = run_cli(["evaluate.py", f"ckpt_path={given}"])
         assert res.returncode == 1 and res.stderr.strip().splitlines()[-1].startswith(
             f"error: checkpoint {given} is a directory, not a checkpoint file; give ckpt_path="
-            f"{run / 'checkpoints' / 'last.ckpt'} (traceback in {run / 'eval'}"), res.stderr[-2000:]
+            f"{run / 'checkpoints' / 'last.ckpt'} (traceback in {run / 'eval'}"
+        ), res.stderr[-2000:]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]

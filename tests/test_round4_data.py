@@ -1,4 +1,5 @@
 """Reliability round four (issue 30): the data a run records are the bytes it read."""
+
 import hashlib
 import logging
 import shutil
@@ -49,10 +50,13 @@ def test_a_symlink_loop_or_a_dangling_link_is_named_as_such(tmp_path, capsys):
     loop, dangling = tmp_path / "loop.npz", tmp_path / "dangling.npz"
     loop.symlink_to(loop)
     dangling.symlink_to(tmp_path / "gone.npz")
-    for path, says in ((loop, "a loop of symbolic links"),
-                       (dangling, f"a symbolic link to {tmp_path / 'gone.npz'}, which does not exist")):
-        line = guarded_error(train, compose_train(tmp_path / "run", ["model=mlp", "dataset=custom",
-                                                                      f"dataset.path={path}"]), capsys)
+    for path, says in (
+        (loop, "a loop of symbolic links"),
+        (dangling, f"a symbolic link to {tmp_path / 'gone.npz'}, which does not exist"),
+    ):
+        line = guarded_error(
+            train, compose_train(tmp_path / "run", ["model=mlp", "dataset=custom", f"dataset.path={path}"]), capsys
+        )
         assert line == f"error: {path} is {says}; point it at the data file"
 
 
@@ -79,14 +83,28 @@ def test_a_sweep_over_data_files_is_one_job_per_file(tmp_path):
 
     a, b = _data(tmp_path / "a.npz", 0), _data(tmp_path / "b.npz", 1)
     assert quote_path_value(f"dataset.path={a},{b}") == f"dataset.path='{a},{b}'"  # one file, outside a sweep
-    assert quote_path_value(f"ckpt_path={tmp_path}/mlp_s0_x=1,y=2/last.ckpt", multirun=True) == \
-        f"ckpt_path='{tmp_path}/mlp_s0_x=1,y=2/last.ckpt'"  # a run directory's name
-    res = run_cli(["train.py", "-m", "model=mlp", "dataset=custom", f"dataset.path={a},{b}", "trainer.max_epochs=1",
-                   "eval.noise=false", "logger=none", f"paths.log_dir={tmp_path / 'logs'}"])
+    assert (
+        quote_path_value(f"ckpt_path={tmp_path}/mlp_s0_x=1,y=2/last.ckpt", multirun=True)
+        == f"ckpt_path='{tmp_path}/mlp_s0_x=1,y=2/last.ckpt'"
+    )  # a run directory's name
+    res = run_cli(
+        [
+            "train.py",
+            "-m",
+            "model=mlp",
+            "dataset=custom",
+            f"dataset.path={a},{b}",
+            "trainer.max_epochs=1",
+            "eval.noise=false",
+            "logger=none",
+            f"paths.log_dir={tmp_path / 'logs'}",
+        ]
+    )
     assert res.returncode == 0, res.stderr[-2000:]
     records = sorted((tmp_path / "logs").rglob("metrics.json"))
-    assert len(records) == 2 and {yaml.safe_load((r.parent / "config.yaml").read_text())["dataset"]["path"]
-                                  for r in records} == {str(a), str(b)}
+    assert len(records) == 2 and {
+        yaml.safe_load((r.parent / "config.yaml").read_text())["dataset"]["path"] for r in records
+    } == {str(a), str(b)}
 
 
 def test_the_duplicate_check_counts_the_test_rows_equal_to_training_rows_of_the_split_drawn(tmp_path, caplog):
@@ -100,5 +118,7 @@ def test_the_duplicate_check_counts_the_test_rows_equal_to_training_rows_of_the_
         dm = CustomDataModule(str(path))
         dm.setup()
     assert len(dm.test_y) == 60
-    assert (f"{path}: 270 samples duplicate an earlier sample in every view (60 of the 60 test rows equal a "
-            "training row, so the test scores are inflated by that leakage); they are kept") in caplog.text
+    assert (
+        f"{path}: 270 samples duplicate an earlier sample in every view (60 of the 60 test rows equal a "
+        "training row, so the test scores are inflated by that leakage); they are kept"
+    ) in caplog.text

@@ -1,4 +1,5 @@
 """Reliability round four (issue 30): no NaN probability reported as a number."""
+
 import logging
 import math
 
@@ -13,8 +14,16 @@ from mnp.view_weighting import view_weights
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-TWO_VIEW_MLP = ["model=mlp", "dataset.num_views=2", "dataset.n_train=200", "dataset.n_test=100", "trainer.max_epochs=1",
-                "skip_if_done=false", "eval.noise_levels=[0.5,30]", "eval.noise_subset_size=2"]
+TWO_VIEW_MLP = [
+    "model=mlp",
+    "dataset.num_views=2",
+    "dataset.n_train=200",
+    "dataset.n_test=100",
+    "trainer.max_epochs=1",
+    "skip_if_done=false",
+    "eval.noise_levels=[0.5,30]",
+    "eval.noise_subset_size=2",
+]
 
 
 def test_distance_weights_stay_finite_for_any_power_when_every_view_is_far():
@@ -35,11 +44,29 @@ def test_a_row_that_is_not_finite_counts_as_an_error_in_the_accuracy():
 
 
 def test_distance_weighting_with_a_large_power_and_every_view_noised_gives_finite_noise_metrics(tmp_path):
-    res = train(compose_train(tmp_path / "run", [
-        "model=mnp", "dataset.num_views=2", "dataset.n_train=200", "dataset.n_test=60", "model.encoder.d_e=16",
-        "model.encoder.resmlp_depth=1", "model.memory.size=20", "model.warmup.epochs=1", "trainer.max_epochs=3",
-        "model.decoder.num_samples=3", "model.aggregation.view_weighting.mode=distance", "model.aggregation.view_weighting.power=60", "skip_if_done=false",
-        "eval.noise_levels=[30]", "eval.noise_subset_size=2", "eval.missing=false"]))
+    res = train(
+        compose_train(
+            tmp_path / "run",
+            [
+                "model=mnp",
+                "dataset.num_views=2",
+                "dataset.n_train=200",
+                "dataset.n_test=60",
+                "model.encoder.d_e=16",
+                "model.encoder.resmlp_depth=1",
+                "model.memory.size=20",
+                "model.warmup.epochs=1",
+                "trainer.max_epochs=3",
+                "model.decoder.num_samples=3",
+                "model.aggregation.view_weighting.mode=distance",
+                "model.aggregation.view_weighting.power=60",
+                "skip_if_done=false",
+                "eval.noise_levels=[30]",
+                "eval.noise_subset_size=2",
+                "eval.missing=false",
+            ],
+        )
+    )
     assert not [k for k in res if "nonfinite" in k], res
     assert math.isfinite(res["noise/ece@30"]) and math.isfinite(res["noise/acc@30"])
 
@@ -56,27 +83,39 @@ def test_a_checkpoint_with_nan_weights_scores_every_pass_as_errors_and_counts_th
         assert res[f"noise/acc@{sigma}"] == 0.0 and res[f"noise/nonfinite_rows@{sigma}"] == 100
     for k in (0, 1):  # the missing-view passes
         assert res[f"missing/acc@v{k}"] == 0.0 and res[f"missing/nonfinite_rows@v{k}"] == 100
-    assert "100 of 100 noised test rows at sigma 30 have non-finite probabilities (MLP): they count as errors" \
+    assert (
+        "100 of 100 noised test rows at sigma 30 have non-finite probabilities (MLP): they count as errors"
         in caplog.text
+    )
 
 
 @pytest.mark.parametrize("cell", [float("inf"), float("-inf")])
 @pytest.mark.parametrize("model", ["mnp", "mlp"])
 def test_predict_proba_with_an_infinite_cell_is_one_line(tmp_path, model, cell):
     """A18, N30, N31: MNP failed in sparsemax (`index -1 is out of bounds`), the other models returned a NaN row."""
-    overrides = [f"model={model}", "dataset.num_views=2", "dataset.n_train=100", "dataset.n_test=20",
-                 "trainer.max_epochs=1", "model.warmup.epochs=0" if model == "mnp" else "eval.noise=false",
-                 "eval.missing=false", "test=false"]
+    overrides = [
+        f"model={model}",
+        "dataset.num_views=2",
+        "dataset.n_train=100",
+        "dataset.n_test=20",
+        "trainer.max_epochs=1",
+        "model.warmup.epochs=0" if model == "mnp" else "eval.noise=false",
+        "eval.missing=false",
+        "test=false",
+    ]
     train(compose_train(tmp_path / "run", overrides))
     from mnp.core.pipeline import load_run
+
     _, _, _, dm, net, _ = load_run(tmp_path / "run" / "checkpoints" / "last.ckpt")
     dm.setup("test")
     x0, x1 = (v.clone() for v in dm.test_views)
     x1[3, 0] = cell
     with pytest.raises(ValueError) as e:
         net.predict_proba([x0, x1])
-    assert str(e.value) == (f"views[1] row 3 holds {cell} in column 0: a model cannot predict from an infinite value; "
-                            "clip it, or give the row as NaN (a missing view)")
+    assert str(e.value) == (
+        f"views[1] row 3 holds {cell} in column 0: a model cannot predict from an infinite value; "
+        "clip it, or give the row as NaN (a missing view)"
+    )
 
 
 def test_an_early_fusion_run_on_complete_data_does_not_warn_about_imputing(tmp_path, caplog):

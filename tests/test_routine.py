@@ -1,4 +1,5 @@
 """The shared evaluation routine: clean, noisy and OOD loops on a model with known outputs."""
+
 import numpy as np
 import pytest
 import pytorch_lightning as pl
@@ -18,7 +19,7 @@ class ThresholdModel(Routine):
         self.w = torch.nn.Parameter(torch.zeros(1))
 
     def training_loss(self, views, y):
-        return (self.w ** 2).sum(), {}
+        return (self.w**2).sum(), {}
 
     def predict(self, views):
         x = views[0][:, 0] + 0 * self.w
@@ -38,13 +39,20 @@ def make_dm(n=400, ood_classes=None, eval_bs=37):
         y = np.where(np.arange(n) % 4 == 0, 2, y)
         x0 = np.where(y[:, None] == 2, rng.normal(0, 0.05, (n, 1)), x0)
     idx = np.arange(n)
-    return TensorDataModule([x0, rng.normal(0, 1, (n, 1))], y, idx[: n // 2], idx[n // 2:],
-                            eval_batch_size=eval_bs, ood_classes=ood_classes)
+    return TensorDataModule(
+        [x0, rng.normal(0, 1, (n, 1))],
+        y,
+        idx[: n // 2],
+        idx[n // 2 :],
+        eval_batch_size=eval_bs,
+        ood_classes=ood_classes,
+    )
 
 
 def run_test(model, dm):
-    trainer = pl.Trainer(max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                         enable_model_summary=False)
+    trainer = pl.Trainer(
+        max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False
+    )
     trainer.fit(model, dm)
     trainer.test(model, dm, verbose=False)
     return model.test_results, model.test_arrays
@@ -106,15 +114,18 @@ def test_predict_proba_says_what_is_wrong_with_its_arguments(one_thread):
     be a size mismatch deep in the model, ``torch.cat(): expected a non-empty list``, ``range() arg 3 must not be
     zero`` or an IndexError)."""
     from mnp_utils import flat_mnp
+
     rng = np.random.default_rng(0)
     model = flat_mnp(3, [5, 3], d_e=8, memory_size=6)
     model.init_memory([torch.randn(12, 5), torch.randn(12, 3)], torch.arange(12) % 3)
     x0, x1 = rng.normal(size=(60, 5)), rng.normal(size=(60, 3))
-    cases = [(([x0, x1[:30]], {}), r"^views\[1\] has 30 rows but views\[0\] has 60$"),
-             (([x0[:0], x1[:0]], {}), r"^the views have 0 rows: there is nothing to predict$"),
-             (([x0, x1], {"batch_size": 0}), r"^batch_size must be an integer >= 1 \(rows per predict call\), got 0$"),
-             (([x0, x1], {"batch_size": 2.5}), r"^batch_size must be an integer >= 1 \(rows per predict call\), got 2\.5$"),
-             (([x0[:, 0], x1], {}), r"^views\[0\] has shape \(60,\); expected rows × columns \(2-D, 5 columns\)$")]
+    cases = [
+        (([x0, x1[:30]], {}), r"^views\[1\] has 30 rows but views\[0\] has 60$"),
+        (([x0[:0], x1[:0]], {}), r"^the views have 0 rows: there is nothing to predict$"),
+        (([x0, x1], {"batch_size": 0}), r"^batch_size must be an integer >= 1 \(rows per predict call\), got 0$"),
+        (([x0, x1], {"batch_size": 2.5}), r"^batch_size must be an integer >= 1 \(rows per predict call\), got 2\.5$"),
+        (([x0[:, 0], x1], {}), r"^views\[0\] has shape \(60,\); expected rows × columns \(2-D, 5 columns\)$"),
+    ]
     for (views, kwargs), expected in cases:
         with pytest.raises(ValueError, match=expected):
             model.predict_proba(views, **kwargs)

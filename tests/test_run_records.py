@@ -1,6 +1,7 @@
 """A run's records against later jobs, run as a user runs them (train.py and evaluate.py as subprocesses):
 a data file changed since the run, a refused re-run that must leave every byte of the finished run as it
 was, and a resume that raises ``trainer.max_epochs`` of a run with a derived warm-up."""
+
 import json
 import re
 
@@ -17,15 +18,28 @@ def write_data(path, seed=0, noise=False):
     rng = np.random.default_rng(seed)
     y = np.repeat(np.arange(3), 40)
     shift = 0.0 if noise else 1.0
-    np.savez(path, x1=rng.normal(size=(120, 6)) + 2.0 * shift * y[:, None],
-             x2=rng.normal(size=(120, 4)) + shift * y[:, None], y=y)
+    np.savez(
+        path,
+        x1=rng.normal(size=(120, 6)) + 2.0 * shift * y[:, None],
+        x2=rng.normal(size=(120, 4)) + shift * y[:, None],
+        y=y,
+    )
     return path
 
 
 def g(data, run_dir, *extra, model="mlp", epochs=2):
     """``python train.py model=mlp trainer.max_epochs=2 dataset=custom dataset.path=<data>`` into ``run_dir``."""
-    return run_cli(["train.py", f"model={model}", f"trainer.max_epochs={epochs}", "dataset=custom",
-                    f"dataset.path={data}", f"hydra.run.dir={run_dir}", *extra])
+    return run_cli(
+        [
+            "train.py",
+            f"model={model}",
+            f"trainer.max_epochs={epochs}",
+            "dataset=custom",
+            f"dataset.path={data}",
+            f"hydra.run.dir={run_dir}",
+            *extra,
+        ]
+    )
 
 
 def error_line(res) -> str:
@@ -71,14 +85,17 @@ def test_a_changed_data_file_is_noticed_by_the_rerun_and_by_evaluate(tmp_path):
     assert json.loads((run / "eval" / "metrics.json").read_text())["test/acc"] < 0.8  # scored on the noise
 
 
-@pytest.mark.parametrize("overrides,multirun,key", [
-    (["seed=1"], False, "experiment_name"),  # the default directory is named by experiment_name
-    (["hydra.run.dir=/x", "seed=1"], False, "hydra.run.dir"),
-    (["hydra.run.dir=/x", "paths.output_dir=/y"], False, "paths.output_dir"),
-    (["hydra.run.dir=/x"], True, "experiment_name"),  # a sweep's directories are not hydra.run.dir
-    (["hydra.sweep.dir=/x"], True, "hydra.sweep.dir"),
-    (["hydra.sweep.dir=/x", "hydra.sweep.subdir=s"], True, "hydra.sweep.subdir"),
-])
+@pytest.mark.parametrize(
+    "overrides,multirun,key",
+    [
+        (["seed=1"], False, "experiment_name"),  # the default directory is named by experiment_name
+        (["hydra.run.dir=/x", "seed=1"], False, "hydra.run.dir"),
+        (["hydra.run.dir=/x", "paths.output_dir=/y"], False, "paths.output_dir"),
+        (["hydra.run.dir=/x"], True, "experiment_name"),  # a sweep's directories are not hydra.run.dir
+        (["hydra.sweep.dir=/x"], True, "hydra.sweep.dir"),
+        (["hydra.sweep.dir=/x", "hydra.sweep.subdir=s"], True, "hydra.sweep.subdir"),
+    ],
+)
 def test_the_advice_of_a_refusal_names_the_key_that_named_the_run_directory(overrides, multirun, key):
     """N108: the refusal advised `another experiment_name=...`, which cannot help when hydra.run.dir is given."""
     assert rename_key(overrides, multirun) == key
@@ -116,8 +133,10 @@ def test_a_resume_with_fewer_epochs_than_trained_is_one_line_and_changes_nothing
     before = snapshot(run)
     line = error_line(g(data, run, epochs=2))
     last = run / "checkpoints" / "last.ckpt"
-    assert line.startswith(f"error: cannot resume from {last}: it has trained {trained} epochs, more than "
-                           "trainer.max_epochs=2; nothing was changed")
+    assert line.startswith(
+        f"error: cannot resume from {last}: it has trained {trained} epochs, more than "
+        "trainer.max_epochs=2; nothing was changed"
+    )
     assert snapshot(run) == before
 
 
@@ -153,9 +172,11 @@ def test_a_file_named_checkpoints_is_one_line_before_training(tmp_path):
     run.mkdir()
     (run / "checkpoints").write_text("my notes")
     res = g(data, run)
-    assert error_line(res) == (f"error: {run / 'checkpoints'} is a file, not a directory, so no checkpoint can be "
-                               "written there; move it away, or set callbacks.checkpoint.every_n_epochs=0 for no "
-                               f"checkpoints (traceback in {run / 'train.log'})")
+    assert error_line(res) == (
+        f"error: {run / 'checkpoints'} is a file, not a directory, so no checkpoint can be "
+        "written there; move it away, or set callbacks.checkpoint.every_n_epochs=0 for no "
+        f"checkpoints (traceback in {run / 'train.log'})"
+    )
     assert "epoch 1/2" not in res.stdout and not (run / "config.yaml").exists()
     assert (run / "checkpoints").read_text() == "my notes"
 
@@ -168,11 +189,13 @@ def test_a_real_datasets_record_holds_its_data_file_and_split_files(tmp_path, re
     from mnp.core.builders import make_datamodule
     from mnp.core.rundir import data_hashes
 
-    files = [real_file("pie", name) for name in ("PIE_face_10.mat", "PIE_face_10_train_idx.npy",
-                                                 "PIE_face_10_test_idx.npy")]
+    files = [
+        real_file("pie", name) for name in ("PIE_face_10.mat", "PIE_face_10_train_idx.npy", "PIE_face_10_test_idx.npy")
+    ]
     cfg = compose_train(tmp_path, ["model=mlp", "dataset=pie", f"paths.data_dir={files[0].parent.parent}"])
     _, dm = make_datamodule(cfg)
     assert dm.data_files() == files
     # keyed by absolute path, also where MNP_DATA_DIR is relative (as in .ci/run)
-    assert data_hashes(dm.data_files()) == {str(f.absolute()): hashlib.sha256(f.read_bytes()).hexdigest()
-                                            for f in files}
+    assert data_hashes(dm.data_files()) == {
+        str(f.absolute()): hashlib.sha256(f.read_bytes()).hexdigest() for f in files
+    }

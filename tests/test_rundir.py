@@ -1,4 +1,5 @@
 """Run directories: named by the result-changing overrides, never reused for another config."""
+
 import json
 import subprocess
 import sys
@@ -12,9 +13,20 @@ from mnp.core.rundir import RunDirConflict, config_drift, run_suffix
 
 
 def test_run_suffix_names_only_result_changing_overrides():
-    overrides = ["model=mnp", "dataset=pie", "seed=3", "paths.log_dir=/x/y", "trainer.enable_progress_bar=false",
-                 "launcher=joblib", "logger.wandb.project=p", "hydra.searchpath=[file:///c]", "experiment=paper_main",
-                 "trainer.max_epochs=10", "model.tau=0.5", "+model.extra=a/b"]
+    overrides = [
+        "model=mnp",
+        "dataset=pie",
+        "seed=3",
+        "paths.log_dir=/x/y",
+        "trainer.enable_progress_bar=false",
+        "launcher=joblib",
+        "logger.wandb.project=p",
+        "hydra.searchpath=[file:///c]",
+        "experiment=paper_main",
+        "trainer.max_epochs=10",
+        "model.tau=0.5",
+        "+model.extra=a/b",
+    ]
     assert run_suffix(overrides) == "_+model.extra=a-b,model.tau=0.5,trainer.max_epochs=10"
     assert run_suffix(overrides[:9]) == ""  # the paper sweeps keep their plain names
 
@@ -26,10 +38,18 @@ def test_long_suffix_is_cut_and_hashed():
 
 
 def test_config_drift_ignores_paths_and_progress_and_new_switches():
-    saved = {"model": {"tau": 0.1, "d": 8}, "paths": {"output_dir": "a"}, "dataset": {"data_dir": "/a"},
-             "trainer": {"enable_progress_bar": True, "max_epochs": 3}}
-    current = {"model": {"tau": 0.5, "new_switch": 1}, "paths": {"output_dir": "b"}, "dataset": {"data_dir": "/b"},
-               "trainer": {"enable_progress_bar": False, "max_epochs": 3}}
+    saved = {
+        "model": {"tau": 0.1, "d": 8},
+        "paths": {"output_dir": "a"},
+        "dataset": {"data_dir": "/a"},
+        "trainer": {"enable_progress_bar": True, "max_epochs": 3},
+    }
+    current = {
+        "model": {"tau": 0.5, "new_switch": 1},
+        "paths": {"output_dir": "b"},
+        "dataset": {"data_dir": "/b"},
+        "trainer": {"enable_progress_bar": False, "max_epochs": 3},
+    }
     assert config_drift(saved, current) == ["model.tau", "model.d"]  # changed, then removed
     assert config_drift(saved, saved) == []
 
@@ -60,14 +80,28 @@ def test_a_checkpoint_without_config_yaml_is_checked_against_the_config_inside_i
 
 @pytest.mark.slow
 def test_sweep_over_a_hyperparameter_gets_one_directory_and_report_row_per_value(tmp_path):
-    cmd = [sys.executable, "train.py", "-m", "model=mlp", "dataset=synthetic", "logger=none", "eval.noise=false",
-           "trainer.enable_progress_bar=false", f"paths.log_dir={tmp_path}", "trainer.max_epochs=1,2"]
+    cmd = [
+        sys.executable,
+        "train.py",
+        "-m",
+        "model=mlp",
+        "dataset=synthetic",
+        "logger=none",
+        "eval.noise=false",
+        "trainer.enable_progress_bar=false",
+        f"paths.log_dir={tmp_path}",
+        "trainer.max_epochs=1,2",
+    ]
     res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-2000:]
     jobs = tmp_path / "default" / "multiruns"
     for epochs in (1, 2):
-        m = json.loads((jobs / f"mlp_synthetic_s0_eval.noise=False,trainer.max_epochs={epochs}" / "metrics.json").read_text())
+        m = json.loads(
+            (jobs / f"mlp_synthetic_s0_eval.noise=False,trainer.max_epochs={epochs}" / "metrics.json").read_text()
+        )
         assert m["epochs"] == epochs
     runs, _ = load([jobs])
     assert sorted((r.variant, r.metrics["epochs"]) for r in runs) == [
-        ("eval.noise=False,trainer.max_epochs=1", 1), ("eval.noise=False,trainer.max_epochs=2", 2)]
+        ("eval.noise=False,trainer.max_epochs=1", 1),
+        ("eval.noise=False,trainer.max_epochs=2", 2),
+    ]

@@ -1,5 +1,6 @@
 """The selection protocol: fixed validation rows, an evaluation that reads no test row, and decision records
 chosen by a declared validation criterion (mnp/tools/select.py)."""
+
 from __future__ import annotations
 
 import csv
@@ -47,7 +48,11 @@ def test_eval_split_val_serves_the_validation_rows_only():
 
 def test_validation_names():
     assert validation_names({"test/acc": 1, "noise/acc@1": 2, "missing/acc_mean": 3, "time/test_s": 4}) == {
-        "val/acc": 1, "val/noise/acc@1": 2, "val/missing/acc_mean": 3, "time/test_s": 4}
+        "val/acc": 1,
+        "val/noise/acc@1": 2,
+        "val/missing/acc_mean": 3,
+        "time/test_s": 4,
+    }
 
 
 def test_eval_split_val_without_validation_rows_is_one_line(tmp_path):
@@ -56,8 +61,9 @@ def test_eval_split_val_without_validation_rows_is_one_line(tmp_path):
 
 
 def test_select_run_records_validation_metrics_and_no_test_metric(tmp_path, one_thread):
-    res = train(compose_train(tmp_path / "r", ["model=mlp", "experiment=select", "trainer.max_epochs=3",
-                                                    "dataset.num_views=2"]))
+    res = train(
+        compose_train(tmp_path / "r", ["model=mlp", "experiment=select", "trainer.max_epochs=3", "dataset.num_views=2"])
+    )
     assert res["eval_split"] == "val" and res["val_rows"] > 0 and len(res["val_idx_sha256"]) == 64
     assert res["val/acc"] > 0.5 and "val/noise/acc_mean" in res and "val/missing/acc_mean" in res
     assert not [k for k in res if k.startswith(("test/", "noise/", "missing/", "ood/"))]
@@ -65,12 +71,16 @@ def test_select_run_records_validation_metrics_and_no_test_metric(tmp_path, one_
     assert len(arrays["val/labels"]) == res["val_rows"] and "test/labels" not in arrays
 
 
-def _fake_run(root, name: str, seed: int, metrics: dict, variant: str | None = None, split: str = "val",
-              memory_size: int = 200):
+def _fake_run(
+    root, name: str, seed: int, metrics: dict, variant: str | None = None, split: str = "val", memory_size: int = 200
+):
     d = root / f"{name}_s{seed}"
     d.mkdir(parents=True)
-    (d / "metrics.json").write_text(json.dumps({"model": "mnp", "dataset": "cub", "seed": seed,
-                                                "experiment": "select", "eval_split": split, **metrics}))
+    (d / "metrics.json").write_text(
+        json.dumps(
+            {"model": "mnp", "dataset": "cub", "seed": seed, "experiment": "select", "eval_split": split, **metrics}
+        )
+    )
     (d / "config.yaml").write_text(yaml.safe_dump({"variant": variant, "model": {"memory": {"size": memory_size}}}))
 
 
@@ -82,17 +92,42 @@ def _sweep(tmp_path, nll: dict[str, list[float]]):
 
 
 def test_decide_picks_the_best_validation_criterion_with_a_paired_test(tmp_path):
-    _sweep(tmp_path, {"default": [0.50, 0.52, 0.47], "model.memory.size=300": [0.45, 0.50, 0.46],
-                      "model.memory.size=400": [0.55, 0.51, 0.49], "model.encoder.projection=none": [0.1, 0.1, 0.1]})
+    _sweep(
+        tmp_path,
+        {
+            "default": [0.50, 0.52, 0.47],
+            "model.memory.size=300": [0.45, 0.50, 0.46],
+            "model.memory.size=400": [0.55, 0.51, 0.49],
+            "model.encoder.projection=none": [0.1, 0.1, 0.1],
+        },
+    )
     out = tmp_path / "decisions" / "mnp_cub.csv"
-    assert select.main(["decide", str(tmp_path), "--model", "mnp", "--dataset", "cub", "--decision",
-                        "memory_size", "--match", "memory.size", "--out", str(out)]) == 0
+    assert (
+        select.main(
+            [
+                "decide",
+                str(tmp_path),
+                "--model",
+                "mnp",
+                "--dataset",
+                "cub",
+                "--decision",
+                "memory_size",
+                "--match",
+                "memory.size",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     rows = {r["candidate"]: r for r in csv.DictReader(out.open())}
     assert set(rows) == {"default", "model.memory.size=300", "model.memory.size=400"}  # not projection=none
     assert [c for c, r in rows.items() if r["chosen"] == "True"] == ["model.memory.size=300"]
     assert rows["default"]["setting"] == "model.memory.size=200"
     assert "test/acc" not in rows["default"] and float(rows["default"]["val/acc"]) == pytest.approx(
-        1 - np.mean([0.50, 0.52, 0.47]) / 10, rel=1e-5)
+        1 - np.mean([0.50, 0.52, 0.47]) / 10, rel=1e-5
+    )
     d = np.array([0.45, 0.50, 0.46]) - np.array([0.50, 0.52, 0.47])  # the t-test by hand
     t = d.mean() / (d.std(ddof=1) / math.sqrt(3))
     assert float(rows["model.memory.size=300"]["p_vs_default"]) == pytest.approx(2 * stats.t.sf(abs(t), 2), rel=1e-5)
@@ -115,15 +150,33 @@ def test_select_refuses_test_metrics_and_test_split_runs(tmp_path, capsys):
         select.decide({"default": {0: {"test/acc": 1.0}}, "x=1": {0: {"test/acc": 0.0}}}, "test/acc", True)
     _fake_run(tmp_path, "default", 0, {"val/nll": 1.0})
     _fake_run(tmp_path, "other", 0, {"test/nll": 1.0}, variant="model.memory.size=300", split="test")
-    assert select.main(["decide", str(tmp_path), "--model", "mnp", "--dataset", "cub", "--decision", "m",
-                        "--match", "memory", "--out", str(tmp_path / "o.csv")]) == 2
+    assert (
+        select.main(
+            [
+                "decide",
+                str(tmp_path),
+                "--model",
+                "mnp",
+                "--dataset",
+                "cub",
+                "--decision",
+                "m",
+                "--match",
+                "memory",
+                "--out",
+                str(tmp_path / "o.csv"),
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "evaluated on the test split" in err and len(err.strip().splitlines()) == 1
 
 
 def test_decide_uses_the_seeds_all_candidates_share(tmp_path):
-    rows = select.decide({"default": {0: {"val/nll": 1.0}, 1: {"val/nll": 3.0}}, "x=1": {1: {"val/nll": 2.0}}},
-                         "val/nll", False)
+    rows = select.decide(
+        {"default": {0: {"val/nll": 1.0}, 1: {"val/nll": 3.0}}, "x=1": {1: {"val/nll": 2.0}}}, "val/nll", False
+    )
     assert {r["candidate"]: (r["seeds"], r["score"]) for r in rows} == {"default": ("1", 3.0), "x=1": ("1", 2.0)}
     with pytest.raises(select.SelectionError, match="share no seed"):
         select.decide({"default": {0: {"val/nll": 1.0}}, "x=1": {1: {"val/nll": 2.0}}}, "val/nll", False)
@@ -133,6 +186,7 @@ def test_decide_uses_the_seeds_all_candidates_share(tmp_path):
 def test_device_selection_jobs_compose_and_validate(tmp_path):
     """Every job of benchmarks/device/jobs.py select is a valid selection run, one per (dataset, candidate)."""
     import sys
+
     sys.path.insert(0, str(ROOT / "benchmarks" / "device"))
     from jobs import select_jobs
 

@@ -1,6 +1,7 @@
 """SIGTERM (kill, a scheduler, a container stop) ends a run or a sweep with exit status 143 and one
 ``error:`` line, keeps a resumable last.ckpt, and the same command resumes (mnp.core.signals); Ctrl-C (SIGINT)
 ends the same way with status 130."""
+
 from __future__ import annotations
 
 import pytest
@@ -16,16 +17,29 @@ from mnp.core.checkpointing import load_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 # MNP on 10,000 two-moons rows: about a second per epoch here, so a SIGTERM lands inside an epoch
-SLOW = ["model=mnp", "dataset=synthetic", "dataset.n_train=10000", "model.warmup.epochs=2", "trainer.max_epochs=4",
-        "trainer.enable_progress_bar=false", "eval.noise=false"]
+SLOW = [
+    "model=mnp",
+    "dataset=synthetic",
+    "dataset.n_train=10000",
+    "model.warmup.epochs=2",
+    "trainer.max_epochs=4",
+    "trainer.enable_progress_bar=false",
+    "eval.noise=false",
+]
 
 
 def start(tmp_path, *args) -> subprocess.Popen:
     env = {**os.environ, "WANDB_MODE": "disabled", "MNP_TORCH_THREADS": "1", "OMP_NUM_THREADS": "1"}
     env.pop("HYDRA_FULL_ERROR", None)
-    return subprocess.Popen([sys.executable, "train.py", *args, f"paths.log_dir={tmp_path / 'logs'}", *SLOW], cwd=ROOT,
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as in a terminal
+    return subprocess.Popen(
+        [sys.executable, "train.py", *args, f"paths.log_dir={tmp_path / 'logs'}", *SLOW],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )  # as in a terminal
 
 
 def wait_for(pattern: str, root: Path, proc: subprocess.Popen, timeout: float = 120) -> Path:
@@ -43,8 +57,11 @@ def wait_for(pattern: str, root: Path, proc: subprocess.Popen, timeout: float = 
 def error_lines(stderr: str) -> list[str]:
     """The lines that report an error; loky's resource tracker may warn at shutdown that a semaphore of a killed
     worker is already gone (`resource_tracker: ... FileNotFoundError`), joblib's own cleanup race, not ours."""
-    return [ln for ln in stderr.splitlines() if ("error" in ln.lower() or "Traceback" in ln or "SIGTERM" in ln)
-            and "resource_tracker" not in ln]
+    return [
+        ln
+        for ln in stderr.splitlines()
+        if ("error" in ln.lower() or "Traceback" in ln or "SIGTERM" in ln) and "resource_tracker" not in ln
+    ]
 
 
 @pytest.mark.slow
@@ -59,7 +76,9 @@ def test_sigterm_in_the_warmup_exits_143_in_one_line_and_the_same_command_resume
     lines = error_lines(err)
     assert len(lines) == 1 and re.fullmatch(
         rf"error: terminated by SIGTERM during training; re-run the same command to resume from epoch {done + 1} of 4 "
-        rf"\({re.escape(str(last))} holds epochs? 1(-{done})?\)", lines[0]), err[-2000:]
+        rf"\({re.escape(str(last))} holds epochs? 1(-{done})?\)",
+        lines[0],
+    ), err[-2000:]
     run_dir = last.parent.parent
     assert not (run_dir / "metrics.json").exists()  # no metrics of a half-trained model
 
@@ -80,13 +99,18 @@ def test_ctrl_c_in_training_exits_130_in_one_line_saying_how_to_resume(tmp_path)
     assert proc.returncode == 130, err[-2000:]
     done = int(load_checkpoint(last)["epoch"]) + 1  # a readable, resumable checkpoint
     assert 1 <= done < 4
-    lines = [ln for ln in (out + err).splitlines() if "error" in ln.lower() or "Traceback" in ln or "Interrupt" in ln
-             or "Ctrl-C" in ln]
+    lines = [
+        ln
+        for ln in (out + err).splitlines()
+        if "error" in ln.lower() or "Traceback" in ln or "Interrupt" in ln or "Ctrl-C" in ln
+    ]
     assert len(lines) == 1 and re.fullmatch(
         rf"error: interrupted by Ctrl-C during training; re-run the same command to resume from epoch {done + 1} of 4 "
-        rf"\({re.escape(str(last))} holds epochs? 1(-{done})?\)", lines[0]), (out + err)[-2000:]
+        rf"\({re.escape(str(last))} holds epochs? 1(-{done})?\)",
+        lines[0],
+    ), (out + err)[-2000:]
     assert lines[0] in err and not (last.parent.parent / "metrics.json").exists()
-    assert lines[0][len("error: "):] in (last.parent.parent / "train.log").read_text()  # the log says why it ended
+    assert lines[0][len("error: ") :] in (last.parent.parent / "train.log").read_text()  # the log says why it ended
 
 
 @pytest.mark.slow
@@ -97,8 +121,9 @@ def test_sigterm_stops_a_sweep_whose_summary_names_the_interrupted_job(tmp_path)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 143, err[-2000:]
     lines = error_lines(err)
-    assert len(lines) == 1 and lines[0].startswith("error: terminated by SIGTERM during training; re-run the same "
-                                                   "command to resume from epoch"), err[-2000:]
+    assert len(lines) == 1 and lines[0].startswith(
+        "error: terminated by SIGTERM during training; re-run the same command to resume from epoch"
+    ), err[-2000:]
     job = last.parent.parent.name
     assert job.startswith("mnp_synthetic_s0")
     assert "Sweep stopped: 1 interrupted" in out and f"  interrupted {job}: terminated by SIGTERM" in out, out[-2000:]

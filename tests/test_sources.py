@@ -1,4 +1,5 @@
 """Registry, downloads (resume, checksum) and verification, against a local HTTP server only."""
+
 import hashlib
 import os
 import re
@@ -47,7 +48,7 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         if srv.cut_after is not None:  # simulate a dropped connection once
-            data, srv.cut_after = data[:srv.cut_after], None
+            data, srv.cut_after = data[: srv.cut_after], None
         srv.sent += len(data)  # counted before writing: the client may finish reading before this thread resumes
         self.wfile.write(data)
 
@@ -194,8 +195,10 @@ def test_read_only_data_dir_is_never_written(server, tmp_path):
 def test_missing_files_without_source_or_download_say_where_to_put_them(tmp_path):
     with pytest.raises(DataError, match=re.escape(f"put 2view-caltech101-8677sample.mat in {tmp_path}/caltech101/")):
         fetch("caltech101", DATASETS["caltech101"].file(None), tmp_path)
-    with pytest.raises(DataError, match=re.escape(f"PIE_face_10.mat not found in {tmp_path}/pie/; put it there or "
-                                                  "set dataset.download=true")):
+    with pytest.raises(
+        DataError,
+        match=re.escape(f"PIE_face_10.mat not found in {tmp_path}/pie/; put it there or set dataset.download=true"),
+    ):
         fetch("pie", DATASETS["pie"].file(None), tmp_path, allow_download=False)
 
 
@@ -203,15 +206,18 @@ def test_a_data_file_that_is_a_fifo_is_named_as_such_before_any_download(tmp_pat
     """It was "not found" (and a sweep skipped the job as absent data); reading it would block."""
     (tmp_path / "pie").mkdir()
     os.mkfifo(tmp_path / "pie" / "PIE_face_10.mat")
-    with pytest.raises(DataError, match=re.escape(f"{tmp_path}/pie/PIE_face_10.mat is a FIFO (named pipe), not a "
-                                                  "regular data file; accepted: ")):
+    with pytest.raises(
+        DataError,
+        match=re.escape(f"{tmp_path}/pie/PIE_face_10.mat is a FIFO (named pipe), not a regular data file; accepted: "),
+    ):
         fetch("pie", DATASETS["pie"].file(None), tmp_path)
 
 
 def test_public_urls_are_raw_github_pinned_to_a_commit():
     assert DATASETS["handwritten"].files[0].url == (
         "https://raw.githubusercontent.com/hanmenghan/TMC/08d0ca4c4461b6de1cf73514d8c621598bc2b504/"
-        "TMC%20ICLR/datasets/handwritten_6views.mat")
+        "TMC%20ICLR/datasets/handwritten_6views.mat"
+    )
     files = [f for s in DATASETS.values() for f in s.files + sum(s.split_files.values(), ())]
     public = [f for f in files if f.url]
     assert len(public) == 7 + 12  # every .mat but caltech101 and hmdb, and every index file
@@ -246,8 +252,11 @@ def test_registered_files_match_the_real_copies(key):
         if path := present(f):
             found += 1
             raw = read_file(path)
-            assert (len(raw.y), tuple(v.shape[1] for v in raw.views), len(np.unique(raw.y))) == \
-                (spec.n, spec.view_dims, spec.num_classes)
+            assert (len(raw.y), tuple(v.shape[1] for v in raw.views), len(np.unique(raw.y))) == (
+                spec.n,
+                spec.view_dims,
+                spec.num_classes,
+            )
     for pair in spec.split_files.values():
         paths = [present(f) for f in pair]
         if all(paths):

@@ -1,5 +1,6 @@
 """Start-up and teardown: a run imports only what it uses, and metrics.json and the summary say how long it
 took to reach its first training step and to write its outputs (mnp.core.startup, benchmarks/startup.py)."""
+
 from __future__ import annotations
 
 import pytest
@@ -24,8 +25,14 @@ print(json.dumps({{"modules": sorted(sys.modules), "results": {{k: v for k, v in
 
 
 def modules_after(code: str) -> list[str]:
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=600,
-                         env=dict(os.environ, MNP_TORCH_THREADS="1"))
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(os.environ, MNP_TORCH_THREADS="1"),
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -49,14 +56,24 @@ def test_an_mnp_run_without_a_logger_imports_no_gpytorch_wandb_or_plotting(tmp_p
 
 @pytest.mark.slow
 def test_process_start_is_when_the_process_started_not_when_the_module_was_imported():
-    code = ("import time; time.sleep(1.0); from mnp.core.startup import process_start; "
-            "print(time.time() - process_start())")
+    code = (
+        "import time; time.sleep(1.0); from mnp.core.startup import process_start; print(time.time() - process_start())"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert 1.0 - 0.05 <= float(out.stdout.strip()) < 120
 
 
 def test_the_summary_shows_start_up_and_teardown(tmp_path):
-    text = run_summary({"model": "mnp", "dataset": "pie", "seed": 0, "time/total_s": 9.0, "time/startup_s": 4.26,
-                        "time/teardown_s": 0.031}, tmp_path).splitlines()
+    text = run_summary(
+        {
+            "model": "mnp",
+            "dataset": "pie",
+            "seed": 0,
+            "time/total_s": 9.0,
+            "time/startup_s": 4.26,
+            "time/teardown_s": 0.031,
+        },
+        tmp_path,
+    ).splitlines()
     assert "  start-up    4.3 s (to the first training step)" in text
     assert "  teardown    0.03 s (test end to outputs written)" in text

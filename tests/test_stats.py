@@ -1,4 +1,5 @@
 """mnp.tools.stats: the 95 % t-interval and the paired test of a claim, against computations of their own."""
+
 from __future__ import annotations
 
 import math
@@ -21,8 +22,14 @@ def hand_paired_t(a: list[float], b: list[float]) -> tuple[float, float]:
 
 
 # ---------------------------------------------------------------------------- interval
-@pytest.mark.parametrize("values", [[0.95, 0.96, 0.97], [0.9217, 0.9083, 0.9333, 0.9167, 0.9283],
-                                    [0.061, 0.055, 0.07, 0.064, 0.058, 0.066, 0.06, 0.052, 0.071, 0.059]])
+@pytest.mark.parametrize(
+    "values",
+    [
+        [0.95, 0.96, 0.97],
+        [0.9217, 0.9083, 0.9333, 0.9167, 0.9283],
+        [0.061, 0.055, 0.07, 0.064, 0.058, 0.066, 0.06, 0.052, 0.071, 0.059],
+    ],
+)
 def test_interval_is_the_set_of_means_a_one_sample_t_test_keeps(values):
     """Brute force: the 95 % interval is every μ0 that a two-sided one-sample t-test at 0.05 does not reject."""
     lo, hi = t_interval(values)
@@ -116,8 +123,10 @@ def test_scipy_ttest_rel_is_the_two_sided_paired_test():
 
 
 def test_metric_directions():
-    assert all(higher_is_better(k) for k in ("test/acc", "noise/acc_mean", "noise/acc@0.1", "ood/svhn/auroc",
-                                             "missing/acc_subsets_mean"))
+    assert all(
+        higher_is_better(k)
+        for k in ("test/acc", "noise/acc_mean", "noise/acc@0.1", "ood/svhn/auroc", "missing/acc_subsets_mean")
+    )
     assert not any(higher_is_better(k) for k in ("test/ece", "test/nll", "test/brier"))
     with pytest.raises(ValueError, match="no direction known"):
         higher_is_better("time/train_epoch_s")

@@ -6,6 +6,7 @@ around each replay, the DCM update replayed from ``on_train_batch_end``) with th
 place of the graphs; it must train exactly as the eager path. The graphs themselves are checked on a
 GPU by benchmarks/device/graph_check.py (part of benchmarks/device/gpu_check.py).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -35,9 +36,19 @@ def datamodule(batch_size=16):
 
 
 def build(**kw):
-    base = dict(num_classes=3, view_dims=list(DIMS), d_e=16, memory_size=9, projection="linear", warmup_epochs=1,
-                warmup_lr=1e-2, clip_norm=0.5, l2=1e-3, modality_mask=True,
-                optim={"lr": 1e-2, "schedule": "piecewise", "milestones": [2], "values": [1e-2, 1e-3]})
+    base = dict(
+        num_classes=3,
+        view_dims=list(DIMS),
+        d_e=16,
+        memory_size=9,
+        projection="linear",
+        warmup_epochs=1,
+        warmup_lr=1e-2,
+        clip_norm=0.5,
+        l2=1e-3,
+        modality_mask=True,
+        optim={"lr": 1e-2, "schedule": "piecewise", "milestones": [2], "values": [1e-2, 1e-3]},
+    )
     base.update(kw)
     torch.manual_seed(0)
     return flat_mnp(**base)
@@ -56,9 +67,17 @@ def fit(graph, tmp_path, epochs=4, resume=None, ckpt=False, **kw):
             replays.append(int(y.shape[0]))
         return original(self, views, y, opt, hooks)
 
-    trainer = pl.Trainer(max_epochs=epochs, logger=False, enable_progress_bar=False, enable_model_summary=False,
-                         enable_checkpointing=ckpt, default_root_dir=tmp_path, accelerator="cpu",
-                         num_sanity_val_steps=0, limit_val_batches=0)
+    trainer = pl.Trainer(
+        max_epochs=epochs,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=ckpt,
+        default_root_dir=tmp_path,
+        accelerator="cpu",
+        num_sanity_val_steps=0,
+        limit_val_batches=0,
+    )
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(MNP, "train_step", spy)
         trainer.fit(model, datamodule(), ckpt_path=resume)
@@ -83,9 +102,15 @@ def assert_same_training(a, b, ta, tb):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kw", [{}, {"memory_write": "before_step", "memory_update": "fifo"},
-                                {"memory_jstar": "same_class", "memory_update": "ce", "norm": "batch"}],
-                         ids=["paper", "before_step_fifo", "same_class_ce_batchnorm"])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {},
+        {"memory_write": "before_step", "memory_update": "fifo"},
+        {"memory_jstar": "same_class", "memory_update": "ce", "norm": "batch"},
+    ],
+    ids=["paper", "before_step_fifo", "same_class_ce_batchnorm"],
+)
 def test_emulated_graph_training_equals_eager_bit_for_bit(tmp_path, kw):
     """Warm-up, main phase, a schedule step and a short last batch: the same parameters, memory, optimiser
     states, learning rates, step count and logged metrics."""
@@ -114,9 +139,18 @@ def test_no_pair_keeps_an_autograd_graph_alive(tmp_path):
     pl.seed_everything(0, verbose=False)
     model = build()
     model.cuda_graph = "emulate"
-    trainer = pl.Trainer(max_epochs=3, logger=False, enable_progress_bar=False, enable_model_summary=False,
-                         enable_checkpointing=False, default_root_dir=tmp_path, accelerator="cpu",
-                         num_sanity_val_steps=0, limit_val_batches=0, callbacks=[Check()])
+    trainer = pl.Trainer(
+        max_epochs=3,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+        default_root_dir=tmp_path,
+        accelerator="cpu",
+        num_sanity_val_steps=0,
+        limit_val_batches=0,
+        callbacks=[Check()],
+    )
     trainer.fit(model, datamodule())
     assert seen and all(seen)
 
@@ -142,7 +176,7 @@ def test_a_resumed_emulated_run_equals_an_uninterrupted_eager_one(tmp_path):
 def test_make_capturable_keeps_the_update_and_the_schedule_fills_the_tensor():
     p = torch.nn.Parameter(torch.ones(3))
     opt = torch.optim.Adam([p], lr=0.1, fused=True)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda e: 0.5 ** e)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda e: 0.5**e)
     p.grad = torch.ones(3)
     opt.step()
     step_graphs.make_capturable(opt)
@@ -151,6 +185,7 @@ def test_make_capturable_keeps_the_update_and_the_schedule_fills_the_tensor():
     sched.step()
     assert opt.param_groups[0]["lr"] is lr and float(lr) == pytest.approx(0.05)  # filled in place, not replaced
     from mnp.optim import set_lr
+
     set_lr(opt.param_groups[0], 0.02)
     assert opt.param_groups[0]["lr"] is lr and float(lr) == pytest.approx(0.02)
 
@@ -162,11 +197,19 @@ def test_a_non_finite_loss_stops_an_emulated_run(tmp_path):
             return (loss * float("nan") if self.current_epoch >= 2 else loss), logs
 
     pl.seed_everything(0, verbose=False)
-    model = NaNFromEpoch2(3, list(DIMS), encoder={"d_e": 8, "projection": "linear"}, memory={"size": 6},
-                          warmup={"epochs": 1})
+    model = NaNFromEpoch2(
+        3, list(DIMS), encoder={"d_e": 8, "projection": "linear"}, memory={"size": 6}, warmup={"epochs": 1}
+    )
     model.cuda_graph, model.check_finite_every = "emulate", 3
-    trainer = pl.Trainer(max_epochs=4, logger=False, enable_progress_bar=False, enable_model_summary=False,
-                         enable_checkpointing=False, default_root_dir=tmp_path, accelerator="cpu")
+    trainer = pl.Trainer(
+        max_epochs=4,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+        default_root_dir=tmp_path,
+        accelerator="cpu",
+    )
     with pytest.raises(FloatingPointError, match="one of global steps"):
         trainer.fit(model, datamodule())
     assert all(torch.isfinite(p).all() for p in model.parameters())  # fused Adam skipped the bad steps
@@ -174,8 +217,9 @@ def test_a_non_finite_loss_stops_an_emulated_run(tmp_path):
 
 # ---------------------------------------------------------------------------- what can be captured
 def fake_trainer(device="cpu", world_size=1, precision="32-true"):
-    return SimpleNamespace(strategy=SimpleNamespace(root_device=torch.device(device)), world_size=world_size,
-                           precision=precision)
+    return SimpleNamespace(
+        strategy=SimpleNamespace(root_device=torch.device(device)), world_size=world_size, precision=precision
+    )
 
 
 def test_configure_sets_the_finite_check_period_and_the_switch():
@@ -188,14 +232,17 @@ def test_configure_sets_the_finite_check_period_and_the_switch():
     assert model.check_finite_every == 7
 
 
-@pytest.mark.parametrize("model_kw, trainer_kw, accel_value, message", [
-    ({}, {}, True, "needs a CUDA device, but the trainer runs on cpu"),
-    ({"memory_update": "random"}, {"device": "cuda"}, True, "memory.update=random"),
-    ({"optim": {"lr": 1e-3, "eps_placement": "keras"}}, {}, "emulate", "eps_placement=keras"),
-    ({"fast": False}, {}, "emulate", "model.fast=false"),
-    ({}, {"world_size": 2}, "emulate", "2 processes"),
-    ({}, {"precision": "bf16-mixed"}, "emulate", "fp32 only"),
-])
+@pytest.mark.parametrize(
+    "model_kw, trainer_kw, accel_value, message",
+    [
+        ({}, {}, True, "needs a CUDA device, but the trainer runs on cpu"),
+        ({"memory_update": "random"}, {"device": "cuda"}, True, "memory.update=random"),
+        ({"optim": {"lr": 1e-3, "eps_placement": "keras"}}, {}, "emulate", "eps_placement=keras"),
+        ({"fast": False}, {}, "emulate", "model.fast=false"),
+        ({}, {"world_size": 2}, "emulate", "2 processes"),
+        ({}, {"precision": "bf16-mixed"}, "emulate", "fp32 only"),
+    ],
+)
 def test_configure_refuses_what_a_graph_cannot_hold_in_one_line(model_kw, trainer_kw, accel_value, message):
     model = build(**model_kw)
     with pytest.raises(ValueError, match=message) as err:
@@ -205,14 +252,20 @@ def test_configure_refuses_what_a_graph_cannot_hold_in_one_line(model_kw, traine
 
 def test_configure_refuses_the_switch_for_a_baseline():
     from baselines.mlp import MLP
+
     with pytest.raises(ValueError, match="applies to MNP only"):
         accel.configure(MLP(3, list(DIMS)), {"cuda_graph": "emulate"}, fake_trainer())
 
 
-@pytest.mark.parametrize("bad, key", [({"cuda_graph": "yes"}, "accel.cuda_graph"),
-                                      ({"matmul_precision": "tf32"}, "accel.matmul_precision"),
-                                      ({"check_finite_every": -1}, "accel.check_finite_every"),
-                                      ({"check_finite_every": "often"}, "accel.check_finite_every")])
+@pytest.mark.parametrize(
+    "bad, key",
+    [
+        ({"cuda_graph": "yes"}, "accel.cuda_graph"),
+        ({"matmul_precision": "tf32"}, "accel.matmul_precision"),
+        ({"check_finite_every": -1}, "accel.check_finite_every"),
+        ({"check_finite_every": "often"}, "accel.check_finite_every"),
+    ],
+)
 def test_validation_names_the_bad_accel_key(bad, key):
     with pytest.raises(ConfigError, match=key):
         check_accel(bad)
@@ -228,8 +281,17 @@ def test_matmul_precision_is_restored_after_the_run():
 def test_train_py_runs_with_the_emulated_graph(tmp_path):
     from mnp.core.pipeline import train
     from tests.cfg_utils import compose_train
-    cfg = compose_train(tmp_path, ["trainer.max_epochs=3", "model.warmup.epochs=1", "accel.cuda_graph=emulate",
-                                   "callbacks.checkpoint.every_n_epochs=0", "eval.noise=false"])
+
+    cfg = compose_train(
+        tmp_path,
+        [
+            "trainer.max_epochs=3",
+            "model.warmup.epochs=1",
+            "accel.cuda_graph=emulate",
+            "callbacks.checkpoint.every_n_epochs=0",
+            "eval.noise=false",
+        ],
+    )
     results = train(cfg)
     assert results["test/acc"] > 0.8  # the synthetic two moons
     assert results["accel/step"] == "cuda_graph_emulated"

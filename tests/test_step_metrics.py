@@ -1,6 +1,7 @@
 """MNP's training step as one CUDA graph needs it: no host syncs, no graph breaks, few ops
 (mnp.tools.step_metrics), the same numbers as the eager step before (tests/data/step_golden.pt), batched
 parameters that behave as the modules' own (mnp.stacked), and the fields in the benchmark's JSON."""
+
 import copy
 import json
 import math
@@ -65,16 +66,27 @@ def test_handwritten_forward_losses_and_memory_update_trace_as_one_graph():
     assert out["graph_breaks"] == 0 and out["graph_count"] == 1, out["graph_break_reasons"]
 
 
-@pytest.mark.parametrize("switches", [
-    dict(memory_jstar="same_class", memory_update="ce"),
-    dict(memory_update="fifo", memory_trainable=True, memory_init="uniform", memory_write="before_step"),
-    dict(modality_mask=True, norm="batch", prior="shared", merge="sum", amplitude=True),
-    dict(projection="none", similarity="dot", attention_norm="softmax", aggregation="concat"),
-    dict(memory_update="random", lengthscale_form="l2", lengthscale_param="exp"),
-])
+@pytest.mark.parametrize(
+    "switches",
+    [
+        dict(memory_jstar="same_class", memory_update="ce"),
+        dict(memory_update="fifo", memory_trainable=True, memory_init="uniform", memory_write="before_step"),
+        dict(modality_mask=True, norm="batch", prior="shared", merge="sum", amplitude=True),
+        dict(projection="none", similarity="dot", attention_norm="softmax", aggregation="concat"),
+        dict(memory_update="random", lengthscale_form="l2", lengthscale_param="exp"),
+    ],
+)
 def test_every_memory_rule_and_switch_steps_without_host_syncs(switches):
-    base = dict(num_classes=4, view_dims=[7, 5, 3], d_e=8, memory_size=12, projection="linear", clip_norm=0.1,
-                l2=1e-3, lengthscale_form="l")
+    base = dict(
+        num_classes=4,
+        view_dims=[7, 5, 3],
+        d_e=8,
+        memory_size=12,
+        projection="linear",
+        clip_norm=0.1,
+        l2=1e-3,
+        lengthscale_form="l",
+    )
     torch.manual_seed(0)
     model = flat_mnp(**{**base, **switches})
     g = torch.Generator().manual_seed(0)
@@ -82,8 +94,9 @@ def test_every_memory_rule_and_switch_steps_without_host_syncs(switches):
     views = [torch.randn(40, d, generator=g) + y[:, None].float() for d in (7, 5, 3)]
     model.init_memory(views, y) if model.memory.needs_data() else None
     model.capturable = True
-    out = step_metrics.measure_step(model, bench_cases.first_optimizer(model), [v[:16] for v in views], y[:16],
-                                    explain=False)
+    out = step_metrics.measure_step(
+        model, bench_cases.first_optimizer(model), [v[:16] for v in views], y[:16], explain=False
+    )
     assert out["host_syncs_per_train_step"] == 0, out["host_sync_ops"]
     assert out["tensors_from_python_per_train_step"] == 0
 
@@ -98,8 +111,12 @@ def test_sync_counter_sees_item_masks_and_device_reads():
         y = x.clone()
         y[x > 0] = 0.0
         torch.where(x > 0, x, 0.0)  # static shape: no sync
-    assert mode.syncs == {"aten::_local_scalar_dense": 2, "aten::index (boolean mask)": 1, "aten::nonzero": 1,
-                          "aten::index_put_ (boolean mask)": 1}
+    assert mode.syncs == {
+        "aten::_local_scalar_dense": 2,
+        "aten::index (boolean mask)": 1,
+        "aten::nonzero": 1,
+        "aten::index_put_ (boolean mask)": 1,
+    }
     assert mode.from_python == 1  # the 0.0 written through the mask
 
 
@@ -152,8 +169,14 @@ def test_a_non_finite_loss_stops_training_at_the_periodic_read(tmp_path):
     for every, match in ((1, r"\(nan\) at epoch 1, global step 3;"), (2, r"at epoch 1, one of global steps 3\.\.4;")):
         model = NaNFromEpoch1(3, [4, 5], encoder={"d_e": 8}, memory={"size": 6})
         model.check_finite_every = every
-        trainer = pl.Trainer(max_epochs=3, logger=False, enable_progress_bar=False, enable_model_summary=False,
-                             enable_checkpointing=False, default_root_dir=tmp_path)
+        trainer = pl.Trainer(
+            max_epochs=3,
+            logger=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            enable_checkpointing=False,
+            default_root_dir=tmp_path,
+        )
         with pytest.raises(FloatingPointError, match=match):
             trainer.fit(model, dm)
 
@@ -264,8 +287,23 @@ def test_param_stack_checks_its_parameters():
 def test_bench_quick_json_has_the_step_metrics(tmp_path, monkeypatch):
     monkeypatch.setitem(bench_cases.SHAPES, "hmdb", ((6, 4), 3, 500))  # hmdb's configs, tiny data
     out = tmp_path / "bench.json"
-    bench.main(["--quick", "--dataset", "hmdb", "--models", "mnp", "--json", str(out), "--repeats", "1",
-                "--set", "mnp.d_e=16", "--set", "mnp.memory_size=12"])
+    bench.main(
+        [
+            "--quick",
+            "--dataset",
+            "hmdb",
+            "--models",
+            "mnp",
+            "--json",
+            str(out),
+            "--repeats",
+            "1",
+            "--set",
+            "mnp.d_e=16",
+            "--set",
+            "mnp.memory_size=12",
+        ]
+    )
     case = json.loads(out.read_text())["cases"][0]
     assert case["model"] == "mnp" and case["capturable"]
     assert case["ops_per_train_step"] > 0 and case["backward_ops_per_train_step"] > 0
@@ -276,8 +314,9 @@ def test_bench_quick_json_has_the_step_metrics(tmp_path, monkeypatch):
 
 
 def test_docs_show_the_committed_before_and_after():
-    before, after = (json.loads((ROOT / "benchmarks" / f).read_text()) for f in ("step_metrics_before.json",
-                                                                                  "step_metrics.json"))
+    before, after = (
+        json.loads((ROOT / "benchmarks" / f).read_text()) for f in ("step_metrics_before.json", "step_metrics.json")
+    )
     table = step_metrics.comparison_table(before, after)
     assert table in (ROOT / "docs/gpu.md").read_text(), "docs/gpu.md is out of date: python -m mnp.tools.step_metrics"
     hw = next(c for c in after["cases"] if c["dataset"] == "handwritten")

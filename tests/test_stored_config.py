@@ -1,4 +1,5 @@
 """A crafted checkpoint's stored config cannot run code or write files (evaluate.py, mnp.tools.diagnose)."""
+
 import glob
 from pathlib import Path
 
@@ -47,14 +48,17 @@ CALLABLES = {  # each would truncate, overwrite or create files if the stored co
     "pathlib.Path.write_text": set_dataset(lambda v: {"_target_": "pathlib.Path.write_text", "self": v, "data": ""}),
     "model os.system": lambda ckpt, v: ckpt[CFG_KEY]["model"].__setitem__("_target_", "os.system"),
     "nested target": lambda ckpt, v: ckpt[CFG_KEY]["dataset"].__setitem__(
-        "n_train", {"_target_": "builtins.open", "_args_": [v, "w"]}),
+        "n_train", {"_target_": "builtins.open", "_args_": [v, "w"]}
+    ),
     "_args_ of a registered class": lambda ckpt, v: ckpt[CFG_KEY]["dataset"].__setitem__("_args_", [v]),
     "interpolation": lambda ckpt, v: ckpt[CFG_KEY]["dataset"].__setitem__(
-        "n_train", "${oc.decode:'{_target_: builtins.open, _args_: [" + v + ", w]}'}"),
+        "n_train", "${oc.decode:'{_target_: builtins.open, _args_: [" + v + ", w]}'}"
+    ),
     "interpolation outside model and dataset": lambda ckpt, v: ckpt[CFG_KEY].__setitem__("seed", "${oc.env:HOME}"),
     "lightning _instantiator": lambda ckpt, v: ckpt["hyper_parameters"].__setitem__("_instantiator", "builtins.open"),
     "hyperparameter node": lambda ckpt, v: ckpt["hyper_parameters"].__setitem__(
-        "hidden", {"_target_": "builtins.open", "_args_": [v, "w"]}),
+        "hidden", {"_target_": "builtins.open", "_args_": [v, "w"]}
+    ),
 }
 
 
@@ -62,7 +66,9 @@ CALLABLES = {  # each would truncate, overwrite or create files if the stored co
 def test_crafted_stored_config_is_refused_and_writes_nothing(genuine, tmp_path, name):
     path, victim = crafted(genuine, tmp_path, CALLABLES[name])
     before = sorted(p.name for p in tmp_path.iterdir())
-    with pytest.raises(CheckpointError, match=rf"checkpoint {path}( refused: its stored config|: MLP takes no argument)"):
+    with pytest.raises(
+        CheckpointError, match=rf"checkpoint {path}( refused: its stored config|: MLP takes no argument)"
+    ):
         load_run(path)
     assert victim.read_text() == PRECIOUS and sorted(p.name for p in tmp_path.iterdir()) == before
 
@@ -72,9 +78,11 @@ def test_evaluate_cli_refuses_a_crafted_checkpoint_in_one_line(genuine, tmp_path
     path, victim = crafted(genuine, tmp_path, CALLABLES["builtins.open"])
     r = cli("evaluate.py", f"ckpt_path={path}", f"output_dir={tmp_path / 'eval'}", f"hydra.run.dir={tmp_path / 'h'}")
     line = one_line(r.returncode, r.stderr)
-    assert line == (f"error: checkpoint {path} refused: its stored config names 'builtins.open', which is not one "
-                    "of the project's datamodules at dataset._target_; only checkpoints written by train.py can be "
-                    "evaluated")
+    assert line == (
+        f"error: checkpoint {path} refused: its stored config names 'builtins.open', which is not one "
+        "of the project's datamodules at dataset._target_; only checkpoints written by train.py can be "
+        "evaluated"
+    )
     assert victim.read_text() == PRECIOUS and not (tmp_path / "eval").exists()
 
 
@@ -89,9 +97,11 @@ def test_diagnose_refuses_a_crafted_checkpoint(genuine, tmp_path):
 def test_targets_outside_model_and_dataset_are_never_built(genuine, tmp_path):
     """Trainer, logger and callback nodes of the stored config are not instantiated by a load: a genuine
     run with such a node in its config evaluates normally and the named callable never runs."""
+
     def edit(ckpt, victim):
         ckpt[CFG_KEY]["logger"] = {"x": {"_target_": "builtins.open", "_args_": [victim, "w"]}}
         ckpt[CFG_KEY]["trainer"]["_target_"] = "shutil.rmtree"
+
     path, victim = crafted(genuine, tmp_path, edit)
     res = evaluate(eval_cfg(path, tmp_path / "eval"))
     assert res["test/acc"] > 0.5 and victim.read_text() == PRECIOUS
@@ -110,8 +120,14 @@ def test_a_rebuilt_feature_dataset_never_downloads(genuine, tmp_path):
     empty.mkdir()
 
     def edit(ckpt, victim):
-        ckpt[CFG_KEY]["dataset"] = {"_target_": "datamodules.features.FeatureDataModule", "name": "cub",
-                                    "dataset": "cub", "data_dir": str(empty), "download": True}
+        ckpt[CFG_KEY]["dataset"] = {
+            "_target_": "datamodules.features.FeatureDataModule",
+            "name": "cub",
+            "dataset": "cub",
+            "data_dir": str(empty),
+            "download": True,
+        }
+
     path, _ = crafted(genuine, tmp_path, edit)
     with pytest.raises(ValueError, match="not found in"):
         load_run(path)

@@ -1,4 +1,5 @@
 """Experiment presets, launchers, and multirun failure isolation / skipping / resuming (mnp.core.sweep)."""
+
 from __future__ import annotations
 
 import json
@@ -94,6 +95,7 @@ def test_preset_sweeps_models_datasets_five_seeds(name):
 def test_paper_presets_cover_the_paper_tables():
     def params(name):
         return compose_hydra([f"experiment={name}", "model=mlp"]).hydra.sweeper.params
+
     assert options(params("paper_main").dataset) == ["handwritten", "cub", "pie", "caltech101", "scene15", "hmdb"]
     assert options(params("paper_ood").dataset) == ["cifar10c"]
     assert options(params("paper_speed").model) == ["mnp", "mgp"]
@@ -143,6 +145,7 @@ def test_the_one_gpu_preset_composes_with_the_paper_sweep(monkeypatch):
     """launcher=gpu_joblib: joblib with one-thread jobs, as many as the CPU cores but one and the GPU's memory
     allow (15 on the 16-core H100 and H200 machines of docs/gpu.md)."""
     from mnp.core import resources
+
     cfg = compose_hydra(["experiment=paper_main", "launcher=gpu_joblib", "model=mnp"])
     assert cfg.hydra.launcher._target_.endswith("JoblibLauncher") and cfg.torch_threads == 1
     assert cfg.hydra.launcher.n_jobs == resources.gpu_jobs() >= 1
@@ -154,9 +157,20 @@ def test_the_one_gpu_preset_composes_with_the_paper_sweep(monkeypatch):
     assert resources.gpu_jobs(cpus=4, gib=None, probe=False) == 3
 
 
-@pytest.mark.parametrize("cores,load,threads", [
-    (2, 0.1, 2), (2, 0.4, 2), (2, 0.6, 1), (2, 1.9, 1), (2, 7.0, 1),  # the shared 2-core machine, idle to swamped
-    (16, 0.0, 16), (16, 4.2, 12), (16, 15.6, 1), (1, 0.0, 1)])
+@pytest.mark.parametrize(
+    "cores,load,threads",
+    [
+        (2, 0.1, 2),
+        (2, 0.4, 2),
+        (2, 0.6, 1),
+        (2, 1.9, 1),
+        (2, 7.0, 1),  # the shared 2-core machine, idle to swamped
+        (16, 0.0, 16),
+        (16, 4.2, 12),
+        (16, 15.6, 1),
+        (1, 0.0, 1),
+    ],
+)
 def test_a_run_given_no_thread_count_takes_the_free_cores(monkeypatch, caplog, cores, load, threads):
     """torch's default of one thread per core made runs on a busy 2-core machine 5-15× slower than one thread:
     the default is the cores free of load (rounded, at least 1); MNP_TORCH_THREADS (torch_threads) overrides."""
@@ -165,14 +179,16 @@ def test_a_run_given_no_thread_count_takes_the_free_cores(monkeypatch, caplog, c
     import torch
 
     from mnp.core import resources
+
     monkeypatch.setattr(resources, "cpu_count", lambda: cores)
     monkeypatch.setattr(resources.os, "getloadavg", lambda: (load, 0.0, 0.0))
     before = torch.get_num_threads()
     try:
         with caplog.at_level(logging.INFO, logger="mnp.core.resources"):
             assert resources.set_threads(None) == threads == torch.get_num_threads()
-        assert caplog.messages == [f"torch threads: {threads} ({cores} cores, load {load:.1f}); MNP_TORCH_THREADS=<n> "
-                                   "sets it"]
+        assert caplog.messages == [
+            f"torch threads: {threads} ({cores} cores, load {load:.1f}); MNP_TORCH_THREADS=<n> sets it"
+        ]
         assert resources.set_threads(3) == 3 == torch.get_num_threads()  # the override: no load read, no line
         assert len(caplog.messages) == 1
     finally:
@@ -181,6 +197,7 @@ def test_a_run_given_no_thread_count_takes_the_free_cores(monkeypatch, caplog, c
 
 def test_the_load_average_is_zero_where_the_platform_has_none(monkeypatch):
     from mnp.core import resources
+
     monkeypatch.delattr(resources.os, "getloadavg")
     assert resources.load_average() == 0.0
 
@@ -212,6 +229,7 @@ def missing_builtin_data(tmp_path):
 def test_run_job_records_a_failure_and_raises_a_plain_exception(tmp_path):
     def boom(cfg):
         raise RuntimeError("CUDA out of memory")
+
     with pytest.raises(JobFailed, match="RuntimeError: CUDA out of memory") as e:
         run_job(boom, job_cfg(tmp_path))
     assert not isinstance(e.value, SystemExit)  # SystemExit would abort the remaining jobs
@@ -244,6 +262,7 @@ def test_only_absent_data_files_count_as_missing(tmp_path):
             fn()
         except Exception as e:  # noqa: BLE001
             return e
+
     assert is_missing_data(caught(lambda: missing_data(tmp_path)))
     bad = tmp_path / "bad.npz"
     np.savez(bad, x1=np.ones((4, 2)), y=np.array([0, 1, 0, 1.5]))
@@ -262,16 +281,22 @@ def test_missing_data_is_told_by_its_type_not_its_text(tmp_path):
             fn()
         except Exception as e:  # noqa: BLE001
             return e
-    absent = [caught(lambda: missing_builtin_data(tmp_path)), caught(lambda: missing_data(tmp_path)),
-              caught(lambda: sources.fetch("cub", sources.DataFile("cub.mat"), tmp_path)),
-              caught(lambda: sources.download((tmp_path / "nowhere").as_uri(), tmp_path / "f.mat", None)),
-              caught(lambda: CIFAR10C(feature_dir=str(tmp_path / "feats")).setup())]
+
+    absent = [
+        caught(lambda: missing_builtin_data(tmp_path)),
+        caught(lambda: missing_data(tmp_path)),
+        caught(lambda: sources.fetch("cub", sources.DataFile("cub.mat"), tmp_path)),
+        caught(lambda: sources.download((tmp_path / "nowhere").as_uri(), tmp_path / "f.mat", None)),
+        caught(lambda: CIFAR10C(feature_dir=str(tmp_path / "feats")).setup()),
+    ]
     assert [type(e) for e in absent] == [MissingData] * 5, absent
     assert all(isinstance(e, FileNotFoundError) and is_missing_data(e) for e in absent)
     assert [str(e).split(";")[0] for e in absent[2:]] == [
         "cub.mat not found and it has no public source: put cub.mat in " + str(tmp_path / "cub") + "/",
         f"could not download f.mat from {(tmp_path / 'nowhere').as_uri()} ([Errno 2] No such file or directory: "
-        f"'{tmp_path / 'nowhere'}')", f"cifar10c features not found: {tmp_path}/feats/train/feature/gaussian_noise_severity_1_inceptionv3_feat.npy"]
+        f"'{tmp_path / 'nowhere'}')",
+        f"cifar10c features not found: {tmp_path}/feats/train/feature/gaussian_noise_severity_1_inceptionv3_feat.npy",
+    ]
     try:
         raise RuntimeError("instantiating the datamodule failed") from absent[0]
     except RuntimeError as e:
@@ -294,6 +319,7 @@ def test_validation_metrics_reach_the_test_results():
 
     class M:
         test_results = {"test/acc": 0.7}
+
     cb, m = ValidationMetrics(), M()
     cb.on_fit_end(T(), m)
     cb.on_test_end(T(), m)
@@ -307,8 +333,16 @@ SUFFIX = "_eval.noise=False,trainer.max_epochs=1"  # Hydra writes a multirun job
 
 def train_multirun(tmp_path, *args, timeout=600):
     env = dict(os.environ, WANDB_MODE="disabled", HYDRA_FULL_ERROR="0")
-    cmd = [sys.executable, "train.py", "-m", f"paths.log_dir={tmp_path / 'logs'}", "logger=none",
-           "trainer.enable_progress_bar=false", *TEST_OVERRIDES, *args]
+    cmd = [
+        sys.executable,
+        "train.py",
+        "-m",
+        f"paths.log_dir={tmp_path / 'logs'}",
+        "logger=none",
+        "trainer.enable_progress_bar=false",
+        *TEST_OVERRIDES,
+        *args,
+    ]
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
 
 
@@ -318,10 +352,12 @@ def test_multirun_isolates_failures_skips_absent_data_and_resumes(tmp_path):
     (conf / "dataset").mkdir(parents=True)
     (conf / "model").mkdir()
     (conf / "dataset" / "typo.yaml").write_text(  # dataset.path names a file that is not there: a failure
-        f"_target_: datamodules.custom.CustomDataModule\nname: typo\npath: {tmp_path}/absent.npz\nseed: ${{seed}}\n")
+        f"_target_: datamodules.custom.CustomDataModule\nname: typo\npath: {tmp_path}/absent.npz\nseed: ${{seed}}\n"
+    )
     (conf / "dataset" / "nodata.yaml").write_text(  # a built-in dataset whose files are not there: skipped
         f"_target_: datamodules.features.FeatureDataModule\nname: nodata\ndataset: cub\n"
-        f"data_dir: {tmp_path}/empty\ndownload: false\nseed: ${{seed}}\n")
+        f"data_dir: {tmp_path}/empty\ndownload: false\nseed: ${{seed}}\n"
+    )
     broken = "_target_: baselines.mlp.MLP\nname: broken\nhidden: [16]\ndropout: {}\n"
     (conf / "model" / "broken.yaml").write_text(broken.format(2.0))  # outside model.dropout's domain: the job fails
     sweep = [f"hydra.searchpath=[file://{conf}]", "model=broken,mlp"]
@@ -338,9 +374,13 @@ def test_multirun_isolates_failures_skips_absent_data_and_resumes(tmp_path):
     assert "not found in" in json.loads((jobs / f"mlp_nodata_s0{SUFFIX}" / SKIPPED).read_text())["reason"]
     assert not (jobs / f"mlp_nodata_s0{SUFFIX}" / FAILED).exists()
     for dataset in ("typo", "nodata"):  # the broken model's config fails before any data is read
-        assert "model.dropout must be" in json.loads((jobs / f"broken_{dataset}_s0{SUFFIX}" / FAILED).read_text())["message"]
-    assert [ln for ln in first.stdout.splitlines() if ln.startswith("  failed")] and \
-        [ln for ln in first.stdout.splitlines() if ln.startswith("  skipped")], first.stdout[-2000:]
+        assert (
+            "model.dropout must be"
+            in json.loads((jobs / f"broken_{dataset}_s0{SUFFIX}" / FAILED).read_text())["message"]
+        )
+    assert [ln for ln in first.stdout.splitlines() if ln.startswith("  failed")] and [
+        ln for ln in first.stdout.splitlines() if ln.startswith("  skipped")
+    ], first.stdout[-2000:]
 
     # resume: the fixed model re-runs, the finished job is not retrained, absent data is still skipped, and a
     # sweep with a skipped job exits non-zero in one line that says so
@@ -349,7 +389,8 @@ def test_multirun_isolates_failures_skips_absent_data_and_resumes(tmp_path):
     second = train_multirun(tmp_path, *sweep, "dataset=nodata,synthetic")
     assert second.returncode == 1, second.stderr[-2000:]
     assert [ln for ln in second.stderr.splitlines() if "error" in ln.lower()] == [
-        "error: 2 of 4 jobs of the sweep have no metrics (2 skipped); the lines above say why"], second.stderr[-2000:]
+        "error: 2 of 4 jobs of the sweep have no metrics (2 skipped); the lines above say why"
+    ], second.stderr[-2000:]
     assert (jobs / ("mlp_synthetic_s0" + SUFFIX) / "metrics.json").stat().st_mtime_ns == done
     assert (jobs / ("broken_synthetic_s0" + SUFFIX) / "metrics.json").is_file()
     assert not (jobs / ("broken_synthetic_s0" + SUFFIX) / FAILED).exists()

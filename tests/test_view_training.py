@@ -1,6 +1,7 @@
 """Stronger single views (mnp.view_training, docs/method.md §1.9): the per-view loss weight λ against a decode by
 hand, view dropout's drop rate, its one-view guarantee and a dropped view's absence from the fused posterior, and
 both switches in the sync-free and the emulated-graph training step."""
+
 import sys
 from pathlib import Path
 
@@ -23,8 +24,14 @@ DIMS, K = (5, 7, 4), 3
 
 def tiny(**kw):
     torch.manual_seed(0)
-    model = flat_mnp(**{**dict(num_classes=K, view_dims=list(DIMS), d_e=8, memory_size=9, projection="linear",
-                          lengthscale_form="l"), **kw})
+    model = flat_mnp(
+        **{
+            **dict(
+                num_classes=K, view_dims=list(DIMS), d_e=8, memory_size=9, projection="linear", lengthscale_form="l"
+            ),
+            **kw,
+        }
+    )
     g = torch.Generator().manual_seed(1)
     y = torch.arange(30) % K
     views = [torch.randn(30, d, generator=g) + y[:, None].float() for d in DIMS]
@@ -37,8 +44,9 @@ def by_hand_view_nlls(model, views, y):
     the draws the training loss makes after the same seed."""
     _, _, r_star, s_star, u, q = model._attend(views)
     (mu, var), (mu_m, var_m) = model.aggregation.posteriors(r_star, s_star, u, q)
-    logits = sample_logits(model.decoder, torch.cat([mu[None], mu_m]), torch.cat([var[None], var_m]),
-                           model.spec.decoder.num_samples)  # (S·S, 1 + M, B, K): the training loss's one decoder call
+    logits = sample_logits(
+        model.decoder, torch.cat([mu[None], mu_m]), torch.cat([var[None], var_m]), model.spec.decoder.num_samples
+    )  # (S·S, 1 + M, B, K): the training loss's one decoder call
     p = logits.double().softmax(-1).mean(0)[1:]  # (M, B, K)
     return -p.gather(-1, y.expand(len(DIMS), -1).unsqueeze(-1)).squeeze(-1).log().mean(-1)  # (M,)
 
@@ -87,7 +95,7 @@ def test_view_dropout_drop_rate_and_one_view_kept():
     w = view_dropout_mask(torch.ones(200_000, m), p)
     assert set(w.unique().tolist()) <= {0.0, 1.0} and (w.sum(1) >= 1).all()
     rate = 1 - w.mean(0)
-    expected = p - p ** m / m  # dropped unless it is the pick of a row that lost every view
+    expected = p - p**m / m  # dropped unless it is the pick of a row that lost every view
     assert (rate - expected).abs().max() < 0.005, (rate, expected)  # 5 standard errors
     single = view_dropout_mask(torch.ones(60_000, m), 1.0)  # p = 1: one view per row, uniformly drawn
     assert (single.sum(1) == 1).all() and ((single.mean(0) - 1 / m).abs() < 0.01).all()
@@ -100,7 +108,7 @@ def test_view_dropout_after_the_modality_mask_keeps_only_present_views():
     w = view_dropout_mask(present, p)
     assert (w <= present).all() and (w.sum(1) >= 1).all()
     k = present.sum(1)  # a row with k views loses each with probability p − p^k / k
-    expected = (k * (p - p ** k / k)).sum() / k.sum()
+    expected = (k * (p - p**k / k)).sum() / k.sum()
     dropped = (present - w).sum() / present.sum()
     assert abs(float(dropped - expected)) < 0.004, (float(dropped), float(expected))
 
@@ -122,6 +130,7 @@ def test_a_dropped_view_has_no_influence_on_its_rows_fused_posterior(aggregation
         out = posteriors(*args)
         seen.append((args[-1], out[0]))
         return out
+
     monkeypatch.setattr(model.aggregation, "posteriors", spy)
     for m in range(len(DIMS)):
         torch.manual_seed(3)

@@ -1,5 +1,6 @@
 """Distance-aware view weighting (mnp/view_weighting.py, eq. 8′): its pieces against closed forms, and its
 principle on a trained model: a view replaced by pure noise loses its MBA weight."""
+
 import pytest
 import torch
 
@@ -11,9 +12,20 @@ from mnp.view_weighting import nearest_sq_dist, proximity, reference_sq_dist, vi
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-TWO_VIEWS = ["model=mnp", "dataset.num_views=2", "dataset.n_train=400", "dataset.n_test=400", "model.encoder.d_e=32",
-             "model.encoder.resmlp_depth=2", "model.memory.size=40", "trainer.max_epochs=15", "eval.noise=false",
-             "skip_if_done=false", "seed=3", "model.aggregation.view_weighting.mode=distance"]
+TWO_VIEWS = [
+    "model=mnp",
+    "dataset.num_views=2",
+    "dataset.n_train=400",
+    "dataset.n_test=400",
+    "model.encoder.d_e=32",
+    "model.encoder.resmlp_depth=2",
+    "model.memory.size=40",
+    "trainer.max_epochs=15",
+    "eval.noise=false",
+    "skip_if_done=false",
+    "seed=3",
+    "model.aggregation.view_weighting.mode=distance",
+]
 
 
 def test_nearest_distance_inverts_the_rbf_scores():
@@ -34,6 +46,7 @@ def test_proximity_and_relative_weights_closed_form():
 
 def test_reference_is_the_quantile_of_nonzero_training_distances_over_chunks(monkeypatch):
     import mnp.view_weighting as vw
+
     monkeypatch.setattr(vw, "CHUNK", 3)
     x = torch.tensor([0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0])  # d² = x for view 0 (a zero: a memory row), 2x for view 1
     calls = []
@@ -41,6 +54,7 @@ def test_reference_is_the_quantile_of_nonzero_training_distances_over_chunks(mon
     def d2_of(views):
         calls.append(views[0].shape[0])
         return torch.stack([views[0], 2 * views[0]])
+
     ref = reference_sq_dist(d2_of, [x], quantile=0.5)
     assert calls == [3, 3, 1] and torch.allclose(ref, torch.tensor([3.5, 7.0]))
 
@@ -104,10 +118,17 @@ def test_reference_is_in_the_checkpoint_and_equals_a_recomputation(trained):
 def test_switch_errors_name_the_key(tmp_path):
     dm_cfg = compose_train(tmp_path, TWO_VIEWS)
     _, dm = build_datamodule(dm_cfg)
-    for override, match in [("model.aggregation.view_weighting.mode=kernel", "unknown model.aggregation.view_weighting.mode 'kernel'"),
-                            ("model.aggregation.view_weighting.quantile=1.5", r"model.aggregation.view_weighting.quantile must be in \(0, 1\], got 1.5"),
-                            ("model.aggregation.view_weighting.power=0", "model.aggregation.view_weighting.power must be > 0, got 0")]:
+    for override, match in [
+        ("model.aggregation.view_weighting.mode=kernel", "unknown model.aggregation.view_weighting.mode 'kernel'"),
+        (
+            "model.aggregation.view_weighting.quantile=1.5",
+            r"model.aggregation.view_weighting.quantile must be in \(0, 1\], got 1.5",
+        ),
+        ("model.aggregation.view_weighting.power=0", "model.aggregation.view_weighting.power must be > 0, got 0"),
+    ]:
         with pytest.raises(ValueError, match=match):
             build_model(compose_train(tmp_path, [*TWO_VIEWS, override]), dm)
     with pytest.raises(ValueError, match="view_weighting.mode=distance needs model.attention.similarity=rbf"):
-        build_model(compose_train(tmp_path, [*TWO_VIEWS, "model.attention.similarity=dot", "model.warmup.epochs=0"]), dm)
+        build_model(
+            compose_train(tmp_path, [*TWO_VIEWS, "model.attention.similarity=dot", "model.warmup.epochs=0"]), dm
+        )

@@ -3,6 +3,7 @@ back from their run directories (tests/wandb_records.py). One run per job of a m
 directory and grouped by experiment × model × dataset × variant; the whole resolved config, nested; the
 per-epoch loss components and MNP's warm-up phase; the summary metrics; the test-time tables with their
 charts; the report's aggregate as a run of its own."""
+
 from __future__ import annotations
 
 import json
@@ -35,8 +36,16 @@ def offline_env(tmp: Path) -> dict:
 
 
 def train(tmp: Path, *args: str, multirun: bool = False) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "train.py", *(["-m"] if multirun else []), "logger=wandb", "trainer.enable_progress_bar=false",
-           f"paths.log_dir={tmp / 'logs'}", "experiment_name=wb", *args]
+    cmd = [
+        sys.executable,
+        "train.py",
+        *(["-m"] if multirun else []),
+        "logger=wandb",
+        "trainer.enable_progress_bar=false",
+        f"paths.log_dir={tmp / 'logs'}",
+        "experiment_name=wb",
+        *args,
+    ]
     res = subprocess.run(cmd, cwd=ROOT, env=offline_env(tmp), capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
     assert "anonymous" not in res.stdout + res.stderr  # wandb's "The anonymous setting has no effect"
@@ -51,7 +60,9 @@ def tmp(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def mlp_jobs(tmp) -> list[Path]:
     """An mlp multirun, seeds 0 and 1: two jobs."""
-    train(tmp, "model=mlp", "dataset=synthetic", "dataset.num_views=2", "trainer.max_epochs=2", "seed=0,1", multirun=True)
+    train(
+        tmp, "model=mlp", "dataset=synthetic", "dataset.num_views=2", "trainer.max_epochs=2", "seed=0,1", multirun=True
+    )
     return [tmp / "logs" / "wb" / "multiruns" / f"mlp_synthetic_s{seed}_{MLP_VARIANT}" for seed in (0, 1)]
 
 
@@ -62,9 +73,19 @@ def mnp_job(tmp) -> Path:
     y = np.repeat(np.arange(3), 40)
     data = tmp / "views.npz"
     np.savez(data, x1=rng.normal(size=(120, 6)) + 2.0 * y[:, None], x2=rng.normal(size=(120, 4)) + y[:, None], y=y)
-    train(tmp, "model=mnp", "dataset=custom", f"dataset.path={data}", "dataset.ood_classes=[2]", "model.encoder.d_e=16",
-          "model.warmup.epochs=1", "model.loss.l2=1e-4", "trainer.max_epochs=3", "eval.noise_levels=[0.1,1.0]",
-          "+variant=tiny")
+    train(
+        tmp,
+        "model=mnp",
+        "dataset=custom",
+        f"dataset.path={data}",
+        "dataset.ood_classes=[2]",
+        "model.encoder.d_e=16",
+        "model.warmup.epochs=1",
+        "model.loss.l2=1e-4",
+        "trainer.max_epochs=3",
+        "eval.noise_levels=[0.1,1.0]",
+        "+variant=tiny",
+    )
     [job] = (tmp / "logs" / "wb" / "runs").glob("mnp_custom_s0_*")
     return job
 
@@ -89,7 +110,8 @@ def test_runs_are_named_after_their_directory_and_grouped_by_experiment_model_da
     assert runs[0].info.run_id != runs[1].info.run_id
     # the id is the run directory's, so a resumed session logs to the same wandb run
     assert [run.info.run_id for run in runs] == [run_id(job) for job in mlp_jobs] and run_id(mlp_jobs[0]) == run_id(
-        str(mlp_jobs[0]) + "/.")
+        str(mlp_jobs[0]) + "/."
+    )
     run = only_run(mnp_job)
     # a custom file's runs are grouped by the file's stem, as the report's cells are
     assert run.info.display_name == mnp_job.name and run.info.run_group == "wb/mnp_views_tiny"
@@ -106,7 +128,11 @@ def test_the_whole_resolved_config_is_logged_nested(mlp_jobs, mnp_job):
         assert config["dataset"]["batch_size"] == 200 and config["dataset"]["num_views"] == 2
         assert (config["seed"], config["experiment_name"], config["variant"]) == (seed, "wb", MLP_VARIANT)
     config = only_run(mnp_job).config
-    assert config["model"]["loss"]["l2"] == 1e-4 and config["model"]["warmup"]["epochs"] == 1 and config["variant"] == "tiny"
+    assert (
+        config["model"]["loss"]["l2"] == 1e-4
+        and config["model"]["warmup"]["epochs"] == 1
+        and config["variant"] == "tiny"
+    )
     assert config["dataset"]["path"] == str(mnp_job.parents[3] / "views.npz")
     assert config["dataset"]["scaling"] == "standard"
 
@@ -147,25 +173,50 @@ def test_summary_tables_and_charts(mlp_jobs, mnp_job):
     missing = tables["tables/missing"]
     assert missing["columns"] == ["removed", "acc", "ece"] and [r[0] for r in missing["data"]] == ["none", "v0", "v1"]
     assert missing["data"][2][1:] == pytest.approx([metrics["missing/acc@v1"], metrics["missing/ece@v1"]])
-    assert tables["tables/ood"] == {"columns": ["ood_set", "auroc", "aupr", "fpr95"],
-                                    "data": [["heldout", *(metrics[f"ood/heldout/{k}"] for k in ("auroc", "aupr", "fpr95"))]]}
+    assert tables["tables/ood"] == {
+        "columns": ["ood_set", "auroc", "aupr", "fpr95"],
+        "data": [["heldout", *(metrics[f"ood/heldout/{k}"] for k in ("auroc", "aupr", "fpr95"))]],
+    }
     assert {"test/aurc", "test/acc@cov90", "test/ece_adaptive", "ood/heldout/fpr95@msp"} <= set(run.summary)
     rel = tables["tables/reliability"]
     assert rel["columns"] == ["bin", "lo", "hi", "confidence", "accuracy", "count"] and len(rel["data"]) == 15
     with np.load(mnp_job / "predictions.npz") as z:
         assert sum(r[5] for r in rel["data"]) == len(z["test/labels"])
     charts = run.charts()
-    assert set(charts) == {"charts/noise/acc", "charts/noise/ece", "charts/missing/acc", "charts/missing/ece",
-                           "charts/ood/auroc", "charts/ood/aupr", "charts/ood/fpr95", "charts/reliability/accuracy"}
+    assert set(charts) == {
+        "charts/noise/acc",
+        "charts/noise/ece",
+        "charts/missing/acc",
+        "charts/missing/ece",
+        "charts/ood/auroc",
+        "charts/ood/aupr",
+        "charts/ood/fpr95",
+        "charts/reliability/accuracy",
+    }
     assert charts["charts/noise/acc"]["panel_config"]["panelDefId"] == "wandb/line/v0"
     assert charts["charts/ood/auroc"]["panel_config"]["panelDefId"] == "wandb/bar/v0"
 
 
 def test_the_report_pushes_its_aggregate_as_a_run_of_its_own(tmp, mlp_jobs, mnp_job):
     out = tmp / "report"
-    res = subprocess.run([sys.executable, "-m", "mnp.tools.report", str(tmp / "logs" / "wb"), "--out", str(out),
-                          "--no-plots", "--wandb-project", "mnp"], cwd=ROOT, env=offline_env(tmp),
-                         capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mnp.tools.report",
+            str(tmp / "logs" / "wb"),
+            "--out",
+            str(out),
+            "--no-plots",
+            "--wandb-project",
+            "mnp",
+        ],
+        cwd=ROOT,
+        env=offline_env(tmp),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
     [run] = offline_runs(out / "wandb")
     assert (run.info.display_name, run.info.run_group, run.info.job_type) == ("report_wb", "wb/report", "report")
@@ -187,11 +238,19 @@ def test_wandb_mode_decides_the_mode_and_no_anonymous_setting_reaches_wandb(tmp_
     from hydra.core.global_hydra import GlobalHydra
 
     from mnp.core.builders import build_loggers
+
     monkeypatch.setenv("WANDB_MODE", "disabled")
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        cfg = compose("train", overrides=[f"paths.output_dir={tmp_path / 'mlp_synthetic_s0'}", "logger=wandb",
-                                          "model=mlp", "dataset=synthetic"])
+        cfg = compose(
+            "train",
+            overrides=[
+                f"paths.output_dir={tmp_path / 'mlp_synthetic_s0'}",
+                "logger=wandb",
+                "model=mlp",
+                "dataset=synthetic",
+            ],
+        )
     [logger] = build_loggers(cfg)
     try:
         assert logger.experiment.disabled

@@ -1,6 +1,7 @@
 """Read back what an offline wandb run wrote: its ``run-<id>.wandb`` transaction log (decoded with wandb's
 own protobuf records) and the table files under ``files/``. wandb 0.31 ships no Python reader for it (the
 sync is in wandb-core), so the LevelDB-style framing is decoded here."""
+
 from __future__ import annotations
 
 import json
@@ -23,11 +24,11 @@ def read_wandb_records(path: Path) -> list:
         if left < 7:  # block trailer
             pos += left
             continue
-        _crc, n, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        _crc, n, kind = struct.unpack("<IHB", data[pos : pos + 7])
         if n == 0 and kind == 0:
             pos += left
             continue
-        chunk, pos = data[pos + 7:pos + 7 + n], pos + 7 + n
+        chunk, pos = data[pos + 7 : pos + 7 + n], pos + 7 + n
         buf = chunk if kind == 2 else buf + chunk  # 1 full, 2 first, 3 middle, 4 last
         if kind in (1, 4):
             r = pb.Record()
@@ -78,14 +79,14 @@ class OfflineRun:
         for h in self.history:
             for key, value in h.items():
                 if key.endswith("/_type") and value == "table-file":
-                    name = key[:-len("/_type")]
+                    name = key[: -len("/_type")]
                     out[name] = json.loads((self.path / "files" / h[f"{name}/path"]).read_text())
         return out
 
     def charts(self) -> dict[str, dict]:
         """The custom charts (``wandb.plot.*``): key -> their panel config, from ``config._wandb.visualize``."""
         prefix = "_wandb/visualize/"
-        return {k[len(prefix):]: v for k, v in self.config.items() if k.startswith(prefix)}
+        return {k[len(prefix) :]: v for k, v in self.config.items() if k.startswith(prefix)}
 
 
 def offline_runs(directory: Path) -> list[OfflineRun]:

@@ -1,5 +1,6 @@
 """Deflate bombs for the .npz reader's tests: an array of zeros that is small on disk (about 1/1000 of
 its size) but inflates to its full size; built without compressing gigabytes."""
+
 from __future__ import annotations
 
 import io
@@ -24,8 +25,9 @@ def deflate_bomb(path, rows: int, declared_rows: int | None = None, **arrays) ->
     ``arrays`` written normally. One 1 MiB block of zeros is compressed once (after a full flush the
     compressor's state is the same, so every further block compresses to the same bytes) and repeated."""
     buf = io.BytesIO()
-    np.lib.format.write_array_header_1_0(buf, {"descr": "<f8", "fortran_order": False,
-                                               "shape": (declared_rows or rows, 1)})
+    np.lib.format.write_array_header_1_0(
+        buf, {"descr": "<f8", "fortran_order": False, "shape": (declared_rows or rows, 1)}
+    )
     header, size = buf.getvalue(), rows * 8
     co = zlib.compressobj(9, zlib.DEFLATED, -15)
     head = co.compress(header) + co.flush(zlib.Z_FULL_FLUSH)
@@ -48,8 +50,31 @@ def deflate_bomb(path, rows: int, declared_rows: int | None = None, **arrays) ->
             f.write(block)
         f.write(tail)
         cd_offset = f.tell()
-        f.write(struct.pack("<4s4B4H3L5H2L", b"PK\x01\x02", 20, 3, 20, 0, 0, 8, 0, date, crc, deflated, inflated,
-                            len(name), 0, 0, 0, 0, 0o644 << 16, 0) + name)
+        f.write(
+            struct.pack(
+                "<4s4B4H3L5H2L",
+                b"PK\x01\x02",
+                20,
+                3,
+                20,
+                0,
+                0,
+                8,
+                0,
+                date,
+                crc,
+                deflated,
+                inflated,
+                len(name),
+                0,
+                0,
+                0,
+                0,
+                0o644 << 16,
+                0,
+            )
+            + name
+        )
         cd_size = f.tell() - cd_offset
         f.write(struct.pack("<4s4H2LH", b"PK\x05\x06", 0, 0, 1, 1, cd_size, cd_offset, 0))
     with zipfile.ZipFile(path, "a") as zf:

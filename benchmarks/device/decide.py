@@ -5,6 +5,7 @@
 Each one-at-a-time candidate of jobs.CANDIDATES is decided against the defaults by val/nll, then eq. 8′'s view
 weighting by val/noise/acc_mean on the defaults' checkpoints: results/decisions/mnp_<dataset>.csv, to commit.
 """
+
 import argparse
 import sys
 from pathlib import Path
@@ -19,8 +20,13 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("runs", help="the selection sweep's directory (logs/select)")
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--datasets", nargs="+", choices=list(CANDIDATES), default=list(CANDIDATES),
-                    help="only these datasets' decisions (a CPU session runs one dataset's sweep)")
+    ap.add_argument(
+        "--datasets",
+        nargs="+",
+        choices=list(CANDIDATES),
+        default=list(CANDIDATES),
+        help="only these datasets' decisions (a CPU session runs one dataset's sweep)",
+    )
     args = ap.parse_args()
     failed = 0
     for dataset in args.datasets:
@@ -30,8 +36,12 @@ def main() -> int:
         for c in filter(None, candidates):
             key = c.split("=")[0].removeprefix("model.")
             failed += select.main(["decide", *common, "--decision", key, "--match", c.split()[0]]) != 0
-        failed += select.main(["infer", *common, "--decision", "view_weighting", "--criterion",
-                               "val/noise/acc_mean", "--higher"]) != 0
+        failed += (
+            select.main(
+                ["infer", *common, "--decision", "view_weighting", "--criterion", "val/noise/acc_mean", "--higher"]
+            )
+            != 0
+        )
     return 1 if failed else 0
 
 

@@ -12,6 +12,7 @@ The Monte Carlo draws of a graph come from other philox offsets than eager ones,
 agree within ``--tol``; ``--cpu`` compares the emulated path, which must agree bit for bit. Exit 1 when
 they do not agree.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,13 +44,28 @@ def datamodule() -> TensorDataModule:
 def train(graph, accelerator: str, epochs: int = 4) -> tuple[int, dict[str, torch.Tensor], float, int]:
     pl.seed_everything(0, verbose=False)
     torch.manual_seed(0)
-    model = MNP(3, list(DIMS), encoder={"d_e": 16, "projection": "linear"}, memory={"size": 9},
-                warmup={"epochs": 1, "lr": 1e-2}, loss={"l2": 1e-3}, aggregation={"modality_mask": True},
-                optim={"lr": 1e-2, "schedule": "piecewise", "milestones": [2], "values": [1e-2, 1e-3], "clip_norm": 0.5})
+    model = MNP(
+        3,
+        list(DIMS),
+        encoder={"d_e": 16, "projection": "linear"},
+        memory={"size": 9},
+        warmup={"epochs": 1, "lr": 1e-2},
+        loss={"l2": 1e-3},
+        aggregation={"modality_mask": True},
+        optim={"lr": 1e-2, "schedule": "piecewise", "milestones": [2], "values": [1e-2, 1e-3], "clip_norm": 0.5},
+    )
     model.cuda_graph = graph
-    trainer = pl.Trainer(max_epochs=epochs, logger=False, enable_progress_bar=False, enable_model_summary=False,
-                         enable_checkpointing=False, accelerator=accelerator, devices=1, num_sanity_val_steps=0,
-                         limit_val_batches=0)
+    trainer = pl.Trainer(
+        max_epochs=epochs,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+        accelerator=accelerator,
+        devices=1,
+        num_sanity_val_steps=0,
+        limit_val_batches=0,
+    )
     t = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -71,8 +87,15 @@ def main(argv=None) -> int:
     diff = max((captured[k] - v).abs().max().item() for k, v in eager.items())
     finite = all(torch.isfinite(v).all().item() for v in captured.values())
     ok = steps_e == steps_g and finite and streams == 0 and (diff == 0.0 if args.cpu else diff <= args.tol)
-    out = {"device": "cpu" if args.cpu else torch.cuda.get_device_name(), "global_steps": [steps_e, steps_g],
-           "max_abs_param_diff": diff, "finite": finite, "seconds": [round(secs_e, 2), round(secs_g, 2)], "stream_warnings": streams, "ok": ok}
+    out = {
+        "device": "cpu" if args.cpu else torch.cuda.get_device_name(),
+        "global_steps": [steps_e, steps_g],
+        "max_abs_param_diff": diff,
+        "finite": finite,
+        "seconds": [round(secs_e, 2), round(secs_g, 2)],
+        "stream_warnings": streams,
+        "ok": ok,
+    }
     print(json.dumps(out))
     if args.json:
         args.json.write_text(json.dumps(out, indent=1) + "\n")

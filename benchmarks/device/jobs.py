@@ -8,6 +8,7 @@ Stage 1 trains every candidate of results/decisions/open.csv's MNP decisions on 
 then writes the decision records on the device (`mnp.tools.select decide` and `infer`). Stage 2 runs once the
 records are committed and conf/ holds the chosen settings: the reported runs, which read the test split once.
 """
+
 import sys
 
 SEEDS_SELECT, SEEDS_FINAL = range(5), range(10)
@@ -15,24 +16,47 @@ MODELS = ("mnp", "mgp", "sngp", "etp", "mcd", "de_ef", "de_lf", "tmc", "mnp_offi
 DATASETS = ("scene15", "pie", "handwritten", "cub")  # the longest first
 # one-at-a-time candidates around today's defaults, per dataset: the decisions of results/decisions/open.csv
 CANDIDATES = {
-    "handwritten": ["", "model.aggregation.modality_mask=false", "model.warmup.lr=0.001", "model.attention.lengthscale_form=l2",
-                    "model.encoder.projection=none", "model.warmup.epochs=0"],
-    "pie": ["", "model.loss.rbf_reduce=mean model.loss.lengthscale_penalty=norm model.loss.self_in_denominator=false",
-            "model.warmup.lr=0.001", "model.aggregation.modality_mask=true", "model.attention.lengthscale_form=l2", "model.encoder.projection=none",
-            "model.warmup.epochs=0"],
-    "scene15": ["", "model.aggregation.modality_mask=false", "model.warmup.lr=0.001", "model.attention.lengthscale_form=l2",
-                "model.encoder.projection=none", "model.warmup.epochs=0"],
+    "handwritten": [
+        "",
+        "model.aggregation.modality_mask=false",
+        "model.warmup.lr=0.001",
+        "model.attention.lengthscale_form=l2",
+        "model.encoder.projection=none",
+        "model.warmup.epochs=0",
+    ],
+    "pie": [
+        "",
+        "model.loss.rbf_reduce=mean model.loss.lengthscale_penalty=norm model.loss.self_in_denominator=false",
+        "model.warmup.lr=0.001",
+        "model.aggregation.modality_mask=true",
+        "model.attention.lengthscale_form=l2",
+        "model.encoder.projection=none",
+        "model.warmup.epochs=0",
+    ],
+    "scene15": [
+        "",
+        "model.aggregation.modality_mask=false",
+        "model.warmup.lr=0.001",
+        "model.attention.lengthscale_form=l2",
+        "model.encoder.projection=none",
+        "model.warmup.epochs=0",
+    ],
 }
 
 
 def select_jobs() -> list[str]:
-    return [f"experiment=select model=mnp dataset={d} seed={s} {c}".strip()
-            for s in SEEDS_SELECT for d in CANDIDATES for c in CANDIDATES[d]]
+    return [
+        f"experiment=select model=mnp dataset={d} seed={s} {c}".strip()
+        for s in SEEDS_SELECT
+        for d in CANDIDATES
+        for c in CANDIDATES[d]
+    ]
 
 
 def final_jobs() -> list[str]:
-    return [f"experiment=paper_main model={m} dataset={d} seed={s}"
-            for s in SEEDS_FINAL for m in MODELS for d in DATASETS]
+    return [
+        f"experiment=paper_main model={m} dataset={d} seed={s}" for s in SEEDS_FINAL for m in MODELS for d in DATASETS
+    ]
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ time eager (mean of 50 steps); and the same step captured once as a ``torch.cuda
 capturable fused Adam on a static batch of 200 rows, replayed 50 times. This measures what a captured
 step would give; train.py does not capture the step yet (docs/gpu.md).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -17,8 +18,10 @@ import re
 import time
 from pathlib import Path
 
-LINE = re.compile(r"^(?P<d>\w+): step eager (?P<eager>[\d.]+) ms(?:, one CUDA graph (?P<graph>[\d.]+) ms .*"
-                  r"parameters finite after replays: (?P<finite>\w+))?")
+LINE = re.compile(
+    r"^(?P<d>\w+): step eager (?P<eager>[\d.]+) ms(?:, one CUDA graph (?P<graph>[\d.]+) ms .*"
+    r"parameters finite after replays: (?P<finite>\w+))?"
+)
 SYNC = re.compile(r"^(?P<d>\w+): (?P<what>no host sync|sync in the step)")
 
 
@@ -26,6 +29,7 @@ def measure(name: str, steps: int = 50) -> list[str]:
     import torch
 
     from mnp.tools import bench_cases, step_metrics
+
     dev = torch.device("cuda")
     lines = []
     case = bench_cases.load_case(name, None, 200, None)
@@ -72,8 +76,10 @@ def measure(name: str, steps: int = 50) -> list[str]:
     torch.cuda.synchronize()
     captured = (time.perf_counter() - t) / steps
     finite = all(torch.isfinite(p).all().item() for p in params)
-    lines.append(f"{name}: step eager {eager * 1e3:.2f} ms, one CUDA graph {captured * 1e3:.2f} ms "
-                 f"({eager / captured:.1f}x), parameters finite after replays: {finite}")
+    lines.append(
+        f"{name}: step eager {eager * 1e3:.2f} ms, one CUDA graph {captured * 1e3:.2f} ms "
+        f"({eager / captured:.1f}x), parameters finite after replays: {finite}"
+    )
     return lines
 
 
@@ -87,8 +93,11 @@ def parse(lines: list[str]) -> dict:
             r = out.setdefault(m["d"], {})
             r["eager_ms"] = float(m["eager"])
             if m["graph"]:
-                r.update(graph_ms=float(m["graph"]), speedup=round(float(m["eager"]) / float(m["graph"]), 2),
-                         finite=m["finite"] == "True")
+                r.update(
+                    graph_ms=float(m["graph"]),
+                    speedup=round(float(m["eager"]) / float(m["graph"]), 2),
+                    finite=m["finite"] == "True",
+                )
     return out
 
 
@@ -104,14 +113,20 @@ def main(argv=None) -> int:
         device = args.device_name
     else:
         import torch
+
         lines = []
         for name in args.datasets:
             for line in measure(name):
                 print(line, flush=True)
                 lines.append(line)
         device = args.device_name or torch.cuda.get_device_name()
-    result = {"device": device, "batch_rows": 200, "steps_timed": 50, "cases": parse(lines),
-              "command": "python benchmarks/device/step_capture.py"}
+    result = {
+        "device": device,
+        "batch_rows": 200,
+        "steps_timed": 50,
+        "cases": parse(lines),
+        "command": "python benchmarks/device/step_capture.py",
+    }
     args.json.write_text(json.dumps(result, indent=1) + "\n")
     print(f"JSON: {args.json}")
     return 0

@@ -1,4 +1,5 @@
 """The example model of docs/extending.md: late-fusion softmax regression (tests/test_extending.py trains it)."""
+
 from __future__ import annotations
 
 from typing import Sequence

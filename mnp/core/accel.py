@@ -11,6 +11,7 @@ beyond float rounding.
 * ``check_finite_every``: steps between reads of the non-finite-loss flag; ``auto`` is 1 on a CPU
   and 50 on a GPU, where each read waits for the device.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -53,8 +54,9 @@ def resolve_graph(model, value, trainer) -> tuple[bool | str, str]:
     if not value:
         return False, "accel.cuda_graph=false"
     if not hasattr(model, "capture_blockers"):
-        raise ValueError(f"accel.cuda_graph applies to MNP only; {type(model).__name__} trains eagerly "
-                         "(drop accel.cuda_graph)")
+        raise ValueError(
+            f"accel.cuda_graph applies to MNP only; {type(model).__name__} trains eagerly (drop accel.cuda_graph)"
+        )
     if reasons := model.capture_blockers(value, trainer):
         raise ValueError("accel.cuda_graph cannot capture this model's step: " + "; ".join(reasons))
     return value, ""

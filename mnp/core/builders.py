@@ -1,5 +1,6 @@
 """Building a run from its config: the datamodule, the model, the evaluation protocol, the callbacks and the
 loggers, each from its config group (``instantiate`` with one-line errors)."""
+
 from __future__ import annotations
 
 import os
@@ -32,8 +33,9 @@ def build(group: str, node: DictConfig, **kwargs):
         unknown = re.search(r"unexpected keyword argument '(\w+)'", str(cause))
         if isinstance(cause, TypeError) and unknown:
             valid = init_keys(get_class(node._target_), exclude=kwargs)
-            raise ValueError(f"{group}: unknown key '{unknown.group(1)}' for {node._target_}; valid keys: "
-                             f"{', '.join(valid)}") from e
+            raise ValueError(
+                f"{group}: unknown key '{unknown.group(1)}' for {node._target_}; valid keys: {', '.join(valid)}"
+            ) from e
         if isinstance(cause, USER_ERRORS) or allocation_failure(cause):
             raise cause.with_traceback(cause.__traceback__) from None
         raise
@@ -110,8 +112,10 @@ def build_loggers(cfg: DictConfig) -> list:
                 import wandb  # noqa: F401
             except Exception as e:  # noqa: BLE001 - a broken package raises anything on import
                 why = f"{type(e).__name__}: {' '.join(str(e).split())[:120]}"
-                raise ValueError(f"logger.{key} needs wandb, which cannot be imported ({why}); repair it "
-                                 "(pip install wandb) or use logger=csv") from None
+                raise ValueError(
+                    f"logger.{key} needs wandb, which cannot be imported ({why}); repair it "
+                    "(pip install wandb) or use logger=csv"
+                ) from None
         loggers.append(instantiate(node, **run_identity(cfg, node)))
     keep_csv_history(loggers)
     return loggers

@@ -21,6 +21,7 @@ Under ``eval.split=val`` they are ``val/calibration/temperature``, ``val/cal/ece
 with their own sampling generator, so the raw metrics are the same with calibration on or off; no test row is
 read in fitting.
 """
+
 from __future__ import annotations
 
 import logging
@@ -113,7 +114,7 @@ def validation_predictions(model: "pl.LightningModule") -> tuple[Tensor, Tensor]
     size = int(getattr(dm, "eval_batch_size", 1000))
     probs = []
     for i, start in enumerate(range(0, len(dm.val_y), size)):
-        views = [v[start:start + size].to(model.device) for v in dm.val_views]
+        views = [v[start : start + size].to(model.device) for v in dm.val_views]
         model.sample_generator = sample_generator(model.device, model.protocol.sample_seed, CAL_LOADER, i)
         probs.append(model.predict_any(views, f"validation rows, batch {i}: ")[0].mean(0).float().cpu())
     model.sample_generator = None
@@ -125,8 +126,11 @@ def calibrated_results(model: "pl.LightningModule", probs: Tensor, labels: Tenso
     ``labels``; the noisy and missing-view stores of ``model``), named as the raw ones are (``eval.split``)."""
     t = fit_temperature(*validation_predictions(model))
     n_bins = model.protocol.n_bins
-    out = {f"test/{k}": v for k, v in metrics.classification_metrics(temper(probs, t), labels, n_bins).items()
-           if k != "acc"}
+    out = {
+        f"test/{k}": v
+        for k, v in metrics.classification_metrics(temper(probs, t), labels, n_bins).items()
+        if k != "acc"
+    }
     if model.noise_subsets and model._noisy_labels:
         nl = torch.cat(model._noisy_labels)
         eces = []
@@ -137,8 +141,13 @@ def calibrated_results(model: "pl.LightningModule", probs: Tensor, labels: Tenso
         out["noise/ece_mean"] = float(np.mean(eces))
     if model._missing:
         stores = {s: ([temper(p, t) for p in ps], ys) for s, (ps, ys) in model._missing.items()}
-        out.update({k: v for k, v in missing_results(stores, len(model.view_dims), model.noise_subsets, n_bins).items()
-                    if "/ece" in k})
+        out.update(
+            {
+                k: v
+                for k, v in missing_results(stores, len(model.view_dims), model.noise_subsets, n_bins).items()
+                if "/ece" in k
+            }
+        )
     log.info("temperature scaling: T = %.4g (fitted on the validation rows)", t)
     out = {"calibration/temperature": t, **{f"cal/{k}": v for k, v in out.items()}}
     if model.protocol.split == "val":  # val/...: what mnp.tools.select reads

@@ -1,4 +1,5 @@
 """Small Lightning callbacks usable from ``callbacks.extra`` in the config."""
+
 from __future__ import annotations
 
 import time

@@ -1,6 +1,7 @@
 """Checkpoints and run directories that survive crashes: atomic writes (the replaced ``last.ckpt`` stays as
 ``prev.ckpt`` while its successor is written), ``weights_only`` loads that fail in one clear line, one process
 per run directory, and a ``csv/metrics.csv`` that keeps every epoch across resumes."""
+
 from __future__ import annotations
 
 import fcntl
@@ -36,8 +37,10 @@ def check_writable(out_dir: Path) -> None:
         out_dir.mkdir(parents=True, exist_ok=True)
         tempfile.TemporaryFile(dir=out_dir).close()  # no fixed name: parallel runs never collide
     except OSError as e:
-        raise PermissionError(f"output directory {out_dir} is not writable ({e.strerror}); "
-                              "set paths.log_dir or hydra.run.dir to a writable place") from None
+        raise PermissionError(
+            f"output directory {out_dir} is not writable ({e.strerror}); "
+            "set paths.log_dir or hydra.run.dir to a writable place"
+        ) from None
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
@@ -60,8 +63,10 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             atomic_write(path, lambda tmp: torch.save(checkpoint, tmp), previous)
         except (OSError, RuntimeError) as e:  # torch reports a full disk as a RuntimeError of its zip writer
             check_checkpoint_dir(path.parent)
-            raise OSError(f"could not write the checkpoint {path} ({' '.join(str(e).split())[:200]}); "
-                          f"is the disk full? The last good checkpoint is kept in {path.parent}") from e
+            raise OSError(
+                f"could not write the checkpoint {path} ({' '.join(str(e).split())[:200]}); "
+                f"is the disk full? The last good checkpoint is kept in {path.parent}"
+            ) from e
         self.ours.add(str(path))
         if path.name == LAST:  # also one a crash left behind: a good last.ckpt is now in place
             path.with_name(PREVIOUS).unlink(missing_ok=True)
@@ -85,8 +90,13 @@ def restorable(ckpt, ckpt_dir: Path | None, path) -> dict:
     def kept(where: str, value) -> bool:
         ok = isinstance(value, str) and (value == "" or inside is not None and Path(value).resolve().parent == inside)
         if not ok:
-            log.warning("checkpoint %s: %s names %r, not a file in %s; it is not restored", path, where, value,
-                        inside or "this run's checkpoints")
+            log.warning(
+                "checkpoint %s: %s names %r, not a file in %s; it is not restored",
+                path,
+                where,
+                value,
+                inside or "this run's checkpoints",
+            )
         return ok
 
     for key, state in (ckpt.get("callbacks") or {}).items():
@@ -105,8 +115,10 @@ def restorable(ckpt, ckpt_dir: Path | None, path) -> dict:
 def check_checkpoint_dir(ckpt_dir: Path) -> None:
     """One clear line when the checkpoint folder's name is taken by a file (not a full disk)."""
     if ckpt_dir.exists() and not ckpt_dir.is_dir():
-        raise NotADirectoryError(f"{ckpt_dir} is a file, not a directory, so no checkpoint can be written there; "
-                                 "move it away, or set callbacks.checkpoint.every_n_epochs=0 for no checkpoints")
+        raise NotADirectoryError(
+            f"{ckpt_dir} is a file, not a directory, so no checkpoint can be written there; "
+            "move it away, or set callbacks.checkpoint.every_n_epochs=0 for no checkpoints"
+        )
 
 
 def checkpoint_callbacks(ckpt_dir: Path, monitor: str | None = None, every_n_epochs: int = 1) -> list[ModelCheckpoint]:
@@ -118,8 +130,13 @@ def checkpoint_callbacks(ckpt_dir: Path, monitor: str | None = None, every_n_epo
     if every_n_epochs == 0:
         return []
     check_checkpoint_dir(Path(ckpt_dir))  # before training
-    common = dict(dirpath=ckpt_dir, save_top_k=1, save_on_train_epoch_end=True, enable_version_counter=False,
-                  every_n_epochs=every_n_epochs)
+    common = dict(
+        dirpath=ckpt_dir,
+        save_top_k=1,
+        save_on_train_epoch_end=True,
+        enable_version_counter=False,
+        every_n_epochs=every_n_epochs,
+    )
     callbacks = [ModelCheckpoint(filename=Path(LAST).stem, monitor=None, **common)]
     if monitor:
         callbacks.append(ModelCheckpoint(filename="best", monitor=monitor, mode="min", **common))
@@ -159,8 +176,10 @@ def describe_file(path: Path) -> str:
         try:
             names = zipfile.ZipFile(path).namelist()
         except zipfile.BadZipFile:
-            return (f"a truncated or damaged zip archive ({len(data)} bytes; a checkpoint whose write was cut "
-                    "short, e.g. by a kill or power loss)")
+            return (
+                f"a truncated or damaged zip archive ({len(data)} bytes; a checkpoint whose write was cut "
+                "short, e.g. by a kill or power loss)"
+            )
         if any(n.endswith("data.pkl") for n in names):
             return "a damaged PyTorch checkpoint"
         npz = names and all(n.endswith(".npy") for n in names)
@@ -179,8 +198,10 @@ def safe_load(path, map_location="cpu"):
     path = Path(path)
     if path.is_dir():
         inside = next((p for p in (path / "checkpoints" / LAST, path / LAST) if p.is_file()), None)
-        raise IsADirectoryError(f"checkpoint {path} is a directory, not a checkpoint file"
-                                + (f"; give ckpt_path={inside}" if inside else ""))
+        raise IsADirectoryError(
+            f"checkpoint {path} is a directory, not a checkpoint file"
+            + (f"; give ckpt_path={inside}" if inside else "")
+        )
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint {path} does not exist")
     try:
@@ -188,10 +209,14 @@ def safe_load(path, map_location="cpu"):
     except Exception as e:  # a file that is not a checkpoint fails in torch.load with nearly any error type
         # torch words a blocked global "Unsupported global: GLOBAL io.open" or, for a blocked module,
         # "unsupported GLOBAL posix.system whose module posix is blocked" (torch 2.14)
-        unsafe = isinstance(e, pickle.UnpicklingError) and re.search(r"unsupported (?:global: )?GLOBAL (\S+)", str(e), re.I)
+        unsafe = isinstance(e, pickle.UnpicklingError) and re.search(
+            r"unsupported (?:global: )?GLOBAL (\S+)", str(e), re.I
+        )
         if unsafe:
-            raise UnsafeCheckpoint(f"checkpoint {path} refused: loading it would create {unsafe.group(1)}, "
-                                   "so it could run code; only load checkpoints written by train.py") from None
+            raise UnsafeCheckpoint(
+                f"checkpoint {path} refused: loading it would create {unsafe.group(1)}, "
+                "so it could run code; only load checkpoints written by train.py"
+            ) from None
         raise CheckpointError(f"checkpoint {path} cannot be read: it is {describe_file(path)}") from None
 
 
@@ -199,8 +224,9 @@ def load_checkpoint(path, map_location="cpu") -> dict:
     """:func:`safe_load` of a checkpoint with model weights."""
     ckpt = safe_load(path, map_location)
     if not isinstance(ckpt, dict) or "state_dict" not in ckpt:
-        raise CheckpointError(f"checkpoint {path} holds no model weights (no state_dict): it was not written "
-                              "by train.py")
+        raise CheckpointError(
+            f"checkpoint {path} holds no model weights (no state_dict): it was not written by train.py"
+        )
     return ckpt
 
 
@@ -234,14 +260,17 @@ def resume_checkpoint(ckpt_path: str | None, out_dir: Path) -> tuple[str | None,
     except UnsafeCheckpoint:
         raise
     except (CheckpointError, FileNotFoundError):
-        raise CheckpointError(f"{problem}; nor is there a readable {prev} to resume from; move {out_dir} away "
-                              "to start afresh, or set ckpt_path=null to overwrite it") from None
+        raise CheckpointError(
+            f"{problem}; nor is there a readable {prev} to resume from; move {out_dir} away "
+            "to start afresh, or set ckpt_path=null to overwrite it"
+        ) from None
     log.warning("%s; resuming from %s (epoch %d) instead", problem, prev, int(ckpt["epoch"]))
     return str(prev), ckpt
 
 
 def check_loops(loops, path) -> None:
     """Lightning's restored loop state holds counters only (nested dicts of numbers): anything else is refused."""
+
     def walk(node, where: str) -> None:
         if isinstance(node, dict):
             for k, v in node.items():
@@ -250,8 +279,11 @@ def check_loops(loops, path) -> None:
             for i, v in enumerate(node):
                 walk(v, f"{where}[{i}]")
         elif not (node is None or isinstance(node, (bool, int, float))):
-            raise UnsafeCheckpoint(f"checkpoint {path} refused: its loop state holds {type(node).__name__} {str(node)[:60]!r} "
-                                  f"at {where}, where train.py writes counters; only load checkpoints written by train.py")
+            raise UnsafeCheckpoint(
+                f"checkpoint {path} refused: its loop state holds {type(node).__name__} {str(node)[:60]!r} "
+                f"at {where}, where train.py writes counters; only load checkpoints written by train.py"
+            )
+
     walk(loops if loops is not None else {}, "loops")
 
 
@@ -260,19 +292,26 @@ def check_epochs(ckpt_path: str, max_epochs: int, ckpt: dict | None = None) -> N
     already) has trained more epochs than the run may (Lightning would stop inside ``fit`` with a traceback)."""
     trained = int((ckpt or load_checkpoint(ckpt_path))["epoch"]) + 1
     if trained > max_epochs:
-        raise ValueError(f"cannot resume from {ckpt_path}: it has trained {trained} epochs, more than "
-                         f"trainer.max_epochs={max_epochs}; nothing was changed. Set trainer.max_epochs >= {trained} "
-                         "to train on, or ckpt_path=null to start afresh")
+        raise ValueError(
+            f"cannot resume from {ckpt_path}: it has trained {trained} epochs, more than "
+            f"trainer.max_epochs={max_epochs}; nothing was changed. Set trainer.max_epochs >= {trained} "
+            "to train on, or ckpt_path=null to start afresh"
+        )
 
 
 def weights_diff(theirs: dict, model) -> list[str]:
     """How a checkpoint's ``state_dict`` (``theirs``) does not fit ``model``, in words (``[]``: it fits)."""
     ours = model.state_dict()
     added = set(getattr(model, "filled_on_load", ()))  # buffers newer than the checkpoint, filled on load
-    return [f"{k} is missing" for k in sorted(ours.keys() - theirs.keys() - added)] + \
-        [f"{k} is not in this model" for k in sorted(theirs.keys() - ours.keys())] + \
-        [f"{k} has shape {list(theirs[k].shape)} there, {list(ours[k].shape)} here"
-         for k in sorted(ours.keys() & theirs.keys()) if theirs[k].shape != ours[k].shape]
+    return (
+        [f"{k} is missing" for k in sorted(ours.keys() - theirs.keys() - added)]
+        + [f"{k} is not in this model" for k in sorted(theirs.keys() - ours.keys())]
+        + [
+            f"{k} has shape {list(theirs[k].shape)} there, {list(ours[k].shape)} here"
+            for k in sorted(ours.keys() & theirs.keys())
+            if theirs[k].shape != ours[k].shape
+        ]
+    )
 
 
 def check_fits(ckpt_path: str, model: pl.LightningModule, ckpt: dict | None = None) -> None:
@@ -285,8 +324,10 @@ def check_fits(ckpt_path: str, model: pl.LightningModule, ckpt: dict | None = No
     run = ckpt.get(CFG_KEY) or {}
     origin = f" (model {run['model'].get('name')} on dataset {run['dataset'].get('name')})" if run else ""
     more = f" and {len(diff) - 1} more differences" if len(diff) > 1 else ""
-    raise ValueError(f"checkpoint {ckpt_path}{origin} does not fit this run's model: {diff[0]}{more}; resume "
-                     "from a checkpoint of the same model and dataset, or set ckpt_path=null")
+    raise ValueError(
+        f"checkpoint {ckpt_path}{origin} does not fit this run's model: {diff[0]}{more}; resume "
+        "from a checkpoint of the same model and dataset, or set ckpt_path=null"
+    )
 
 
 # ---------------------------------------------------------------------------- one process per run dir
@@ -297,6 +338,7 @@ class RunDirBusy(BlockingIOError):
 def holds_run_dir(fn):
     """``fn(cfg)`` holding an exclusive lock on ``cfg.paths.output_dir``: a second process stops at once
     naming the PID that holds it. Under the lock, temp files of a killed run are removed."""
+
     @functools.wraps(fn)
     def locked(cfg, *args, **kwargs):
         out_dir = Path(cfg.paths.output_dir)
@@ -313,6 +355,7 @@ def holds_run_dir(fn):
             os.close(fd)
             if created and not any(out_dir.iterdir()):
                 out_dir.rmdir()
+
     return locked
 
 
@@ -324,8 +367,10 @@ def _lock(path: Path) -> int:
         except BlockingIOError:
             holder = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
             os.close(fd)
-            raise RunDirBusy(f"{path.parent} is in use by process {holder} (another run of this job); wait for "
-                             "it to finish or stop it, then run again") from None
+            raise RunDirBusy(
+                f"{path.parent} is in use by process {holder} (another run of this job); wait for "
+                "it to finish or stop it, then run again"
+            ) from None
         if path.exists() and os.stat(path).st_ino == os.fstat(fd).st_ino:  # else the holder removed it: retry
             os.ftruncate(fd, 0)
             os.write(fd, str(os.getpid()).encode())

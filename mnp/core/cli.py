@@ -1,4 +1,5 @@
 """Error handling for the CLIs: one clear line and a non-zero exit, traceback only on request."""
+
 from __future__ import annotations
 
 import gc
@@ -83,8 +84,10 @@ def _run_main(main, status: Path) -> None:
         _fail(not_a_model_key(one_line(e)))
     except OSError as e:  # Hydra creates the run directory (and saves its config) before the job runs
         where = f" {e.filename}" if e.filename else ""
-        _fail(f"cannot create the run directory{where}: {e.strerror or e}; set paths.log_dir or hydra.run.dir "
-              "to a writable place")
+        _fail(
+            f"cannot create the run directory{where}: {e.strerror or e}; set paths.log_dir or hydra.run.dir "
+            "to a writable place"
+        )
     except OmegaConfBaseException as e:  # e.g. a ??? value that Hydra's own config (hydra.run.dir) needs
         found = re.search(r"Missing mandatory value: ([\w.]+)", str(e))
         _fail(f"{found.group(1)} is required: add {found.group(1)}=<value> to the command" if found else one_line(e))
@@ -96,19 +99,31 @@ def _run_main(main, status: Path) -> None:
 def not_a_model_key(line: str) -> str:
     """Hydra's advice for a key the chosen model lacks (``+model.<key>=...``) adds it to a model that cannot take it
     (and fails for the models of a sweep that have it): say what to do instead."""
-    found = re.match(r"Could not override '(model\.[\w.]+)'\. To append to your config use \+\S+; (Key .* not in struct)",
-                     line)
+    found = re.match(
+        r"Could not override '(model\.[\w.]+)'\. To append to your config use \+\S+; (Key .* not in struct)", line
+    )
     if not found:
         return line
     key = found.group(1)
     hint = "; MNP's warm-up follows a shorter trainer.max_epochs by itself" if key == "model.warmup.epochs" else ""
-    return (f"{key} is not a key of the model ({found.group(2)}; in a sweep, of every model it runs): check its "
-            f"spelling (the models' keys: docs/usage.md), and give a key only some models of a sweep have in a "
-            f"command of its own for those; +{key} would pass it to a model that does not take it{hint}")
+    return (
+        f"{key} is not a key of the model ({found.group(2)}; in a sweep, of every model it runs): check its "
+        f"spelling (the models' keys: docs/usage.md), and give a key only some models of a sweep have in a "
+        f"command of its own for those; +{key} would pass it to a model that does not take it{hint}"
+    )
 
 
-PATH_KEYS = ("ckpt_path", "dataset.path", "data_dir", "output_dir", "dataset.data_dir", "paths.log_dir",
-             "paths.data_dir", "hydra.run.dir", "hydra.sweep.dir")
+PATH_KEYS = (
+    "ckpt_path",
+    "dataset.path",
+    "data_dir",
+    "output_dir",
+    "dataset.data_dir",
+    "paths.log_dir",
+    "paths.data_dir",
+    "hydra.run.dir",
+    "hydra.sweep.dir",
+)
 
 
 def quote_path_value(arg: str, multirun: bool = False) -> str:
@@ -140,6 +155,7 @@ def run_guarded(fn, cfg):
     from pytorch_lightning.utilities.exceptions import SIGTERMException
 
     from mnp.core.sweep import in_multirun, run_job
+
     quiet()  # also in a sweep's worker processes
     if in_multirun():  # failed.json / skipped.json, never SystemExit (it would abort the sweep)
         return run_job(fn, cfg)

@@ -7,6 +7,7 @@ checkpoint directory is not empty and that states were restored (the pipeline lo
 notes of a SIGTERM or a Ctrl-C (the run's error line says it). A failed run's traceback goes to its log file only
 (:func:`traceback_to_log_file`).
 """
+
 from __future__ import annotations
 
 import logging
@@ -22,11 +23,18 @@ NOISY_WARNINGS = [
     (r"Checkpoint directory .* exists and is not empty", None),  # every resume; the run says it resumes
 ]
 # Lightning's info lines that describe the machine or advertise a product
-NOISY_LINES = ("GPU available:", "TPU available:", "HPU available:", "💡 Tip:",
-               "Restoring states from the checkpoint path", "Restored all states from the checkpoint",
-               # "[rank: 0] Received SIGTERM: 15", "Detected KeyboardInterrupt, attempting graceful shutdown ...":
-               # the run's error line says what happens next
-               "Received SIGTERM", "Detected KeyboardInterrupt")
+NOISY_LINES = (
+    "GPU available:",
+    "TPU available:",
+    "HPU available:",
+    "💡 Tip:",
+    "Restoring states from the checkpoint path",
+    "Restored all states from the checkpoint",
+    # "[rank: 0] Received SIGTERM: 15", "Detected KeyboardInterrupt, attempting graceful shutdown ...":
+    # the run's error line says what happens next
+    "Received SIGTERM",
+    "Detected KeyboardInterrupt",
+)
 
 
 class _DropLines(logging.Filter):
@@ -41,8 +49,12 @@ def quiet() -> None:
     logging.raiseExceptions = False
     for message, category in NOISY_WARNINGS:
         warnings.filterwarnings("ignore", message=message, category=category or Warning)
-    for name in ("pytorch_lightning.utilities.rank_zero", "lightning.pytorch.utilities.rank_zero", "wandb",
-                 "pytorch_lightning.trainer.connectors.signal_connector"):
+    for name in (
+        "pytorch_lightning.utilities.rank_zero",
+        "lightning.pytorch.utilities.rank_zero",
+        "wandb",
+        "pytorch_lightning.trainer.connectors.signal_connector",
+    ):
         logger = logging.getLogger(name)
         if not any(isinstance(f, _DropLines) for f in logger.filters):
             logger.addFilter(_DropLines())
@@ -51,11 +63,16 @@ def quiet() -> None:
 def to_log_file(message: str, e: BaseException | None = None) -> Path | None:
     """Write ``message`` (and ``e``'s full traceback) to the run's log file (Hydra's ``<run dir>/<job name>.log``,
     a handler of the root logger) and not to the console; return that file, or None when the process has none."""
-    files = [h for h in logging.getLogger().handlers if isinstance(h, logging.FileHandler) and
-             h.baseFilename != os.devnull  # pytest attaches one on /dev/null
-             and not getattr(h, "dropped", False)]  # a refused job's log (runrecord.DeferredFileHandler) stays as it was
-    record = logging.getLogger("mnp").makeRecord("mnp", logging.ERROR, __file__, 0, "%s", (message,),
-                                                 None if e is None else (type(e), e, e.__traceback__))
+    files = [
+        h
+        for h in logging.getLogger().handlers
+        if isinstance(h, logging.FileHandler)
+        and h.baseFilename != os.devnull  # pytest attaches one on /dev/null
+        and not getattr(h, "dropped", False)
+    ]  # a refused job's log (runrecord.DeferredFileHandler) stays as it was
+    record = logging.getLogger("mnp").makeRecord(
+        "mnp", logging.ERROR, __file__, 0, "%s", (message,), None if e is None else (type(e), e, e.__traceback__)
+    )
     for handler in files:
         handler.handle(record)
     return Path(files[0].baseFilename) if files else None

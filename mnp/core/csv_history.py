@@ -1,5 +1,6 @@
 """``csv/metrics.csv`` across resumes: Lightning's CSV writer deletes the file as it opens, and a resumed run
 trains some epochs again; the history keeps every earlier epoch's row and one test row."""
+
 from __future__ import annotations
 
 import csv
@@ -29,6 +30,7 @@ def _write_csv(path: Path, keys: list[str], rows: list[dict]) -> None:
             writer = csv.DictWriter(f, fieldnames=keys)
             writer.writeheader()
             writer.writerows(rows)
+
     atomic_write(path, write)
 
 

@@ -7,6 +7,7 @@ anything is built, so both refuse the same values in the same one line, e.g.
 ``model.optim.clip_norm must be > 0 (or null), got -0.1``. The table of model keys in docs/usage.md is generated
 from the same declarations (``python -m mnp.tools.docgen``).
 """
+
 from __future__ import annotations
 
 import math
@@ -41,7 +42,7 @@ class Domain:
         else:
             core = f"{'<' if self.high_open else '<='} {hi:g}"
         if self.items:
-            core = f"a list of {'integers' + core[len('an integer'):] if self.integer else 'numbers ' + core}"
+            core = f"a list of {'integers' + core[len('an integer') :] if self.integer else 'numbers ' + core}"
         extras = [*self.words, *(["null"] if self.null else [])]
         return core + (f" (or {' or '.join(extras)})" if extras else "")
 

@@ -1,4 +1,5 @@
 """The errors whose message already says what is wrong and what to do: the CLIs print them as one line."""
+
 from __future__ import annotations
 
 
@@ -10,5 +11,13 @@ class StoppedEarly(RuntimeError):
     """Training ended before ``trainer.max_epochs`` (``trainer.max_time``, a callback): not a finished run."""
 
 
-USER_ERRORS = (ValueError, KeyError, FileNotFoundError, PermissionError, OSError, FloatingPointError, OutOfMemory,
-               StoppedEarly)
+USER_ERRORS = (
+    ValueError,
+    KeyError,
+    FileNotFoundError,
+    PermissionError,
+    OSError,
+    FloatingPointError,
+    OutOfMemory,
+    StoppedEarly,
+)

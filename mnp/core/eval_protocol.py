@@ -8,6 +8,7 @@ config. The protocol is no constructor argument of a model, so no checkpoint hol
 run config (``eval`` included), and ``evaluate.py`` builds the protocol from it again, a key an older run did
 not write taking its default here.
 """
+
 from __future__ import annotations
 
 import math
@@ -19,8 +20,13 @@ from omegaconf import OmegaConf
 from mnp.core.calibration import check_calibration
 from mnp.core.missing import missing_flag, removal_sets
 from mnp.core.per_view import per_view_flag
-from mnp.core.protocols import (DEFAULT_MAX_SUBSETS, check_split, default_noise_levels, noise_subsets,
-                                resolve_noise_batch_rows)
+from mnp.core.protocols import (
+    DEFAULT_MAX_SUBSETS,
+    check_split,
+    default_noise_levels,
+    noise_subsets,
+    resolve_noise_batch_rows,
+)
 
 SEED_MAX = 2**32 - 1  # what numpy (and so seed_everything) accepts
 MAX_NOISE_SUBSETS = 1024  # eval.noise_max_subsets: 16 times the default 64; each subset costs a predict per level
@@ -36,8 +42,9 @@ def _is_number(v) -> bool:
 
 def _check_int(key: str, v, low: int, high: int | None = None) -> None:
     if not _is_int(v) or v < low or (high is not None and v > high):
-        raise ValueError(f"{key} must be an integer " + (f">= {low}" if high is None else f"in [{low}, {high}]")
-                         + f", got {v!r}")
+        raise ValueError(
+            f"{key} must be an integer " + (f">= {low}" if high is None else f"in [{low}, {high}]") + f", got {v!r}"
+        )
 
 
 @dataclass(frozen=True)
@@ -72,10 +79,14 @@ class EvalProtocol:
         levels = self.noise_levels
         if levels is None:
             levels = default_noise_levels()
-        elif not isinstance(levels, (list, tuple)) or not levels or not all(
-                _is_number(s) and math.isfinite(s) and s >= 0 for s in levels):
-            raise ValueError("eval.noise_levels must be null or a non-empty list of finite numbers >= 0, "
-                             f"got {levels!r}")
+        elif (
+            not isinstance(levels, (list, tuple))
+            or not levels
+            or not all(_is_number(s) and math.isfinite(s) and s >= 0 for s in levels)
+        ):
+            raise ValueError(
+                f"eval.noise_levels must be null or a non-empty list of finite numbers >= 0, got {levels!r}"
+            )
         object.__setattr__(self, "noise_levels", tuple(levels))  # as given: the σ keys and arrays of a run unchanged
         _check_int("eval.n_bins", self.n_bins, 1)
         if self.noise_subset_size is not None:

@@ -3,6 +3,7 @@
 Drawn for the run's wandb summary (:mod:`mnp.core.wandb_utils`) and reused by the reports
 (``mnp.tools.plots`` draws its multi-run panels with the same pieces).
 """
+
 from __future__ import annotations
 
 import re
@@ -48,10 +49,26 @@ def draw_reliability(ax, ax_count, rel: dict, title: str) -> None:
     left = np.linspace(0, 1, n_bins + 1)[:-1][used]
     acc, conf, count = rel["accuracy"].numpy()[used], rel["confidence"].numpy()[used], count[used]
     alpha = np.where(count < FEW_SAMPLES, FADED, 1.0)
-    ax.bar(left, acc, width, align="edge", color=[to_rgba("C0", a) for a in alpha],
-           edgecolor=[to_rgba("k", a) for a in alpha], lw=0.5)
-    ax.bar(left, conf - acc, width, bottom=acc, align="edge", color=[to_rgba("C3", 0.3 * a) for a in alpha],
-           edgecolor=[to_rgba("C3", a) for a in alpha], hatch="//", lw=0)
+    ax.bar(
+        left,
+        acc,
+        width,
+        align="edge",
+        color=[to_rgba("C0", a) for a in alpha],
+        edgecolor=[to_rgba("k", a) for a in alpha],
+        lw=0.5,
+    )
+    ax.bar(
+        left,
+        conf - acc,
+        width,
+        bottom=acc,
+        align="edge",
+        color=[to_rgba("C3", 0.3 * a) for a in alpha],
+        edgecolor=[to_rgba("C3", a) for a in alpha],
+        hatch="//",
+        lw=0,
+    )
     ax.hlines(conf, left, left + width, colors="k", lw=1.5)
     ax.plot([0, 1], [0, 1], "k--", lw=0.8)
     ax.set(xlim=(0, 1), ylim=(0, 1), ylabel="accuracy", title=ece_title(title, rel))
@@ -78,12 +95,15 @@ def reliability_axes(n: int, size: float = 3.2):
 
 def reliability_legend(fig) -> None:
     """One legend below all panels, clear of the data."""
-    handles = {"accuracy": Patch(facecolor="C0", edgecolor="k", lw=0.5),
-               "gap to mean confidence": Patch(facecolor=to_rgba("C3", 0.3), edgecolor="C3", hatch="//", lw=0),
-               "mean confidence": Line2D([], [], color="k", lw=1.5),
-               "perfect calibration": Line2D([], [], color="k", ls="--", lw=0.8),
-               f"bin with < {FEW_SAMPLES} samples (faded)": Patch(facecolor=to_rgba("C0", FADED),
-                                                          edgecolor=to_rgba("k", FADED), lw=0.5)}
+    handles = {
+        "accuracy": Patch(facecolor="C0", edgecolor="k", lw=0.5),
+        "gap to mean confidence": Patch(facecolor=to_rgba("C3", 0.3), edgecolor="C3", hatch="//", lw=0),
+        "mean confidence": Line2D([], [], color="k", lw=1.5),
+        "perfect calibration": Line2D([], [], color="k", ls="--", lw=0.8),
+        f"bin with < {FEW_SAMPLES} samples (faded)": Patch(
+            facecolor=to_rgba("C0", FADED), edgecolor=to_rgba("k", FADED), lw=0.5
+        ),
+    }
     ncol = 3 if len(fig.axes) > 2 else 2
     fig.legend(handles.values(), handles.keys(), loc="outside lower center", ncol=ncol, fontsize=7, frameon=False)
 

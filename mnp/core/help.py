@@ -1,6 +1,7 @@
 """``python train.py --help`` and ``python evaluate.py --help``: what the command does, examples, and the
 choices, read from the config folders (fast: no Hydra composition, no torch import).
 Hydra's own help stays available as ``--hydra-help``."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -49,8 +50,14 @@ def choices(group: str) -> list[str]:
 
 
 def train_help() -> str:
-    lists = [("models", "model"), ("datasets", "dataset"), ("experiments", "experiment"),
-             ("loggers", "logger"), ("launchers", "launcher"), ("trainers", "trainer")]
+    lists = [
+        ("models", "model"),
+        ("datasets", "dataset"),
+        ("experiments", "experiment"),
+        ("loggers", "logger"),
+        ("launchers", "launcher"),
+        ("trainers", "trainer"),
+    ]
     body = "\n".join(f"{title + ':':<13}{', '.join(choices(group))}" for title, group in lists)
     return f"{TRAIN}\n{body}\n\nHydra's own help: python train.py --hydra-help\n"
 

@@ -12,6 +12,7 @@ reliability figure, whose title then disagreed with ``test/ece``. AUROC is
 computed here on the full set of scores at once because torchmetrics' binary AUROC sigmoid-squashes scores
 outside [0, 1] batch by batch, which saturates large uncertainty scores (entropies, variances) into ties.
 """
+
 from __future__ import annotations
 
 import logging
@@ -34,8 +35,14 @@ def count_nonfinite(results: dict, key: str, probs: Tensor, rows: str, model: st
     warning; none: no key."""
     if bad := nonfinite_rows(probs):
         results[key] = bad
-        log.warning("%d of %d %s have non-finite probabilities (%s): they count as errors in the accuracy, and "
-                    "ECE, NLL and Brier are not meaningful", bad, len(probs), rows, model)
+        log.warning(
+            "%d of %d %s have non-finite probabilities (%s): they count as errors in the accuracy, and "
+            "ECE, NLL and Brier are not meaningful",
+            bad,
+            len(probs),
+            rows,
+            model,
+        )
 
 
 def correct(probs: Tensor, labels: Tensor) -> Tensor:
@@ -56,8 +63,10 @@ def checked_probabilities(probs: Tensor) -> Tensor:
     further out, a ValueError naming the range found (logits or a bug, not probabilities). NaN and inf pass."""
     values = probs[torch.isfinite(probs)]
     if values.numel() and (values.min() < -PROB_TOL or values.max() > 1 + PROB_TOL):
-        raise ValueError(f"probabilities must lie in [0, 1] (to within {PROB_TOL:g}); got min {values.min().item():.9g}, "
-                         f"max {values.max().item():.9g}")
+        raise ValueError(
+            f"probabilities must lie in [0, 1] (to within {PROB_TOL:g}); got min {values.min().item():.9g}, "
+            f"max {values.max().item():.9g}"
+        )
     return torch.where(torch.isfinite(probs), probs.clamp(0.0, 1.0), probs)
 
 
@@ -80,8 +89,13 @@ def reliability(probs: Tensor, labels: Tensor, n_bins: int = 15) -> dict:
     conf_sum, hit_sum = torch.bincount(idx, conf, minlength=n_bins), torch.bincount(idx, hit, minlength=n_bins)
     nonfinite = int((~finite).sum())
     ece = (conf_sum - hit_sum).abs().sum().item() / len(probs) if len(probs) and not nonfinite else float("nan")
-    return {"confidence": conf_sum / count.clamp_min(1), "accuracy": hit_sum / count.clamp_min(1), "count": count,
-            "nonfinite": nonfinite, "ece": ece}
+    return {
+        "confidence": conf_sum / count.clamp_min(1),
+        "accuracy": hit_sum / count.clamp_min(1),
+        "count": count,
+        "nonfinite": nonfinite,
+        "ece": ece,
+    }
 
 
 def ece(probs: Tensor, labels: Tensor, n_bins: int = 15) -> float:
@@ -162,7 +176,9 @@ def selective_risks(confidence: Tensor, correct: Tensor) -> Tensor:
     confidence, errors = confidence.double().flatten(), (~correct.bool().flatten()).double()
     order = confidence.argsort(descending=True, stable=True)
     group, counts = _tie_groups(confidence[order])
-    group_errors = torch.zeros(len(counts), dtype=torch.float64, device=errors.device).index_add_(0, group, errors[order])
+    group_errors = torch.zeros(len(counts), dtype=torch.float64, device=errors.device).index_add_(
+        0, group, errors[order]
+    )
     before_n = counts.cumsum(0) - counts  # rows in the groups before each group
     before_e = group_errors.cumsum(0) - group_errors
     k = torch.arange(1, len(errors) + 1, dtype=torch.float64, device=errors.device)
@@ -258,8 +274,10 @@ def selective_metrics(probs: Tensor, labels: Tensor, uncertainty: Tensor, n_bins
     """``aurc`` (max probability), ``aurc_unc`` (ranked by the model's own uncertainty), ``acc@cov90`` and
     ``ece_adaptive``; those of rows that are not finite are NaN."""
     if not (torch.isfinite(probs).all() and torch.isfinite(uncertainty).all()):
-        return dict.fromkeys(["aurc", "aurc_unc", "ece_adaptive",
-                              *(f"acc@cov{round(c * 100)}" for c in SELECTIVE_COVERAGES)], float("nan"))
+        return dict.fromkeys(
+            ["aurc", "aurc_unc", "ece_adaptive", *(f"acc@cov{round(c * 100)}" for c in SELECTIVE_COVERAGES)],
+            float("nan"),
+        )
     out = {"aurc": aurc(probs, labels), "aurc_unc": aurc(probs, labels, -uncertainty)}
     out.update({f"acc@cov{round(c * 100)}": accuracy_at_coverage(probs, labels, c) for c in SELECTIVE_COVERAGES})
     out["ece_adaptive"] = adaptive_ece(probs, labels, n_bins)
@@ -273,6 +291,11 @@ def ood_results(name: str, store: dict[str, list[Tensor]]) -> tuple[dict, dict]:
     p, logits = torch.cat(store["probs"]), torch.cat(store["logits"]) if "logits" in store else None
     results = {}
     for score, values in ood_scores(p, s, logits).items():
-        results.update({f"ood/{name}/{k}" + (f"@{score}" if score else ""): v for k, v in ood_metrics(values, y).items()})
-    return results, {f"ood/{name}/uncertainty": s.numpy(), f"ood/{name}/is_ood": y.numpy(),
-                     f"ood/{name}/probs": p.numpy()}
+        results.update(
+            {f"ood/{name}/{k}" + (f"@{score}" if score else ""): v for k, v in ood_metrics(values, y).items()}
+        )
+    return results, {
+        f"ood/{name}/uncertainty": s.numpy(),
+        f"ood/{name}/is_ood": y.numpy(),
+        f"ood/{name}/probs": p.numpy(),
+    }

@@ -7,6 +7,7 @@ checkpoint loads (:mod:`mnp.core.stored_config`) and an old run directory compar
 settings (:mod:`mnp.core.rundir`, ``--relabel``). The mapping is data about the registered class ``mnp.model.MNP``,
 named by its target as :mod:`mnp.core.stored_config` names it, so the framework needs no import of the model.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -15,22 +16,44 @@ MNP_TARGET = "mnp.model.MNP"
 # MNP's part nodes (mnp.parts.PARTS), and each flat argument of before the parts -> (its part's node, setting)
 PART_NODES = ("encoder", "attention", "aggregation", "memory", "decoder", "loss", "optim", "warmup")
 FLAT = {
-    **{k: ("encoder", k) for k in ("d_e", "projection", "resmlp_depth", "merge", "y_embed_dim", "norm", "norm_eps",
-                                   "bn_momentum", "prior")},
-    **{k: ("attention", k) for k in ("similarity", "lengthscale_init", "lengthscale_param", "lengthscale_form",
-                                     "amplitude")},
-    "attention_norm": ("attention", "normaliser"), "aggregation": ("aggregation", "kind"),
+    **{
+        k: ("encoder", k)
+        for k in (
+            "d_e",
+            "projection",
+            "resmlp_depth",
+            "merge",
+            "y_embed_dim",
+            "norm",
+            "norm_eps",
+            "bn_momentum",
+            "prior",
+        )
+    },
+    **{
+        k: ("attention", k)
+        for k in ("similarity", "lengthscale_init", "lengthscale_param", "lengthscale_form", "amplitude")
+    },
+    "attention_norm": ("attention", "normaliser"),
+    "aggregation": ("aggregation", "kind"),
     "view_weighting": ("aggregation.view_weighting", "mode"),
     "distance_quantile": ("aggregation.view_weighting", "quantile"),
     "distance_power": ("aggregation.view_weighting", "power"),
-    "modality_mask": ("aggregation", "modality_mask"), "view_dropout": ("aggregation", "view_dropout"),
-    "sigma_as_std": ("decoder", "sigma_as_std"), "num_samples": ("decoder", "num_samples"),
-    "train_decoder": ("decoder", "train"), "ty_loss": ("loss", "ty"), "view_loss_weight": ("loss", "view_weight"),
-    **{k: ("loss", k) for k in ("alpha", "beta", "tau", "rbf_reduce", "lengthscale_penalty", "self_in_denominator",
-                                "l2")},
+    "modality_mask": ("aggregation", "modality_mask"),
+    "view_dropout": ("aggregation", "view_dropout"),
+    "sigma_as_std": ("decoder", "sigma_as_std"),
+    "num_samples": ("decoder", "num_samples"),
+    "train_decoder": ("decoder", "train"),
+    "ty_loss": ("loss", "ty"),
+    "view_loss_weight": ("loss", "view_weight"),
+    **{
+        k: ("loss", k)
+        for k in ("alpha", "beta", "tau", "rbf_reduce", "lengthscale_penalty", "self_in_denominator", "l2")
+    },
     **{f"memory_{k}": ("memory", k) for k in ("size", "init", "trainable", "update", "jstar", "write")},
     **{f"warmup_{k}": ("warmup", k) for k in ("epochs", "lr", "end_factor", "fraction")},
-    "clip_norm": ("optim", "clip_norm"), "lengthscale_lr_scale": ("optim", "lengthscale_lr_scale"),
+    "clip_norm": ("optim", "clip_norm"),
+    "lengthscale_lr_scale": ("optim", "lengthscale_lr_scale"),
 }
 
 

@@ -6,6 +6,7 @@ in that view. Models receive the views with absent rows zero-filled, so tensors 
 the mask; a fusion model combines the views present, an early-fusion one imputes the training means
 (:class:`MeanImputation`).
 """
+
 from __future__ import annotations
 
 import logging
@@ -20,19 +21,23 @@ from mnp.core import metrics
 log = logging.getLogger(__name__)
 
 
-def present_mask(views: Sequence[Tensor | None], view_dims: Sequence[int],
-                 where: str = "") -> tuple[list[Tensor], Tensor | None]:
+def present_mask(
+    views: Sequence[Tensor | None], view_dims: Sequence[int], where: str = ""
+) -> tuple[list[Tensor], Tensor | None]:
     """The views with absent rows zero-filled and the (B, M) bool mask of the views present, or the views
     unchanged and None when every row has every view. One-line ValueError (prefixed by ``where``): a wrong
     number of views, no view given, a view not 2-D, views of different row counts, a row partly NaN in a view,
     a row with no view at all."""
     if len(views) != len(view_dims):
-        raise ValueError(f"{where}the data has {len(views)} views but the model was built for {len(view_dims)} "
-                         f"(view dims {list(view_dims)})")
+        raise ValueError(
+            f"{where}the data has {len(views)} views but the model was built for {len(view_dims)} "
+            f"(view dims {list(view_dims)})"
+        )
     for k, v in enumerate(views):
         if v is not None and v.dim() != 2:
-            raise ValueError(f"{where}views[{k}] has shape {tuple(v.shape)}; expected rows × columns (2-D, "
-                             f"{view_dims[k]} columns)")
+            raise ValueError(
+                f"{where}views[{k}] has shape {tuple(v.shape)}; expected rows × columns (2-D, {view_dims[k]} columns)"
+            )
     given = [k for k, v in enumerate(views) if v is not None]
     if not given:
         raise ValueError(f"{where}every view is None: there is nothing to predict from")
@@ -48,8 +53,10 @@ def present_mask(views: Sequence[Tensor | None], view_dims: Sequence[int],
         absent = nan.all(-1)
         if (partial := nan.any(-1) & ~absent).any():
             r = int(partial.nonzero()[0])
-            raise ValueError(f"{where}views[{k}] row {r} has {int(nan[r].sum())} NaN among its {v.shape[-1]} values: "
-                             "a missing view is a row of NaN only (or the view given as None); impute the others")
+            raise ValueError(
+                f"{where}views[{k}] row {r} has {int(nan[r].sum())} NaN among its {v.shape[-1]} values: "
+                "a missing view is a row of NaN only (or the view given as None); impute the others"
+            )
         cols.append(~absent)
     present = torch.stack(cols, 1)
     if len(given) == len(views) and present.all():
@@ -57,14 +64,19 @@ def present_mask(views: Sequence[Tensor | None], view_dims: Sequence[int],
     if (empty := ~present.any(1)).any():
         r = int(empty.nonzero()[0])
         raise ValueError(f"{where}row {r} has no view: every view is None or NaN there; a row needs at least one view")
-    return [ref.new_zeros(ref.shape[0], d) if v is None else v.masked_fill(~present[:, k, None], 0.0)
-            for k, (v, d) in enumerate(zip(views, view_dims))], present
+    return [
+        ref.new_zeros(ref.shape[0], d) if v is None else v.masked_fill(~present[:, k, None], 0.0)
+        for k, (v, d) in enumerate(zip(views, view_dims))
+    ], present
 
 
 def without(views: Sequence[Tensor], present: Tensor | None, removed: Sequence[int]) -> tuple[list[Tensor], Tensor]:
     """The views and mask with the views in ``removed`` absent from every row (zero-filled)."""
-    mask = torch.ones(views[0].shape[0], len(views), dtype=torch.bool, device=views[0].device) \
-        if present is None else present.clone()
+    mask = (
+        torch.ones(views[0].shape[0], len(views), dtype=torch.bool, device=views[0].device)
+        if present is None
+        else present.clone()
+    )
     mask[:, list(removed)] = False
     return [torch.zeros_like(v) if k in removed else v for k, v in enumerate(views)], mask
 
@@ -85,11 +97,16 @@ def missing_flag(value) -> bool:
     return value
 
 
-def missing_results(stores: dict[tuple[int, ...], tuple[list[Tensor], list[Tensor]]], num_views: int,
-                    noise_subsets: Sequence[Sequence[int]], n_bins: int) -> dict[str, float]:
+def missing_results(
+    stores: dict[tuple[int, ...], tuple[list[Tensor], list[Tensor]]],
+    num_views: int,
+    noise_subsets: Sequence[Sequence[int]],
+    n_bins: int,
+) -> dict[str, float]:
     """The ``missing/`` metrics from each removal set's (probs, labels) batches: ``acc@v<k>`` and ``ece@v<k>``
     with view k removed, their means, and ``acc_subsets_mean``, the mean accuracy with each noise-protocol
     subset removed (the information left to a model that ignored the noised views entirely)."""
+
     def scores(removed: tuple[int, ...]) -> tuple[float, float]:
         probs, labels = (torch.cat(parts) for parts in stores[removed])
         if not len(labels):  # every row lost its last view
@@ -102,8 +119,9 @@ def missing_results(stores: dict[tuple[int, ...], tuple[list[Tensor], list[Tenso
     results["missing/acc_mean"] = float(np.mean([results[f"missing/acc@v{k}"] for k in range(num_views)]))
     results["missing/ece_mean"] = float(np.mean([results[f"missing/ece@v{k}"] for k in range(num_views)]))
     if subsets := [tuple(s) for s in noise_subsets if len(s) < num_views]:  # a single view's accuracy is known
-        results["missing/acc_subsets_mean"] = float(np.mean([results[f"missing/acc@v{s[0]}"] if len(s) == 1
-                                                             else scores(s)[0] for s in subsets]))
+        results["missing/acc_subsets_mean"] = float(
+            np.mean([results[f"missing/acc@v{s[0]}"] if len(s) == 1 else scores(s)[0] for s in subsets])
+        )
     return results
 
 
@@ -155,12 +173,16 @@ class MeanImputation:
         if present is None:
             return views
         if not torch.isfinite(self.view_means).all():
-            raise ValueError(f"{type(self).__name__} imputes a missing view with its training means, which it has not "
-                             "recorded: fit it with a datamodule that has train_views or call "
-                             "model.set_training_means(train_views)")
+            raise ValueError(
+                f"{type(self).__name__} imputes a missing view with its training means, which it has not "
+                "recorded: fit it with a datamodule that has train_views or call "
+                "model.set_training_means(train_views)"
+            )
         if not self._imputation_said and not getattr(self, "removing_views", False):  # the protocol's removals: no news
-            log.warning("%s is early fusion: a missing view's columns are imputed with their training means",
-                        type(self).__name__)
+            log.warning(
+                "%s is early fusion: a missing view's columns are imputed with their training means",
+                type(self).__name__,
+            )
             self._imputation_said = True
         means = self.view_means.split(self.view_dims)
         return [torch.where(present[:, k, None], v, m.to(v.dtype)) for k, (v, m) in enumerate(zip(views, means))]

@@ -1,5 +1,6 @@
 """How a run is named where runs are grouped: the wandb group of a training run and the report's cell
 use the same dataset label and group, so the report's tables join the runs table on ``group``."""
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -1,5 +1,6 @@
 """The run's result files: ``metrics.json`` (keys in numeric σ order, NaN and inf as null) and
 ``predictions.npz``, both written atomically."""
+
 from __future__ import annotations
 
 import hashlib
@@ -40,6 +41,7 @@ def write_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
     def w(tmp):
         with open(tmp, "wb") as f:
             np.savez_compressed(f, **arrays)
+
     atomic_write(path, w)
 
 

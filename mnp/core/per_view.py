@@ -19,6 +19,7 @@ Keys (``val/view/...`` under ``eval.split=val``):
 predictions.npz gains ``view/noise_acc`` and ``view/noise_ece``, (M, len(σ)) arrays for the per-σ figure.
 A row missing view k (mnp.core.missing) counts for no view-k metric.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING

@@ -4,6 +4,7 @@ Outputs of a run directory: ``metrics.json`` and ``predictions.npz`` (both writt
 ``config.yaml`` (the resolved config), ``checkpoints/last.ckpt`` (+ the best one with a
 validation split) and logger files.
 """
+
 from __future__ import annotations
 
 import logging
@@ -20,10 +21,28 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from mnp.core import signals
 from mnp.core.accel import configure as configure_accel, matmul_precision
-from mnp.core.builders import (absolute_data_paths, build, build_callbacks, build_datamodule, build_loggers,
-                               build_model, eval_protocol, make_datamodule)
-from mnp.core.checkpointing import (CFG_KEY, AtomicCheckpointIO, RunTime, atomic_write, check_epochs, check_fits,
-                                   check_writable, holds_run_dir, load_checkpoint, resume_checkpoint)
+from mnp.core.builders import (
+    absolute_data_paths,
+    build,
+    build_callbacks,
+    build_datamodule,
+    build_loggers,
+    build_model,
+    eval_protocol,
+    make_datamodule,
+)
+from mnp.core.checkpointing import (
+    CFG_KEY,
+    AtomicCheckpointIO,
+    RunTime,
+    atomic_write,
+    check_epochs,
+    check_fits,
+    check_writable,
+    holds_run_dir,
+    load_checkpoint,
+    resume_checkpoint,
+)
 from mnp.core.csv_history import CsvHistory
 from mnp.core.errors import StoppedEarly
 from mnp.core.oom import explains_memory
@@ -31,13 +50,28 @@ from mnp.core.outputs import split_record, write_json, write_npz
 from mnp.core.progress import progress_callbacks
 from mnp.core.resources import set_threads
 from mnp.core.runrecord import accept, finished_record, staged
-from mnp.core.rundir import (check_checkpoint_config, check_eval_output, check_reuse, data_hashes, eval_dir,
-                             hydra_variant, keep_derived, stored_config, warn_if_data_changed)
+from mnp.core.rundir import (
+    check_checkpoint_config,
+    check_eval_output,
+    check_reuse,
+    data_hashes,
+    eval_dir,
+    hydra_variant,
+    keep_derived,
+    stored_config,
+    warn_if_data_changed,
+)
 from mnp.core.startup import FirstStep, run_start
 from mnp.core.stored_config import check_stored, checked_run_config, restore_model
 from mnp.core.summary import log_run_summary
-from mnp.core.validate import (check_eval, check_manual_optimization, check_train_batches, resolve_auto,
-                               resolve_epochs, validate)
+from mnp.core.validate import (
+    check_eval,
+    check_manual_optimization,
+    check_train_batches,
+    resolve_auto,
+    resolve_epochs,
+    validate,
+)
 from mnp.core.wandb_utils import log_summary
 
 log = logging.getLogger(__name__)
@@ -78,16 +112,23 @@ def check_trained(trainer, out_dir: Path) -> None:
     steps = trainer.max_steps
     if trainer.current_epoch >= trainer.max_epochs or (steps not in (None, -1) and trainer.global_step >= steps):
         return
-    raise StoppedEarly(f"training stopped after {trainer.current_epoch} of {trainer.max_epochs} epochs (trainer.max_time, "
-                       "or a callback that stops training), so the run is not recorded as finished; "
-                       f"{out_dir / 'checkpoints'} keeps its last checkpoint: raise or remove trainer.max_time and "
-                       "re-run the same command to resume")
+    raise StoppedEarly(
+        f"training stopped after {trainer.current_epoch} of {trainer.max_epochs} epochs (trainer.max_time, "
+        "or a callback that stops training), so the run is not recorded as finished; "
+        f"{out_dir / 'checkpoints'} keeps its last checkpoint: raise or remove trainer.max_time and "
+        "re-run the same command to resume"
+    )
 
 
 def _identity(cfg: DictConfig, model_name: str | None, dataset_name: str | None, trainer, dm) -> dict:
-    return {"model": model_name, "dataset": dataset_name, "seed": int(cfg.get("seed", 0)),
-            "epochs": int(trainer.current_epoch) if trainer is not None else None,
-            "experiment": cfg.get("experiment_name", "default"), **split_record(dm)}
+    return {
+        "model": model_name,
+        "dataset": dataset_name,
+        "seed": int(cfg.get("seed", 0)),
+        "epochs": int(trainer.current_epoch) if trainer is not None else None,
+        "experiment": cfg.get("experiment_name", "default"),
+        **split_record(dm),
+    }
 
 
 def check_run_dir(cfg: DictConfig, out_dir: Path, resumed: dict | None, finished: bool, data_files) -> None:
@@ -163,10 +204,17 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     progress, bar = progress_callbacks(bool(cfg.trainer.get("enable_progress_bar", True)))
     callbacks, first_step = build_callbacks(cfg, out_dir, has_val), FirstStep()
     clock, resumed = RunTime(t0, resumed), None  # Lightning reads the checkpoint itself: this copy goes
-    trainer = build("trainer", cfg.trainer, logger=loggers or False, callbacks=[*callbacks, clock, *progress, first_step],
-                    enable_checkpointing=any(isinstance(c, ModelCheckpoint) for c in callbacks), enable_progress_bar=bar,
-                    default_root_dir=str(out_dir), plugins=[AtomicCheckpointIO(resume_from, out_dir / "checkpoints")],
-                    limit_val_batches=None if has_val else 0)
+    trainer = build(
+        "trainer",
+        cfg.trainer,
+        logger=loggers or False,
+        callbacks=[*callbacks, clock, *progress, first_step],
+        enable_checkpointing=any(isinstance(c, ModelCheckpoint) for c in callbacks),
+        enable_progress_bar=bar,
+        default_root_dir=str(out_dir),
+        plugins=[AtomicCheckpointIO(resume_from, out_dir / "checkpoints")],
+        limit_val_batches=None if has_val else 0,
+    )
     accel = cfg.get("accel") or {}
     step = configure_accel(model, accel, trainer)  # which training step runs, for metrics.json
     # written once everything is built: a bad config or bad data leaves no output behind
@@ -184,17 +232,29 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             if spawned(trainer):  # the fit ran in child processes: test its end state (last.ckpt) here, on one device
                 last = out_dir / "checkpoints" / "last.ckpt"
                 identity["epochs"] = int(load_checkpoint(last)["epoch"]) + 1
-                trainer = build("trainer", cfg.trainer, strategy="auto", devices=1, num_nodes=1, logger=loggers or False,
-                                callbacks=[CsvHistory()], enable_checkpointing=False, default_root_dir=str(out_dir),
-                                plugins=[AtomicCheckpointIO()])
+                trainer = build(
+                    "trainer",
+                    cfg.trainer,
+                    strategy="auto",
+                    devices=1,
+                    num_nodes=1,
+                    logger=loggers or False,
+                    callbacks=[CsvHistory()],
+                    enable_checkpointing=False,
+                    default_root_dir=str(out_dir),
+                    plugins=[AtomicCheckpointIO()],
+                )
                 trainer.test(model, datamodule=dm, ckpt_path=str(last), verbose=False)
             else:
                 trainer.test(model, datamodule=dm, verbose=False)
             times = {"time/total_s": clock.elapsed()}  # every session of a resumed run
             if first_step.at is not None:
                 times["time/startup_s"] = first_step.at - started
-            results = {} if not trainer.is_global_zero else write_outputs(out_dir, model, identity, {**times, **step},
-                                                                           tested=time.time())
+            results = (
+                {}
+                if not trainer.is_global_zero
+                else write_outputs(out_dir, model, identity, {**times, **step}, tested=time.time())
+            )
             for lg in loggers:
                 if isinstance(lg, WandbLogger):
                     log_summary(lg, results, out_dir, model.protocol.n_bins)
@@ -222,8 +282,9 @@ def load_run(ckpt_path: str | Path, data_dir: str | None = None, eval_overrides=
         elif "path" in run_cfg.dataset:  # dataset=custom: the same file name, in data_dir
             run_cfg.dataset.path = str(Path(data_dir) / Path(run_cfg.dataset.path).name)
         else:
-            raise ValueError(f"data_dir={data_dir} does not apply: dataset {run_cfg.dataset.get('name')} "
-                             "reads no data directory")
+            raise ValueError(
+                f"data_dir={data_dir} does not apply: dataset {run_cfg.dataset.get('name')} reads no data directory"
+            )
     if eval_overrides is not None:
         run_cfg.eval = OmegaConf.merge(run_cfg.get("eval") or {}, eval_overrides)
     check_stored(run_cfg, ckpt_path)
@@ -233,8 +294,10 @@ def load_run(ckpt_path: str | Path, data_dir: str | None = None, eval_overrides=
     model_name = run_cfg.model.get("name")
     model = restore_model(ckpt, run_cfg.model._target_, ckpt_path)
     if list(model.view_dims) != list(dm.view_dims) or model.num_classes != dm.num_classes:
-        raise ValueError(f"checkpoint {ckpt_path} was trained on view dims {model.view_dims} and "
-                         f"{model.num_classes} classes, but the data has {dm.view_dims} and {dm.num_classes}")
+        raise ValueError(
+            f"checkpoint {ckpt_path} was trained on view dims {model.view_dims} and "
+            f"{model.num_classes} classes, but the data has {dm.view_dims} and {dm.num_classes}"
+        )
     model.configure_evaluation(protocol)
     return run_cfg, model_name, dataset_name, dm, model, ckpt
 
@@ -258,8 +321,13 @@ def _evaluate(cfg: DictConfig) -> dict[str, Any]:
     warn_if_data_changed(run_cfg, dm.data_files(), ckpt_path, dm.read_sha256)
     check_eval_output(out_dir, ckpt_path, OmegaConf.to_container(run_cfg, resolve=True))
     check_writable(out_dir)
-    trainer = pl.Trainer(accelerator=cfg.trainer.accelerator, devices=cfg.trainer.devices, logger=False,
-                         enable_checkpointing=False, enable_model_summary=False)
+    trainer = pl.Trainer(
+        accelerator=cfg.trainer.accelerator,
+        devices=cfg.trainer.devices,
+        logger=False,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+    )
     with matmul_precision((run_cfg.get("accel") or {}).get("matmul_precision")):
         trainer.test(model, datamodule=dm, verbose=False)
     identity = _identity(run_cfg, model_name, dataset_name, None, dm)
@@ -267,8 +335,12 @@ def _evaluate(cfg: DictConfig) -> dict[str, Any]:
     identity["checkpoint"] = str(ckpt_path)
     planned = (run_cfg.get("trainer") or {}).get("max_epochs")
     if isinstance(planned, int) and identity["epochs"] < planned:
-        log.warning("%s holds %d of its run's %d epochs: this evaluates an unfinished run", ckpt_path,
-                    identity["epochs"], planned)
+        log.warning(
+            "%s holds %d of its run's %d epochs: this evaluates an unfinished run",
+            ckpt_path,
+            identity["epochs"],
+            planned,
+        )
     atomic_write(out_dir / "config.yaml", lambda tmp: OmegaConf.save(run_cfg, tmp, resolve=True))
     results = write_outputs(out_dir, model, identity, {"time/total_s": time.perf_counter() - t0})
     log_run_summary(results, out_dir)

@@ -7,6 +7,7 @@ view's scaler fitted on the training rows, the file's label of each class index,
 from the test loop's generator, so on the run's test rows it gives ``predictions.npz``'s numbers exactly.
 A checkpoint written before the preprocessing was stored is refitted from the run's data file, with a warning.
 """
+
 from __future__ import annotations
 
 import logging
@@ -49,8 +50,9 @@ class Predictor:
         """Raw rows scaled as the run scaled its test rows (float32, as the model saw them); None stays None."""
         views = self._ordered(views)
         if len(views) != len(self.shift):
-            raise ValueError(f"got {len(views)} views; this run was trained on {len(self.shift)} "
-                             f"({', '.join(self.view_names)})")
+            raise ValueError(
+                f"got {len(views)} views; this run was trained on {len(self.shift)} ({', '.join(self.view_names)})"
+            )
         out = []
         for v, (x, shift, scale) in enumerate(zip(views, self.shift, self.scale)):
             if x is None:
@@ -58,8 +60,10 @@ class Predictor:
                 continue
             x = np.asarray(x, dtype=np.float64)
             if x.ndim != 2 or x.shape[1] != len(shift):
-                raise ValueError(f"view {self.view_names[v]} has shape {x.shape}; the run was trained on rows of "
-                                 f"{len(shift)} columns")
+                raise ValueError(
+                    f"view {self.view_names[v]} has shape {x.shape}; the run was trained on rows of "
+                    f"{len(shift)} columns"
+                )
             if self.own_scaling:  # dataset.scale_test_separately: the rows given are scaled on their own statistics
                 sc = Scaler(self.scaling).fit(x)
                 shift, scale = sc.shift, sc.scale
@@ -105,8 +109,10 @@ def load(run: str | Path, data_dir: str | None = None) -> Predictor:
         run_cfg = checked_run_config(ckpt[CFG_KEY], path)
         model, prep = restore_model(ckpt, run_cfg["model"]["_target_"], path), ckpt[PREP_KEY]
     else:
-        log.warning("%s holds no preprocessing (written before it was stored): refitting the scalers from the "
-                    "run's data file", path)
+        log.warning(
+            "%s holds no preprocessing (written before it was stored): refitting the scalers from the run's data file",
+            path,
+        )
         run_cfg, _, _, dm, model, _ = load_run(path, data_dir)
         prep = dm.preprocessing()
     return Predictor(model, prep, seed=int(run_cfg.get("seed", 0)))

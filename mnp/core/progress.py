@@ -10,6 +10,7 @@ what was learned (:class:`RunProgressBar`). When stdout is not a terminal (a log
 the bar is replaced by one log line per epoch (:class:`EpochLines`), so ``train.log`` and redirected output
 show progress while the run goes.
 """
+
 from __future__ import annotations
 
 import logging
@@ -105,8 +106,16 @@ class EpochLines(pl.Callback):
             return
         eta = self.clock.eta(trainer, pl_module, trainer.current_epoch + 1)
         learned = "  ".join(f"{k} {v}" for k, v in learning(trainer.callback_metrics).items()) or "loss n/a"
-        log.info("%s epoch %d/%d%s  %s  elapsed %s  ETA %s", stage, trainer.current_epoch + 1, trainer.max_epochs, note(stage),
-                 learned, duration(time.perf_counter() - self.clock.start), duration(eta) if eta is not None else "n/a")
+        log.info(
+            "%s epoch %d/%d%s  %s  elapsed %s  ETA %s",
+            stage,
+            trainer.current_epoch + 1,
+            trainer.max_epochs,
+            note(stage),
+            learned,
+            duration(time.perf_counter() - self.clock.start),
+            duration(eta) if eta is not None else "n/a",
+        )
 
 
 class RunProgressBar(TQDMProgressBar):

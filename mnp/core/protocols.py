@@ -1,4 +1,5 @@
 """Evaluation protocols (docs/method.md §5): noisy views and OOD set assembly."""
+
 from __future__ import annotations
 
 import math
@@ -19,11 +20,14 @@ def default_noise_levels() -> list[float]:
     return [float(s) for s in np.logspace(-2, 1, 10)]
 
 
-DEFAULT_MAX_SUBSETS = 64  # eval.noise_max_subsets: every dataset of the paper keeps all its subsets (at most C(6, 3) = 20)
+DEFAULT_MAX_SUBSETS = (
+    64  # eval.noise_max_subsets: every dataset of the paper keeps all its subsets (at most C(6, 3) = 20)
+)
 
 
-def noise_subsets(num_views: int, size: int | None = None, max_subsets: int = DEFAULT_MAX_SUBSETS,
-                  seed: int = 0) -> list[tuple[int, ...]]:
+def noise_subsets(
+    num_views: int, size: int | None = None, max_subsets: int = DEFAULT_MAX_SUBSETS, seed: int = 0
+) -> list[tuple[int, ...]]:
     """The subsets of ⌊M/2⌋ views (or of ``size`` views) that receive noise; none when M = 1.
 
     All C(M, k) of them in lexicographic order when there are at most ``max_subsets``; otherwise
@@ -33,7 +37,9 @@ def noise_subsets(num_views: int, size: int | None = None, max_subsets: int = DE
     if size == 0:
         return []  # a single view: no subset to corrupt, the protocol is skipped
     if not 1 <= size <= num_views:
-        raise ValueError(f"eval.noise_subset_size must lie in [1, {num_views}] (the data has {num_views} views), got {size}")
+        raise ValueError(
+            f"eval.noise_subset_size must lie in [1, {num_views}] (the data has {num_views} views), got {size}"
+        )
     if isinstance(max_subsets, bool) or not isinstance(max_subsets, int) or max_subsets < 1:
         raise ValueError(f"eval.noise_max_subsets must be an integer >= 1, got {max_subsets!r}")
     total = math.comb(num_views, size)
@@ -92,8 +98,9 @@ def resolve_noise_batch_rows(setting: int | str, device: torch.device) -> int:
     return setting
 
 
-def noisy_copies(views: Sequence[Tensor], subsets: Sequence[Sequence[int]], levels: Sequence[float],
-                 generator: torch.Generator) -> Iterator[list[Tensor]]:
+def noisy_copies(
+    views: Sequence[Tensor], subsets: Sequence[Sequence[int]], levels: Sequence[float], generator: torch.Generator
+) -> Iterator[list[Tensor]]:
     """Every (σ, subset) noised copy of ``views``, one at a time, drawn from ``generator`` in the order of
     the per-call loop (σ, then subset), so each equals its :func:`add_noise`."""
     for sigma in levels:
@@ -101,8 +108,9 @@ def noisy_copies(views: Sequence[Tensor], subsets: Sequence[Sequence[int]], leve
             yield add_noise(views, subset, sigma, generator)
 
 
-def predict_in_chunks(predict: Callable[[list[Tensor]], tuple[Tensor, Tensor]], copies: Iterable[Sequence[Tensor]],
-                      max_rows: int) -> Tensor:
+def predict_in_chunks(
+    predict: Callable[[list[Tensor]], tuple[Tensor, Tensor]], copies: Iterable[Sequence[Tensor]], max_rows: int
+) -> Tensor:
     """Mean probabilities (N, K) on the host of ``predict`` over ``copies`` stacked along the batch axis, in
     calls of at most ``max_rows`` rows with one device-to-host copy each. Copies are drawn as the calls need
     them, so at most one call's rows (plus one copy) are held at a time."""
@@ -135,10 +143,12 @@ def check_split(split: str) -> str:
 def validation_names(values: dict) -> dict:
     """The evaluation's keys renamed for the validation rows: ``test/acc`` -> ``val/acc``, ``noise/acc@1`` ->
     ``val/noise/acc@1``, ``missing/...`` -> ``val/missing/...``; timings keep their names."""
+
     def name(key: str) -> str:
         if key.startswith("time/"):
             return key
-        return "val/" + (key[len("test/"):] if key.startswith("test/") else key)
+        return "val/" + (key[len("test/") :] if key.startswith("test/") else key)
+
     return {name(k): v for k, v in values.items()}
 
 

@@ -6,6 +6,7 @@ one per :data:`GIB_PER_JOB` of GPU memory: 15 on the 16-core H100 and H200 machi
 trained the paper's sweep. The GPU's memory comes from ``nvidia-smi``, so the launching process opens no
 CUDA context; without it, the CPU count alone decides.
 """
+
 from __future__ import annotations
 
 import logging
@@ -21,8 +22,13 @@ def gpu_memory_gib() -> float | None:
     if shutil.which("nvidia-smi") is None:
         return None
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
-                             capture_output=True, text=True, timeout=20, check=True).stdout.split()
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=True,
+        ).stdout.split()
         return float(out[0]) / 1024 if out else None
     except (OSError, subprocess.SubprocessError, ValueError):
         return None
@@ -39,7 +45,6 @@ def gpu_jobs(cpus: int | None = None, gib: float | None = None, probe: bool = Tr
     gib = gpu_memory_gib() if gib is None and probe else gib
     jobs = max(cpus - 1, 1)
     return jobs if gib is None else max(min(jobs, int(gib // GIB_PER_JOB)), 1)
-
 
 
 def load_average() -> float:
@@ -67,7 +72,8 @@ def set_threads(n: int | None) -> int:
     else:
         cores, load = cpu_count(), load_average()
         chosen = free_threads(cores, load)
-        logging.getLogger(__name__).info("torch threads: %d (%d cores, load %.1f); MNP_TORCH_THREADS=<n> sets it",
-                                         chosen, cores, load)
+        logging.getLogger(__name__).info(
+            "torch threads: %d (%d cores, load %.1f); MNP_TORCH_THREADS=<n> sets it", chosen, cores, load
+        )
     torch.set_num_threads(chosen)
     return chosen

@@ -14,6 +14,7 @@ Further test dataloaders are OOD sets yielding ``(views, is_ood)``; their names 
 datamodule's ``ood_names``. Results land in ``self.test_results`` (scalars) and
 ``self.test_arrays`` (numpy arrays for predictions.npz).
 """
+
 from __future__ import annotations
 
 import inspect
@@ -32,8 +33,17 @@ from mnp.core.calibration import calibrated_results, validation_rows
 from mnp.core.eval_protocol import EvalProtocol
 from mnp.core.missing import missing_results, present_mask, without
 from mnp.core.per_view import PerView
-from mnp.core.protocols import (add_noise, noise_generator, noise_results, noisy_copies, predict_in_chunks,
-                                resolve_noise_batch_rows, sample_generator, sigma_key, validation_names)
+from mnp.core.protocols import (
+    add_noise,
+    noise_generator,
+    noise_results,
+    noisy_copies,
+    predict_in_chunks,
+    resolve_noise_batch_rows,
+    sample_generator,
+    sigma_key,
+    validation_names,
+)
 from mnp.core.rng import rng_states, set_rng_states
 
 log = logging.getLogger(__name__)
@@ -86,6 +96,7 @@ class Routine(pl.LightningModule):
         between test batches only, and one batch's noise protocol can take minutes."""
         if self._trainer is not None and getattr(self.trainer, "received_sigterm", False):
             from pytorch_lightning.utilities.exceptions import SIGTERMException
+
             raise SIGTERMException()
 
     def _predict_or_stop(self, views: Sequence[Tensor], where: str = "") -> tuple[Tensor, Tensor]:
@@ -94,8 +105,9 @@ class Routine(pl.LightningModule):
 
     def check_accepts_missing(self) -> None:
         if not self.accepts_missing:
-            raise ValueError(f"{type(self).__name__} cannot predict with missing views: its predict takes no "
-                             "`present` mask")
+            raise ValueError(
+                f"{type(self).__name__} cannot predict with missing views: its predict takes no `present` mask"
+            )
 
     def ood_logits(self, views: list[Tensor]) -> Tensor | None:
         """(B, K) logits for the energy OOD score, from a model that has them; None (the default): no energy score."""
@@ -125,8 +137,10 @@ class Routine(pl.LightningModule):
         views, y = batch
         loss, logs = self.training_loss(views, y)
         if self.check_finite_every and self.global_step % self.check_finite_every == 0 and not torch.isfinite(loss):
-            raise FloatingPointError(f"non-finite training loss ({loss.item()}) at epoch {self.current_epoch}, "
-                                     f"global step {self.global_step}; the last good checkpoint is kept")
+            raise FloatingPointError(
+                f"non-finite training loss ({loss.item()}) at epoch {self.current_epoch}, "
+                f"global step {self.global_step}; the last good checkpoint is kept"
+            )
         bs = y.shape[0]
         self.log("train/loss", loss, prog_bar=True, on_step=False, on_epoch=True, batch_size=bs)
         for k, v in logs.items():
@@ -230,8 +244,15 @@ class Routine(pl.LightningModule):
             p = predict_in_chunks(self._predict_or_stop, copies, rows)
             per_sigma = p.view(len(ev.noise_levels), len(self.noise_subsets), views[0].shape[0], -1).unbind(0)
         else:
-            per_sigma = [torch.stack([self._predict_or_stop(add_noise(views, s, sigma, g))[0].mean(0).float().cpu()
-                                      for s in self.noise_subsets]) for sigma in ev.noise_levels]
+            per_sigma = [
+                torch.stack(
+                    [
+                        self._predict_or_stop(add_noise(views, s, sigma, g))[0].mean(0).float().cpu()
+                        for s in self.noise_subsets
+                    ]
+                )
+                for sigma in ev.noise_levels
+            ]
         for sigma, per_subset in zip(ev.noise_levels, per_sigma):
             self._noisy[sigma].append(per_subset)  # (n_subsets, B, K)
 
@@ -248,7 +269,9 @@ class Routine(pl.LightningModule):
                     rows = mask.any(1)
                     kept, mask, y = [v[rows] for v in kept], mask[rows], target[rows]
                 self.sample_generator = sample_generator(self.device, self.protocol.sample_seed, -(i + 1), batch_idx)
-                probs = self.predict(kept, mask)[0].mean(0).float().cpu() if len(y) else torch.zeros(0, self.num_classes)
+                probs = (
+                    self.predict(kept, mask)[0].mean(0).float().cpu() if len(y) else torch.zeros(0, self.num_classes)
+                )
                 self._missing[removed][0].append(probs)
                 self._missing[removed][1].append(y.cpu())
         finally:
@@ -264,19 +287,28 @@ class Routine(pl.LightningModule):
         labels = torch.cat(self._clean["labels"])
         unc = torch.cat(self._clean["unc"])
         ev = self.protocol
-        results: dict[str, float] = {f"test/{k}": v for k, v in metrics.classification_metrics(probs, labels, ev.n_bins).items()}
+        results: dict[str, float] = {
+            f"test/{k}": v for k, v in metrics.classification_metrics(probs, labels, ev.n_bins).items()
+        }
         results.update({f"test/{k}": v for k, v in metrics.selective_metrics(probs, labels, unc, ev.n_bins).items()})
         metrics.count_nonfinite(results, "test/nonfinite_rows", probs, "test rows", type(self).__name__)
-        arrays: dict[str, np.ndarray] = {"test/probs": probs.numpy(), "test/labels": labels.numpy(),
-                                         "test/uncertainty": unc.numpy()}
+        arrays: dict[str, np.ndarray] = {
+            "test/probs": probs.numpy(),
+            "test/labels": labels.numpy(),
+            "test/uncertainty": unc.numpy(),
+        }
         for name, parts in self._extra.items():
             arrays[f"test/score_{name}"] = torch.cat(parts).numpy()
         if self.noise_subsets and self._noisy_labels:
             nl = torch.cat(self._noisy_labels)
             for sigma in ev.noise_levels:
-                metrics.count_nonfinite(results, f"noise/nonfinite_rows@{sigma_key(sigma)}",
-                                        torch.cat(self._noisy[sigma], dim=1).flatten(0, 1),
-                                        f"noised test rows at sigma {sigma_key(sigma)}", type(self).__name__)
+                metrics.count_nonfinite(
+                    results,
+                    f"noise/nonfinite_rows@{sigma_key(sigma)}",
+                    torch.cat(self._noisy[sigma], dim=1).flatten(0, 1),
+                    f"noised test rows at sigma {sigma_key(sigma)}",
+                    type(self).__name__,
+                )
             noisy, noisy_arrays = noise_results(self._noisy, nl, ev.noise_levels, ev.n_bins)
             results.update({**noisy, "noise/n_subsets": len(self.noise_subsets)})
             arrays.update(noisy_arrays)
@@ -284,8 +316,13 @@ class Routine(pl.LightningModule):
             results.update(missing_results(self._missing, len(self.view_dims), self.noise_subsets, ev.n_bins))
             for removed, (parts, _) in self._missing.items():
                 name = "+".join(f"v{k}" for k in removed)
-                metrics.count_nonfinite(results, f"missing/nonfinite_rows@{name}", torch.cat(parts),
-                                        f"test rows without {name}", type(self).__name__)
+                metrics.count_nonfinite(
+                    results,
+                    f"missing/nonfinite_rows@{name}",
+                    torch.cat(parts),
+                    f"test rows without {name}",
+                    type(self).__name__,
+                )
         if self._per_view is not None:
             view_results, view_arrays = self._per_view.results()
             results.update(view_results)
@@ -309,8 +346,9 @@ class Routine(pl.LightningModule):
 
     # ------------------------------------------------------------------ inference helper
     @torch.no_grad()
-    def predict_proba(self, views: Sequence[Tensor | None], batch_size: int = 1000,
-                      seed: int | None = None) -> tuple[Tensor, Tensor]:
+    def predict_proba(
+        self, views: Sequence[Tensor | None], batch_size: int = 1000, seed: int | None = None
+    ) -> tuple[Tensor, Tensor]:
         """Mean predictive probabilities (N, K) and uncertainty (N,) for in-memory views.
 
         Missing views: a view given as None is missing in every row, a row all NaN in a view is missing
@@ -331,17 +369,22 @@ class Routine(pl.LightningModule):
         for k, v in enumerate(views):  # MNP's sparsemax failed on one, the other models returned a NaN row silently
             if (inf := torch.isinf(v)).any():
                 r, c = (int(i) for i in inf.nonzero()[0])
-                raise ValueError(f"views[{k}] row {r} holds {float(v[r, c])} in column {c}: a model cannot predict "
-                                 "from an infinite value; clip it, or give the row as NaN (a missing view)")
+                raise ValueError(
+                    f"views[{k}] row {r} holds {float(v[r, c])} in column {c}: a model cannot predict "
+                    "from an infinite value; clip it, or give the row as NaN (a missing view)"
+                )
         if present is not None:
             self.check_accepts_missing()
         out_p, out_u = [], []
         for i in range(0, views[0].shape[0], batch_size):
-            batch = [v[i:i + batch_size].to(self.device) for v in views]
+            batch = [v[i : i + batch_size].to(self.device) for v in views]
             if seed is not None:
                 self.sample_generator = sample_generator(self.device, seed, 0, i // batch_size)
-            probs, unc = self.predict(batch) if present is None else \
-                self.predict(batch, present[i:i + batch_size].to(self.device))
+            probs, unc = (
+                self.predict(batch)
+                if present is None
+                else self.predict(batch, present[i : i + batch_size].to(self.device))
+            )
             out_p.append(probs.mean(0).cpu())
             out_u.append(unc.cpu())
         self.sample_generator = None

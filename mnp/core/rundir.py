@@ -13,6 +13,7 @@ that differ, and leaves the directory as it is. The same holds for the data: a r
 of every file its datamodule read (``data_hash`` in ``config.yaml`` and in its checkpoints), and a
 data file changed since stops the job too.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -35,15 +36,42 @@ PENDING_RESOLVER = "mnp_pending_record"
 JOBS_RESOLVER = "mnp_gpu_jobs"
 WARMUP_RESOLVER = "mnp_warmup"
 # keys that cannot change a run's numbers: these exactly (group choices, bookkeeping) ...
-NON_RESULT_KEYS = frozenset({
-    "model", "dataset", "seed", "data_hash", "declared", "experiment", "experiment_name", "variant", "launcher", "logger", "callbacks",
-    "trainer", "paths", "hydra", "skip_if_done", "ckpt_path", "test", "torch_threads", "optimized_metric",
-    "dataset.data_dir", "dataset.download", "dataset.checksum", "trainer.enable_progress_bar",
-    "trainer.enable_model_summary", "trainer.log_every_n_steps", "trainer.accelerator", "trainer.devices",
-    "trainer.num_nodes", "trainer.strategy",
-    # the captured step computes what the eager one does: bit for bit emulated (tests/test_step_graphs.py), and
-    # the same parameters and metrics on an H200 (benchmarks/h200_9de9874); runs of false and auto are one run
-    "accel.cuda_graph"})
+NON_RESULT_KEYS = frozenset(
+    {
+        "model",
+        "dataset",
+        "seed",
+        "data_hash",
+        "declared",
+        "experiment",
+        "experiment_name",
+        "variant",
+        "launcher",
+        "logger",
+        "callbacks",
+        "trainer",
+        "paths",
+        "hydra",
+        "skip_if_done",
+        "ckpt_path",
+        "test",
+        "torch_threads",
+        "optimized_metric",
+        "dataset.data_dir",
+        "dataset.download",
+        "dataset.checksum",
+        "trainer.enable_progress_bar",
+        "trainer.enable_model_summary",
+        "trainer.log_every_n_steps",
+        "trainer.accelerator",
+        "trainer.devices",
+        "trainer.num_nodes",
+        "trainer.strategy",
+        # the captured step computes what the eager one does: bit for bit emulated (tests/test_step_graphs.py), and
+        # the same parameters and metrics on an H200 (benchmarks/h200_9de9874); runs of false and auto are one run
+        "accel.cuda_graph",
+    }
+)
 # ... and everything under these
 NON_RESULT_PREFIXES = ("logger.", "launcher.", "callbacks.", "paths.", "hydra.", "data_hash.", "declared.")
 MAX_SUFFIX = 100
@@ -69,7 +97,7 @@ def short_name(parts: Iterable[str]) -> str:
     """``parts`` joined by commas, a directory name (no ``/``); a long one ends in a hash."""
     kept = ",".join(parts).replace("/", "-")
     if len(kept) > MAX_SUFFIX:
-        kept = f"{kept[:MAX_SUFFIX - 9]}~{hashlib.sha1(kept.encode()).hexdigest()[:8]}"
+        kept = f"{kept[: MAX_SUFFIX - 9]}~{hashlib.sha1(kept.encode()).hexdigest()[:8]}"
     return kept
 
 
@@ -138,18 +166,24 @@ def check_eval_output(out_dir: Path, ckpt_path: Path, run_cfg: dict) -> None:
         record = []
     evaluated = record.get("checkpoint") if isinstance(record, dict) else None
     if (out_dir / "checkpoints").exists() or (record is not None and evaluated is None):
-        raise EvalOutputConflict(f"output_dir {out_dir} holds a training run's record ({metrics.name}, "
-                                 f"{config.name}, checkpoints/), which an evaluation never writes over; leave "
-                                 "output_dir unset (the evaluation goes into the run's eval_* folder) or choose another")
+        raise EvalOutputConflict(
+            f"output_dir {out_dir} holds a training run's record ({metrics.name}, "
+            f"{config.name}, checkpoints/), which an evaluation never writes over; leave "
+            "output_dir unset (the evaluation goes into the run's eval_* folder) or choose another"
+        )
     if evaluated is None:
         return
     drift = [] if Path(evaluated).resolve() == Path(ckpt_path).resolve() else ["checkpoint"]
     if config.is_file():
         old, new = flatten(OmegaConf.to_container(OmegaConf.load(config))), flatten(run_cfg)
-        drift += sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k) and not k.startswith("data_hash."))
+        drift += sorted(
+            k for k in old.keys() | new.keys() if old.get(k) != new.get(k) and not k.startswith("data_hash.")
+        )
     if drift:
-        raise EvalOutputConflict(f"output_dir {out_dir} holds another evaluation (differs at {', '.join(drift[:6])}); "
-                                 "it was left as it is: choose another output_dir, or move it away")
+        raise EvalOutputConflict(
+            f"output_dir {out_dir} holds another evaluation (differs at {', '.join(drift[:6])}); "
+            "it was left as it is: choose another output_dir, or move it away"
+        )
 
 
 def hydra_variant() -> str:
@@ -202,8 +236,9 @@ def config_drift(saved: dict, current: dict) -> list[str]:
     behaviour; it is not drift.
     """
     old, new = flatten(saved), flatten(current)
-    return sorted(k for k in old.keys() & new.keys() if _is_result_key(k) and old[k] != new[k]) + \
-        sorted(k for k in old.keys() - new.keys() if _is_result_key(k))
+    return sorted(k for k in old.keys() & new.keys() if _is_result_key(k) and old[k] != new[k]) + sorted(
+        k for k in old.keys() - new.keys() if _is_result_key(k)
+    )
 
 
 def file_sha256(path: Path) -> str:
@@ -242,8 +277,11 @@ def warn_if_data_changed(run_cfg, files: list[Path], ckpt_path, read: dict[str, 
     was trained on; the record then names the data evaluated."""
     changed = data_change(run_cfg.get("data_hash"), files, read)
     if changed:
-        log.warning("the data differ from those %s was trained on: %s; the scores are of the data as they "
-                    "are now", ckpt_path, changed)
+        log.warning(
+            "the data differ from those %s was trained on: %s; the scores are of the data as they are now",
+            ckpt_path,
+            changed,
+        )
         run_cfg.data_hash = data_hashes(files, read)
 
 
@@ -279,8 +317,10 @@ def stored_config(out_dir, inside_checkpoint: dict | None = None) -> dict | None
     try:
         return upgrade_run_config(OmegaConf.to_container(OmegaConf.load(path)) or {})  # MNP's flat keys: nested
     except Exception as e:  # noqa: BLE001 - yaml and OmegaConf raise assorted types for a damaged file
-        raise RunDirConflict(f"{path} cannot be read ({' '.join(str(e).split())[:160]}), so {out_dir} cannot be shown "
-                             "to hold a run of this job; it was left as it is. Move it away to re-run") from None
+        raise RunDirConflict(
+            f"{path} cannot be read ({' '.join(str(e).split())[:160]}), so {out_dir} cannot be shown "
+            "to hold a run of this job; it was left as it is. Move it away to re-run"
+        ) from None
 
 
 def check_reuse(out_dir, current: dict, stored: dict, resuming: bool = False, data_files: list[Path] = ()) -> None:
@@ -297,11 +337,14 @@ def check_reuse(out_dir, current: dict, stored: dict, resuming: bool = False, da
     if drift:
         raise RunDirConflict(
             f"{out_dir} holds a run of another config (differs at {named_drift(drift, stored, current)}); it was left "
-            f"as it is. Move it away to re-run, or give this job another {rename_key()}=...")
+            f"as it is. Move it away to re-run, or give this job another {rename_key()}=..."
+        )
     changed = data_change(stored.get("data_hash"), list(data_files))
     if changed:
-        raise RunDirConflict(f"{out_dir} holds a run of other data: {changed}; it was left as it is. Move it "
-                             f"away to re-run, or give this job another {rename_key()}=...")
+        raise RunDirConflict(
+            f"{out_dir} holds a run of other data: {changed}; it was left as it is. Move it "
+            f"away to re-run, or give this job another {rename_key()}=..."
+        )
 
 
 def check_checkpoint_config(ckpt_path, current: dict, stored: dict | None) -> None:
@@ -311,8 +354,12 @@ def check_checkpoint_config(ckpt_path, current: dict, stored: dict | None) -> No
     if not stored:
         return
     keys = declared_in_both(stored, current)
-    drift = [k for k in config_drift(as_declared(stored, keys), as_declared(current, keys)) if k != "trainer.max_epochs"]
+    drift = [
+        k for k in config_drift(as_declared(stored, keys), as_declared(current, keys)) if k != "trainer.max_epochs"
+    ]
     if drift:
-        raise RunDirConflict(f"checkpoint {ckpt_path} is of a run of another config (differs at "
-                             f"{named_drift(drift, stored, current)}); resume only "
-                             "from a checkpoint of this job's config, or set ckpt_path=null to start afresh")
+        raise RunDirConflict(
+            f"checkpoint {ckpt_path} is of a run of another config (differs at "
+            f"{named_drift(drift, stored, current)}); resume only "
+            "from a checkpoint of this job's config, or set ckpt_path=null to start afresh"
+        )

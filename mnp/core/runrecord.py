@@ -11,6 +11,7 @@ that stops before (a bad config, a busy directory, a run of another config or ot
 skipped as done leaves the directory byte for byte as it was, unless the directory held nothing else:
 then the failed job's record and log, with its traceback, are written there.
 """
+
 from __future__ import annotations
 
 import functools
@@ -98,8 +99,10 @@ def _untouched() -> bool:
     if job is None or not job[0].is_dir():
         return False
     logs = {Path(h.baseFilename).resolve() for h in _held_logs()}
-    return all(p.name.startswith(PENDING) or (p.resolve() in logs and p.is_file() and p.stat().st_size == 0)
-               for p in job[0].iterdir())
+    return all(
+        p.name.startswith(PENDING) or (p.resolve() in logs and p.is_file() and p.stat().st_size == 0)
+        for p in job[0].iterdir()
+    )
 
 
 def accept() -> None:
@@ -118,6 +121,7 @@ def accept() -> None:
 def staged(fn):
     """``fn(cfg)`` whose job records reach the run directory only through :func:`accept`; on the way
     out, whatever was not accepted is dropped."""
+
     @functools.wraps(fn)
     def run(cfg, *args, **kwargs):
         _hold_logs()
@@ -133,6 +137,7 @@ def staged(fn):
                 shutil.rmtree(pending, ignore_errors=True)
             for handler in _held_logs():
                 handler.drop()
+
     return run
 
 
@@ -145,6 +150,9 @@ def finished_record(metrics_path: Path) -> dict | None:
         record = f"cannot be read ({' '.join(str(e).split())[:120]})"
     if record is None or isinstance(record, dict):
         return record
-    log.warning("%s %s: the run is not finished; it resumes from its last checkpoint (if any) and is tested again",
-                metrics_path, record if isinstance(record, str) else f"holds a JSON {type(record).__name__}")
+    log.warning(
+        "%s %s: the run is not finished; it resumes from its last checkpoint (if any) and is tested again",
+        metrics_path,
+        record if isinstance(record, str) else f"holds a JSON {type(record).__name__}",
+    )
     return None

@@ -9,6 +9,7 @@ batch or epoch end; that exception is a ``SystemExit`` with status 0, so it is t
 handler raises :class:`Terminated` at once, after it has passed SIGTERM on to the workers of a parallel sweep
 (:func:`end_children`), so none is left behind. A sweep stops, and its summary names the interrupted jobs.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -114,11 +115,15 @@ def resume_message(stage: str, ckpt_dir: Path, max_epochs: int, cause: str = SIG
     except (CheckpointError, FileNotFoundError):
         return f"{cause} during {stage}, before any checkpoint was written; re-run the same command to start again"
     if done >= max_epochs:
-        return f"{cause} during {stage}; re-run the same command to test the trained model ({last} holds all " \
-               f"{done} epochs)"
+        return (
+            f"{cause} during {stage}; re-run the same command to test the trained model ({last} holds all "
+            f"{done} epochs)"
+        )
     held = "epoch 1" if done == 1 else f"epochs 1-{done}"
-    return f"{cause} during {stage}; re-run the same command to resume from epoch {done + 1} of {max_epochs} " \
-           f"({last} holds {held})"
+    return (
+        f"{cause} during {stage}; re-run the same command to resume from epoch {done + 1} of {max_epochs} "
+        f"({last} holds {held})"
+    )
 
 
 @contextlib.contextmanager

@@ -6,6 +6,7 @@ the model and Lightning's setup), and from the job's start for a sweep's job or 
 from Python, whose process did other things before; ``time/teardown_s`` from the end of the test to the
 outputs written.
 """
+
 from __future__ import annotations
 
 import os

@@ -11,6 +11,7 @@ built from its saved constructor arguments and loaded with ``load_state_dict``, 
 a checkpoint never downloads data or builds a feature cache: it reads what is there, so a crafted
 ``data_dir`` or ``feature_dir`` cannot make the load write files.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -26,15 +27,32 @@ from mnp.core.validate import check_eval, check_seed
 
 # Every class the project's configs (conf/model*, conf/dataset) instantiate; tests/test_stored_config.py
 # checks this list against the _target_ of every config file, so a new model or dataset must be added here.
-MODELS = frozenset({
-    "mnp.model.MNP", "baselines.mlp.MLP", "baselines.mcd.MCDropout", "baselines.deep_ensemble.DeepEnsemble",
-    "baselines.sngp.SNGP", "baselines.etp.ETP", "baselines.tmc.TMC", "baselines.mgp.MGP"})
-DATAMODULES = frozenset({
-    "datamodules.features.FeatureDataModule", "datamodules.custom.CustomDataModule",
-    "datamodules.cifar10c.CIFAR10C", "datamodules.digits_c.DigitsC", "datamodules.synthetic.TwoMoons"})
+MODELS = frozenset(
+    {
+        "mnp.model.MNP",
+        "baselines.mlp.MLP",
+        "baselines.mcd.MCDropout",
+        "baselines.deep_ensemble.DeepEnsemble",
+        "baselines.sngp.SNGP",
+        "baselines.etp.ETP",
+        "baselines.tmc.TMC",
+        "baselines.mgp.MGP",
+    }
+)
+DATAMODULES = frozenset(
+    {
+        "datamodules.features.FeatureDataModule",
+        "datamodules.custom.CustomDataModule",
+        "datamodules.cifar10c.CIFAR10C",
+        "datamodules.digits_c.DigitsC",
+        "datamodules.synthetic.TwoMoons",
+    }
+)
 # constructor settings that would write files (a download, a feature cache build), and their read-only values
-READ_ONLY = {"datamodules.features.FeatureDataModule": {"download": False},
-             "datamodules.digits_c.DigitsC": {"build_missing": False}}
+READ_ONLY = {
+    "datamodules.features.FeatureDataModule": {"download": False},
+    "datamodules.digits_c.DigitsC": {"build_missing": False},
+}
 PLAIN = (str, int, float, bool, type(None))
 
 
@@ -49,16 +67,24 @@ def init_keys(cls: type, exclude=()) -> list[str]:
         if "__init__" not in vars(c):
             continue
         params = inspect.signature(c.__init__).parameters.values()
-        keys += [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
-                 and p.name != "self" and p.name not in keys and p.name not in exclude]
+        keys += [
+            p.name
+            for p in params
+            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+            and p.name != "self"
+            and p.name not in keys
+            and p.name not in exclude
+        ]
         if not any(p.kind == p.VAR_KEYWORD for p in params):
             break
     return keys
 
 
 def _refuse(path: Path, where: str, what: str) -> None:
-    raise UnsafeConfig(f"checkpoint {path} refused: its stored config {what} at {where}; only checkpoints "
-                       "written by train.py can be evaluated")
+    raise UnsafeConfig(
+        f"checkpoint {path} refused: its stored config {what} at {where}; only checkpoints "
+        "written by train.py can be evaluated"
+    )
 
 
 def _check_stored(value: Any, where: str, path: Path, plain: bool = True) -> None:
@@ -102,9 +128,11 @@ def checked_run_config(stored: Any, path: Path) -> dict:
             _check_stored({k: v for k, v in node.items() if k != "_target_"}, key, path)
             # the dataset node is the datamodule's arguments (the model is rebuilt from its hyperparameters)
             if key == "dataset" and (unknown := sorted(set(node) - {"_target_", "name"} - set(init_keys(cls)))):
-                raise CheckpointError(f"checkpoint {path}: {cls.__name__} takes no argument {unknown[0]!r} (stored at "
-                                      f"{key}.{unknown[0]}); it was written by another version of the code or not "
-                                      "by train.py")
+                raise CheckpointError(
+                    f"checkpoint {path}: {cls.__name__} takes no argument {unknown[0]!r} (stored at "
+                    f"{key}.{unknown[0]}); it was written by another version of the code or not "
+                    "by train.py"
+                )
         else:  # never instantiated; still no interpolation that resolving the config would evaluate
             _check_stored(node, key, path, plain=False)
     dataset = {**stored["dataset"], **READ_ONLY.get(stored["dataset"]["_target_"], {})}
@@ -122,14 +150,18 @@ def restore_model(ckpt: dict, target: str, path: Path):
     hparams = upgrade_hparams(target, hparams)  # MNP: flat arguments from before its parts
     known = set(init_keys(cls))
     if unknown := sorted(set(hparams) - known):
-        raise CheckpointError(f"checkpoint {path}: {cls.__name__} takes no argument {unknown[0]!r}; it was written "
-                              "by another version of the code or not by train.py")
+        raise CheckpointError(
+            f"checkpoint {path}: {cls.__name__} takes no argument {unknown[0]!r}; it was written "
+            "by another version of the code or not by train.py"
+        )
     model = cls(**hparams)
     model.on_load_checkpoint(ckpt)
     if diff := weights_diff(ckpt["state_dict"], model):
         more = f" and {len(diff) - 1} more differences" if len(diff) > 1 else ""
-        raise CheckpointError(f"checkpoint {path}: its weights do not fit its own hyperparameters ({diff[0]}{more}); "
-                              "it was written by another version of the code or not by train.py")
+        raise CheckpointError(
+            f"checkpoint {path}: its weights do not fit its own hyperparameters ({diff[0]}{more}); "
+            "it was written by another version of the code or not by train.py"
+        )
     model.load_state_dict(ckpt["state_dict"], strict=True)
     return model
 
@@ -139,7 +171,10 @@ def check_stored(run_cfg, ckpt_path: Path) -> None:
     train.py checks them: an old or edited checkpoint's ``noise_levels: [-1, nan]`` reported ``noise/acc@nan``."""
     try:
         check_seed(run_cfg.get("seed", 0))
-        check_eval(OmegaConf.to_container(run_cfg.eval, resolve=True) if OmegaConf.is_config(run_cfg.get("eval"))
-                   else run_cfg.get("eval") or {})
+        check_eval(
+            OmegaConf.to_container(run_cfg.eval, resolve=True)
+            if OmegaConf.is_config(run_cfg.get("eval"))
+            else run_cfg.get("eval") or {}
+        )
     except ValueError as e:
         raise ValueError(f"checkpoint {ckpt_path}: its stored config cannot be evaluated: {e}") from None

@@ -1,4 +1,5 @@
 """What a finished run or sweep got, and where: the lines printed (and logged to ``train.log``) at its end."""
+
 from __future__ import annotations
 
 import json
@@ -9,9 +10,14 @@ from pathlib import Path
 log = logging.getLogger("mnp")
 
 # (metrics.json key, label, format); percentages are stored as fractions
-ROWS = [("test/acc", "accuracy", "pct"), ("test/ece", "ECE", "f4"), ("test/nll", "NLL", "f4"),
-        ("noise/acc_mean", "noisy accuracy", "pct"), ("cal/test/ece", "ECE, temperature-scaled", "f4"),
-        ("calibration/temperature", "temperature T", "f4")]
+ROWS = [
+    ("test/acc", "accuracy", "pct"),
+    ("test/ece", "ECE", "f4"),
+    ("test/nll", "NLL", "f4"),
+    ("noise/acc_mean", "noisy accuracy", "pct"),
+    ("cal/test/ece", "ECE, temperature-scaled", "f4"),
+    ("calibration/temperature", "temperature T", "f4"),
+]
 
 
 def duration(seconds: float) -> str:
@@ -54,10 +60,16 @@ def run_summary(results: dict, out_dir: Path) -> str:
         head += f", {results['epochs']} epochs"
     lines = [f"Evaluated: {head} ({results['checkpoint']})" if "checkpoint" in results else f"Finished: {head}"]
     rows = [(label, _fmt(results[key], kind)) for key, label, kind in ROWS if key in results]
-    rows += [(f"validation {label}", _fmt(results[f"val/{key.removeprefix('test/')}"], kind)) for key, label, kind in ROWS
-             if f"val/{key.removeprefix('test/')}" in results]  # eval.split=val: the selection protocol
-    rows += [(f"OOD AUROC ({k.split('/')[1]})", f"{v:.4f}") for k, v in sorted(results.items())
-             if k.startswith("ood/") and k.endswith("/auroc")]
+    rows += [
+        (f"validation {label}", _fmt(results[f"val/{key.removeprefix('test/')}"], kind))
+        for key, label, kind in ROWS
+        if f"val/{key.removeprefix('test/')}" in results
+    ]  # eval.split=val: the selection protocol
+    rows += [
+        (f"OOD AUROC ({k.split('/')[1]})", f"{v:.4f}")
+        for k, v in sorted(results.items())
+        if k.startswith("ood/") and k.endswith("/auroc")
+    ]
     if "time/train_epoch_s" in results:
         rows.append(("train time / epoch", f"{results['time/train_epoch_s']:.2f} s" + _epochs_timed(results)))
     if "time/test_s" in results:
@@ -89,9 +101,13 @@ def _epochs_timed(results: dict) -> str:
 
 def run_files(out_dir: Path) -> list[Path]:
     """The files of a run directory worth listing: not hidden (Hydra's ``.hydra/``), no empty log."""
-    return sorted(p for p in out_dir.rglob("*")
-                  if p.is_file() and not any(part.startswith(".") for part in p.relative_to(out_dir).parts)
-                  and not (p.suffix == ".log" and p.stat().st_size == 0))
+    return sorted(
+        p
+        for p in out_dir.rglob("*")
+        if p.is_file()
+        and not any(part.startswith(".") for part in p.relative_to(out_dir).parts)
+        and not (p.suffix == ".log" and p.stat().st_size == 0)
+    )
 
 
 def log_run_summary(results: dict, out_dir: Path) -> None:
@@ -123,8 +139,10 @@ def _jobs(status_file: Path) -> list[dict]:
         if line.strip():
             job = json.loads(line)
             last[job["dir"]] = job
-    return [j if j["status"] != "started" else {**j, "status": "interrupted", "message": "stopped before it finished"}
-            for j in last.values()]
+    return [
+        j if j["status"] != "started" else {**j, "status": "interrupted", "message": "stopped before it finished"}
+        for j in last.values()
+    ]
 
 
 def sweep_summary(status_file: Path) -> str:
@@ -138,8 +156,9 @@ def sweep_summary(status_file: Path) -> str:
         counts[j["status"]] = counts.get(j["status"], 0) + 1
         lines.append(f"  {j['status']:<11} {Path(j['dir']).name}" + (f": {j['message']}" if j["message"] else ""))
     sweep_dirs = sorted({str(Path(j["dir"]).parent) for j in jobs})
-    head = ("Sweep stopped: " if "interrupted" in counts else "Sweep finished: ") + \
-        ", ".join(f"{n} {s}" for s, n in counts.items())
+    head = ("Sweep stopped: " if "interrupted" in counts else "Sweep finished: ") + ", ".join(
+        f"{n} {s}" for s, n in counts.items()
+    )
     tail = [f"Aggregate with: python -m mnp.tools.report {' '.join(sweep_dirs)}  (writes {sweep_dirs[0]}/report)"]
     return "\n".join([head, *lines, *tail])
 

@@ -17,6 +17,7 @@ Re-running the same sweep (``skip_if_done: true``) skips jobs whose ``metrics.js
 re-runs the failed and skipped ones. A sweep with a failed or skipped job exits non-zero
 (:func:`mnp.core.cli.main_guarded`); its summary names them.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -74,8 +75,12 @@ def job_identity(cfg: DictConfig) -> dict:
     ident = {"experiment": cfg.get("experiment_name"), "seed": cfg.get("seed")}
     if HydraConfig.initialized():
         hc = HydraConfig.get()
-        ident.update(model=hc.runtime.choices.get("model"), dataset=hc.runtime.choices.get("dataset"),
-                     overrides=list(hc.overrides.task), job_num=hc.job.get("num"))
+        ident.update(
+            model=hc.runtime.choices.get("model"),
+            dataset=hc.runtime.choices.get("dataset"),
+            overrides=list(hc.overrides.task),
+            job_num=hc.job.get("num"),
+        )
     return ident
 
 
@@ -117,8 +122,15 @@ def run_job(fn: Callable[[DictConfig], dict], cfg: DictConfig) -> Any:
             log.warning("skipped (data not available): %s [%s]", msg, path)
             record_job("skipped", out_dir, msg)
             return math.nan if cfg.get("optimized_metric") else {"skipped": msg}
-        path = _record(out_dir, FAILED, cfg, status="failed", error=type(e).__name__, message=msg,
-                       traceback="".join(traceback.format_exception(e)))
+        path = _record(
+            out_dir,
+            FAILED,
+            cfg,
+            status="failed",
+            error=type(e).__name__,
+            message=msg,
+            traceback="".join(traceback.format_exception(e)),
+        )
         traceback_to_log_file(e)
         log.error("job failed: %s: %s [%s]", type(e).__name__, msg, path)
         record_job("failed", out_dir, f"{type(e).__name__}: {msg}")
@@ -152,4 +164,4 @@ class SqliteStorageDir(HydraCallback):
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
         url = str(config.hydra.sweeper.get("storage") or "")
         if url.startswith("sqlite:///"):
-            Path(url[len("sqlite:///"):]).expanduser().parent.mkdir(parents=True, exist_ok=True)
+            Path(url[len("sqlite:///") :]).expanduser().parent.mkdir(parents=True, exist_ok=True)

@@ -17,6 +17,7 @@ the run when the dataset has no config of its own, or scaled to a run shortened 
 :func:`resolve_epochs` sized the run by optimiser steps on the data where the config asks for it (dataset=custom), and records what the config gave for them. Once the model is built,
 :func:`check_manual_optimization` refuses the Trainer keys a model's own optimisation step cannot honour.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -67,9 +68,16 @@ def resolve_auto(cfg: DictConfig) -> None:
         if value != first:  # scaled to a shortened run: a resume with more epochs compares what the config gave
             with open_dict(cfg):
                 cfg.declared = {"model.warmup.epochs": raw.strip()}
-            log.info("trainer.max_epochs=%d leaves no epoch after the dataset's %d warm-up epochs: the warm-up keeps "
-                     "its share of the run, model.warmup.epochs=%d (%d of %d by default; set model.warmup.epochs to "
-                     "choose)", cfg.trainer.max_epochs, first, value, first, of)
+            log.info(
+                "trainer.max_epochs=%d leaves no epoch after the dataset's %d warm-up epochs: the warm-up keeps "
+                "its share of the run, model.warmup.epochs=%d (%d of %d by default; set model.warmup.epochs to "
+                "choose)",
+                cfg.trainer.max_epochs,
+                first,
+                value,
+                first,
+                of,
+            )
     if "fraction" not in warmup:
         return
     with open_dict(cfg):
@@ -98,8 +106,14 @@ def resolve_epochs(cfg: DictConfig, load: Callable[[], tuple]) -> tuple | None:
     batches = len(loaded[1].train_dataloader())
     with open_dict(cfg):
         cfg.trainer.max_epochs = max(math.ceil(steps / batches), least)
-    log.info("%d training batches per epoch: trainer.max_epochs=%d for about train_steps=%d optimiser steps (at least "
-             "min_epochs=%d; set trainer.max_epochs to choose)", batches, cfg.trainer.max_epochs, steps, least)
+    log.info(
+        "%d training batches per epoch: trainer.max_epochs=%d for about train_steps=%d optimiser steps (at least "
+        "min_epochs=%d; set trainer.max_epochs to choose)",
+        batches,
+        cfg.trainer.max_epochs,
+        steps,
+        least,
+    )
     return loaded
 
 
@@ -209,12 +223,11 @@ def _is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-
-
 def _check_int(key: str, v, low: int, high: int | None = None) -> None:
     if not _is_int(v) or v < low or (high is not None and v > high):
-        raise ConfigError(f"{key} must be an integer " + (f">= {low}" if high is None else f"in [{low}, {high}]")
-                          + f", got {v!r}")
+        raise ConfigError(
+            f"{key} must be an integer " + (f">= {low}" if high is None else f"in [{low}, {high}]") + f", got {v!r}"
+        )
 
 
 def _check_fraction(key: str, v, upper_open: bool = True, lower_open: bool = False) -> None:
@@ -240,16 +253,22 @@ def check_ranges(c: dict) -> None:
         _check_fraction("dataset.test_fraction", data["test_fraction"], lower_open=True)
     w = (model.get("warmup") or {}).get("epochs")  # its domain (an integer >= 0) is checked with the model's types
     if _is_int(w) and w >= epochs:
-        raise ConfigError(f"model.warmup.epochs={w} >= trainer.max_epochs={epochs}: every epoch would be warm-up "
-                          f"and the classifier never trains; set trainer.max_epochs > {w} "
-                          f"(e.g. trainer.max_epochs={w + max(epochs, 20)}) or model.warmup.epochs < {epochs}")
+        raise ConfigError(
+            f"model.warmup.epochs={w} >= trainer.max_epochs={epochs}: every epoch would be warm-up "
+            f"and the classifier never trains; set trainer.max_epochs > {w} "
+            f"(e.g. trainer.max_epochs={w + max(epochs, 20)}) or model.warmup.epochs < {epochs}"
+        )
     check_eval(ev)
     if ev.get("split") == "val" and not data.get("val_fraction"):
-        raise ConfigError("eval.split=val evaluates on the validation rows: set dataset.val_fraction > 0 "
-                          "(the selection protocol uses 0.2, docs/method.md §5.4)")
+        raise ConfigError(
+            "eval.split=val evaluates on the validation rows: set dataset.val_fraction > 0 "
+            "(the selection protocol uses 0.2, docs/method.md §5.4)"
+        )
     if ev.get("calibration") == "temperature" and not data.get("val_fraction"):
-        raise ConfigError("eval.calibration=temperature fits T on the validation rows: set dataset.val_fraction > 0 "
-                          "(e.g. 0.2, docs/method.md §5.6)")
+        raise ConfigError(
+            "eval.calibration=temperature fits T on the validation rows: set dataset.val_fraction > 0 "
+            "(e.g. 0.2, docs/method.md §5.6)"
+        )
     check_train_batches(trainer)
     check_device(trainer)
     check_accel(c.get("accel") or {})
@@ -282,21 +301,32 @@ def check_train_batches(trainer: Mapping, n_batches: int | None = None) -> None:
     if limit is not None:
         fraction = isinstance(limit, float) and math.isfinite(limit) and 0 < limit <= 1
         if not fraction and not (_is_int(limit) and limit >= 1):
-            raise ConfigError("trainer.limit_train_batches must be an integer >= 1 (batches) or a fraction in "
-                              f"(0, 1], got {limit!r}" + (f": {untrained}" if limit == 0 else ""))
+            raise ConfigError(
+                "trainer.limit_train_batches must be an integer >= 1 (batches) or a fraction in "
+                f"(0, 1], got {limit!r}" + (f": {untrained}" if limit == 0 else "")
+            )
         if fraction and n_batches is not None and int(n_batches * limit) < 1:
             least = math.ceil(1000 / n_batches) / 1000
-            raise ConfigError(f"trainer.limit_train_batches={limit} keeps 0 of the {n_batches} training batches "
-                              f"per epoch: {untrained}; set it to at least {least} or leave it out")
+            raise ConfigError(
+                f"trainer.limit_train_batches={limit} keeps 0 of the {n_batches} training batches "
+                f"per epoch: {untrained}; set it to at least {least} or leave it out"
+            )
     tests = trainer.get("limit_test_batches")
-    if tests is not None and not (isinstance(tests, float) and math.isfinite(tests) and 0 < tests <= 1) \
-            and not (_is_int(tests) and tests >= 1):
-        raise ConfigError("trainer.limit_test_batches must be an integer >= 1 (batches) or a fraction in (0, 1], got "
-                          f"{tests!r}: the run would train, then test on no batch and record no metrics")
+    if (
+        tests is not None
+        and not (isinstance(tests, float) and math.isfinite(tests) and 0 < tests <= 1)
+        and not (_is_int(tests) and tests >= 1)
+    ):
+        raise ConfigError(
+            "trainer.limit_test_batches must be an integer >= 1 (batches) or a fraction in (0, 1], got "
+            f"{tests!r}: the run would train, then test on no batch and record no metrics"
+        )
     steps = trainer.get("max_steps", -1)
     if steps is not None and steps != -1 and not (_is_int(steps) and steps >= 1):
-        raise ConfigError(f"trainer.max_steps must be -1 (no limit) or an integer >= 1, got {steps!r}"
-                          + (f": {untrained}" if steps == 0 else ""))
+        raise ConfigError(
+            f"trainer.max_steps must be -1 (no limit) or an integer >= 1, got {steps!r}"
+            + (f": {untrained}" if steps == 0 else "")
+        )
 
 
 def check_device(trainer: Mapping) -> None:
@@ -307,8 +337,10 @@ def check_device(trainer: Mapping) -> None:
     wanted = str(trainer.get("accelerator", "auto")).lower()
     has = torch.cuda.is_available() or (wanted == "gpu" and torch.backends.mps.is_available())
     if wanted in ("gpu", "cuda") and not has:
-        raise ConfigError(f"trainer.accelerator={trainer.get('accelerator')} needs a GPU, and torch finds none on this "
-                          "machine; use trainer.accelerator=auto (trainer=default) to run on the CPU")
+        raise ConfigError(
+            f"trainer.accelerator={trainer.get('accelerator')} needs a GPU, and torch finds none on this "
+            "machine; use trainer.accelerator=auto (trainer=default) to run on the CPU"
+        )
 
 
 def check_manual_optimization(trainer: Mapping, model_name: str, automatic: bool) -> None:
@@ -320,12 +352,16 @@ def check_manual_optimization(trainer: Mapping, model_name: str, automatic: bool
     why = f"cannot apply to model {model_name}, which runs its own optimisation step"
     accumulate = trainer.get("accumulate_grad_batches", 1)
     if accumulate not in (1, None):
-        raise ConfigError(f"trainer.accumulate_grad_batches={accumulate} {why}; remove it (a larger "
-                          "dataset.batch_size gives each step more samples)")
+        raise ConfigError(
+            f"trainer.accumulate_grad_batches={accumulate} {why}; remove it (a larger "
+            "dataset.batch_size gives each step more samples)"
+        )
     for key in ("gradient_clip_val", "gradient_clip_algorithm"):
         if trainer.get(key) not in (None, 0, 0.0):
-            raise ConfigError(f"trainer.{key}={trainer[key]} {why}; remove it and set model.optim.clip_norm=<max norm> "
-                              "instead (each gradient tensor clipped to that norm)")
+            raise ConfigError(
+                f"trainer.{key}={trainer[key]} {why}; remove it and set model.optim.clip_norm=<max norm> "
+                "instead (each gradient tensor clipped to that norm)"
+            )
 
 
 def check_accel(accel: Mapping) -> None:
@@ -345,8 +381,10 @@ def validate(cfg: DictConfig) -> None:
     missing = sorted(OmegaConf.missing_keys(cfg))
     if missing:
         key = missing[0]
-        raise ConfigError(f"{key} is required: add {key}=<value> to the command"
-                          + (" (the data file, e.g. dataset.path=my_data.npz)" if key == "dataset.path" else ""))
+        raise ConfigError(
+            f"{key} is required: add {key}=<value> to the command"
+            + (" (the data file, e.g. dataset.path=my_data.npz)" if key == "dataset.path" else "")
+        )
     c = OmegaConf.to_container(cfg, resolve=True)
     check_seed(c.get("seed", 0))  # first: dataset.seed interpolates it
     for group in ("model", "dataset"):

@@ -9,6 +9,7 @@
 - ``missing``: ``removed`` (``none``: the clean test, ``v<k>``: view k removed), ``acc``, ``ece``.
 - ``ood``: ``ood_set``, ``auroc``, ``aupr``, ``fpr95``.
 """
+
 from __future__ import annotations
 
 import math
@@ -51,9 +52,12 @@ def noise_table(results: dict) -> Table | None:
 def reliability_table(probs: np.ndarray, labels: np.ndarray, n_bins: int = 15) -> Table:
     rel = reliability(torch.as_tensor(probs), torch.as_tensor(labels).long(), n_bins)
     edges = np.linspace(0, 1, n_bins + 1)
-    rows = [[f"{lo:.2f}-{hi:.2f}", float(lo), float(hi), number(c) if n else None, number(a) if n else None, int(n)]
-            for lo, hi, c, a, n in zip(edges[:-1], edges[1:], rel["confidence"].tolist(), rel["accuracy"].tolist(),
-                                       rel["count"].tolist())]
+    rows = [
+        [f"{lo:.2f}-{hi:.2f}", float(lo), float(hi), number(c) if n else None, number(a) if n else None, int(n)]
+        for lo, hi, c, a, n in zip(
+            edges[:-1], edges[1:], rel["confidence"].tolist(), rel["accuracy"].tolist(), rel["count"].tolist()
+        )
+    ]
     return Table(["bin", "lo", "hi", "confidence", "accuracy", "count"], rows, [("bar", "bin", "accuracy")])
 
 
@@ -64,21 +68,34 @@ def missing_table(results: dict) -> Table | None:
             views.setdefault(int(m.group(2)), {})[m.group(1)] = number(value)
     if not views:
         return None
-    rows = [["none", number(results.get("test/acc")), number(results.get("test/ece"))]] + \
-        [[f"v{k}", v.get("acc"), v.get("ece")] for k, v in sorted(views.items())]
+    rows = [["none", number(results.get("test/acc")), number(results.get("test/ece"))]] + [
+        [f"v{k}", v.get("acc"), v.get("ece")] for k, v in sorted(views.items())
+    ]
     return Table(["removed", "acc", "ece"], rows, [("bar", "removed", "acc"), ("bar", "removed", "ece")])
 
 
 def ood_table(results: dict) -> Table | None:
     """Each OOD set's detection metrics, the model's own uncertainty as the score."""
-    rows = [[m.group(1), number(v), number(results.get(f"ood/{m.group(1)}/aupr")),
-             number(results.get(f"ood/{m.group(1)}/fpr95"))] for k, v in sorted(results.items()) if (m := OOD_KEY.match(k))]
-    return Table(["ood_set", "auroc", "aupr", "fpr95"], rows,
-                 [("bar", "ood_set", y) for y in ("auroc", "aupr", "fpr95")]) if rows else None
+    rows = [
+        [
+            m.group(1),
+            number(v),
+            number(results.get(f"ood/{m.group(1)}/aupr")),
+            number(results.get(f"ood/{m.group(1)}/fpr95")),
+        ]
+        for k, v in sorted(results.items())
+        if (m := OOD_KEY.match(k))
+    ]
+    return (
+        Table(["ood_set", "auroc", "aupr", "fpr95"], rows, [("bar", "ood_set", y) for y in ("auroc", "aupr", "fpr95")])
+        if rows
+        else None
+    )
 
 
-def run_tables(results: dict, probs: np.ndarray | None = None, labels: np.ndarray | None = None,
-               n_bins: int = 15) -> dict[str, Table]:
+def run_tables(
+    results: dict, probs: np.ndarray | None = None, labels: np.ndarray | None = None, n_bins: int = 15
+) -> dict[str, Table]:
     """The tables of one run that it has data for, by name."""
     tables = {"noise": noise_table(results), "missing": missing_table(results), "ood": ood_table(results)}
     if probs is not None and labels is not None and len(labels):

@@ -9,6 +9,7 @@ per-epoch curves (``train/*``, ``val/*``, ``time/epoch_s``) come from Lightning;
 the final metrics, the test-time tables (:mod:`mnp.core.wandb_tables`) with their charts, and the
 reliability and noise images. The pipeline calls ``wandb.finish()`` after every job: one run per job.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -64,10 +65,13 @@ def run_identity(cfg: DictConfig, node: DictConfig) -> dict:
     experiment = str(cfg.get("experiment_name", "default"))
     model, dataset = str(cfg.model.get("name")), str(cfg.dataset.get("name"))
     label = data_label(dataset, cfg.dataset)  # a custom file's stem, as the report's cells name it
-    identity = {"name": Path(cfg.paths.output_dir).name,
-                "group": group_name(experiment, model, label, cfg.get("variant")),
-                "tags": [model, dataset, experiment] + ([label] if label != dataset else []),
-                "id": run_id(cfg.paths.output_dir), "resume": "allow"}
+    identity = {
+        "name": Path(cfg.paths.output_dir).name,
+        "group": group_name(experiment, model, label, cfg.get("variant")),
+        "tags": [model, dataset, experiment] + ([label] if label != dataset else []),
+        "id": run_id(cfg.paths.output_dir),
+        "resume": "allow",
+    }
     return {k: v for k, v in identity.items() if node.get(k) is None}
 
 
@@ -94,8 +98,11 @@ def table_logs(tables: dict, prefix: str = "tables") -> dict:
         table = wandb.Table(columns=t.columns, data=t.rows)
         logged[f"{prefix}/{name}"] = table
         for kind, x, y in t.charts:
-            plot = wandb.plot.line(table, x, y, title=f"{name}: {y}") if kind == "line" else \
-                wandb.plot.bar(table, x, y, title=f"{name}: {y}")
+            plot = (
+                wandb.plot.line(table, x, y, title=f"{name}: {y}")
+                if kind == "line"
+                else wandb.plot.bar(table, x, y, title=f"{name}: {y}")
+            )
             logged[f"charts/{name}/{y}"] = plot
     return logged
 

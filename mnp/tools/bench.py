@@ -49,6 +49,7 @@ This module holds the command and the rounds of one case; the parts: ``mnp.tools
 configs, models, the MLP floor), ``mnp.tools.bench_measure`` (times, FLOPs, memory peaks), ``mnp.tools.bench_scaling``,
 ``mnp.tools.bench_profile``, ``mnp.tools.bench_sweep`` (the optional studies) and ``mnp.tools.bench_tables`` (markdown).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -65,9 +66,29 @@ from pathlib import Path
 
 import torch
 
-from mnp.tools.bench_cases import BATCH, DATASETS, EVAL_BATCH, MODELS, OPTIONAL_MODELS, SHAPES, Case, build_model, load_case, set_dotted
-from mnp.tools.bench_measure import (epoch_batches, extrapolate_test, matmul_gflops, memory_peaks, step_metrics_of,
-                               test_flops, test_pass, train_epoch, training_flops)
+from mnp.tools.bench_cases import (
+    BATCH,
+    DATASETS,
+    EVAL_BATCH,
+    MODELS,
+    OPTIONAL_MODELS,
+    SHAPES,
+    Case,
+    build_model,
+    load_case,
+    set_dotted,
+)
+from mnp.tools.bench_measure import (
+    epoch_batches,
+    extrapolate_test,
+    matmul_gflops,
+    memory_peaks,
+    step_metrics_of,
+    test_flops,
+    test_pass,
+    train_epoch,
+    training_flops,
+)
 from mnp.tools.bench_profile import profile_case
 from mnp.tools.bench_scaling import plot_scaling, scaling
 from mnp.tools.bench_sweep import sweep_estimate
@@ -99,14 +120,20 @@ def bench_case(case: Case, models: tuple[str, ...], args, device: torch.device) 
     rounds = 1 + args.repeats
     for r in range(rounds):
         peaks.append(matmul_gflops(device, torch.bfloat16 if args.precision.startswith("bf16") else torch.float32))
-        order = list(models[r % len(models):] + models[:r % len(models)])
+        order = list(models[r % len(models) :] + models[: r % len(models)])
         for m in order:
             warm = r == 0
             # mnp_graph: the second epoch, once every batch shape is captured (a run captures once)
-            t = train_epoch(built[m], dm, device, 1 if warm else timed_batches, args.precision,
-                            epochs=2 if m == "mnp_graph" else 1)
-            ts, tw = test_pass(built[m], test_views if not warm else [v[:EVAL_BATCH] for v in test_views],
-                               device, args.precision, warm=m in cached)
+            t = train_epoch(
+                built[m], dm, device, 1 if warm else timed_batches, args.precision, epochs=2 if m == "mnp_graph" else 1
+            )
+            ts, tw = test_pass(
+                built[m],
+                test_views if not warm else [v[:EVAL_BATCH] for v in test_views],
+                device,
+                args.precision,
+                warm=m in cached,
+            )
             if not warm:
                 rec[m]["train"].append(t * train_scale)
                 rec[m]["test"].append(extrapolate_test(ts, tw, test_scale))
@@ -124,27 +151,45 @@ def bench_case(case: Case, models: tuple[str, ...], args, device: torch.device) 
         train_s, test_s = statistics.median(rec[m]["train"]), statistics.median(rec[m]["test"])
         train_gf = train_fl * train_scale / train_s / 1e9
         test_gf = test_fl / test_s / 1e9
-        cases.append({"dataset": case.name, "model": m, "train_epoch_s": train_s, "test_s": test_s,
-                      "test_s_context_reused": statistics.median(rec[m]["test_warm"]),
-                      "test_samples_per_s": case.n_test_full / test_s, "peak_mem_mb": train_mem,
-                      "test_peak_mem_mb": test_mem,
-                      "train_gflops_per_s": train_gf, "test_gflops_per_s": test_gf,
-                      "matmul_peak_gflops_per_s": peak, "train_util": train_gf / peak, "test_util": test_gf / peak,
-                      "train_step_gflop": train_fl / len(sizes_timed) / 1e9,
-                      "test_pass_gflop": test_fl / 1e9,
-                      "train_batches_timed": timed_batches, "train_batches_full": full_batches,
-                      "test_rows_timed": n_test_rows, "test_rows_full": case.n_test_full,
-                      "extrapolated": train_scale > 1 or test_scale > 1,
-                      "train_epoch_s_rounds": rec[m]["train"], "test_s_rounds": rec[m]["test"], **steps})
+        cases.append(
+            {
+                "dataset": case.name,
+                "model": m,
+                "train_epoch_s": train_s,
+                "test_s": test_s,
+                "test_s_context_reused": statistics.median(rec[m]["test_warm"]),
+                "test_samples_per_s": case.n_test_full / test_s,
+                "peak_mem_mb": train_mem,
+                "test_peak_mem_mb": test_mem,
+                "train_gflops_per_s": train_gf,
+                "test_gflops_per_s": test_gf,
+                "matmul_peak_gflops_per_s": peak,
+                "train_util": train_gf / peak,
+                "test_util": test_gf / peak,
+                "train_step_gflop": train_fl / len(sizes_timed) / 1e9,
+                "test_pass_gflop": test_fl / 1e9,
+                "train_batches_timed": timed_batches,
+                "train_batches_full": full_batches,
+                "test_rows_timed": n_test_rows,
+                "test_rows_full": case.n_test_full,
+                "extrapolated": train_scale > 1 or test_scale > 1,
+                "train_epoch_s_rounds": rec[m]["train"],
+                "test_s_rounds": rec[m]["test"],
+                **steps,
+            }
+        )
     ratios = {}
     if "mnp" in models:
+
         def paired(a, b, kind):
             return statistics.median(x / y for x, y in zip(rec[a][kind], rec[b][kind]))
+
         if "mgp" in models:
             ratios["mgp_over_mnp_train"] = paired("mgp", "mnp", "train")
             ratios["mgp_over_mnp_test"] = paired("mgp", "mnp", "test")
             ratios["mgp_over_mnp_test_context_reused"] = statistics.median(
-                x / y for x, y in zip(rec["mgp"]["test"], rec["mnp"]["test_warm"]))
+                x / y for x, y in zip(rec["mgp"]["test"], rec["mnp"]["test_warm"])
+            )
         if "mlp" in models:
             ratios["mnp_over_mlp_train"] = paired("mnp", "mlp", "train")
             ratios["mnp_over_mlp_test"] = paired("mnp", "mlp", "test")
@@ -162,37 +207,69 @@ def bench_case(case: Case, models: tuple[str, ...], args, device: torch.device) 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(prog="python -m mnp.tools.bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--dataset", nargs="+", default=list(DATASETS), choices=DATASETS)
-    p.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS + OPTIONAL_MODELS,
-                   help="mnp_ref: MNP's straightforward reference implementation, for before/after; "
-                        "mnp_graph: MNP with accel.cuda_graph")
+    p.add_argument(
+        "--models",
+        nargs="+",
+        default=list(MODELS),
+        choices=MODELS + OPTIONAL_MODELS,
+        help="mnp_ref: MNP's straightforward reference implementation, for before/after; "
+        "mnp_graph: MNP with accel.cuda_graph",
+    )
     p.add_argument("--json", type=Path, default=None, help="write the results here")
     p.add_argument("--threads", type=int, default=1, help="CPU intra-op threads (default 1)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--precision", default="32-true", choices=("32-true", "bf16-mixed"),
-                   help="bf16-mixed: bf16 autocast (attention, sparsemax and variances stay float32)")
+    p.add_argument(
+        "--precision",
+        default="32-true",
+        choices=("32-true", "bf16-mixed"),
+        help="bf16-mixed: bf16 autocast (attention, sparsemax and variances stay float32)",
+    )
     p.add_argument("--compile", action="store_true", help="MNP with torch.compile on its hot paths")
     p.add_argument("--repeats", type=int, default=3, help="timed rounds after the warm-up round")
-    p.add_argument("--max-batches", type=int, default=3,
-                   help="training batches per timed epoch for the synthetic shapes (extrapolated to the full epoch)")
+    p.add_argument(
+        "--max-batches",
+        type=int,
+        default=3,
+        help="training batches per timed epoch for the synthetic shapes (extrapolated to the full epoch)",
+    )
     p.add_argument("--max-test-rows", type=int, default=1000, help="test rows of the synthetic shapes (extrapolated)")
-    p.add_argument("--quick", action="store_true", help="tiny run: 2 rounds, 1 batch, 200 test rows, every dataset bounded")
+    p.add_argument(
+        "--quick", action="store_true", help="tiny run: 2 rounds, 1 batch, 200 test rows, every dataset bounded"
+    )
     p.add_argument("--scaling", action="store_true", help="also measure MNP against N^m and N_T and plot it")
     p.add_argument("--scaling-shape", default="hmdb", choices=tuple(SHAPES))
     p.add_argument("--plot-dir", type=Path, default=Path("benchmarks"))
     p.add_argument("--profile", action="store_true", help="also print where MNP's training step goes")
-    p.add_argument("--sweep", action="store_true",
-                   help="also estimate the paper_main MNP sweep (real datasets, 5 seeds, 2 parallel jobs) from measured parts")
-    p.add_argument("--set", action="append", default=[], metavar="MODEL.KEY=VALUE",
-                   help="override a model's config, e.g. mnp.encoder.d_e=256 (the MLP floor follows mnp's widths)")
+    p.add_argument(
+        "--sweep",
+        action="store_true",
+        help="also estimate the paper_main MNP sweep (real datasets, 5 seeds, 2 parallel jobs) from measured parts",
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="MODEL.KEY=VALUE",
+        help="override a model's config, e.g. mnp.encoder.d_e=256 (the MLP floor follows mnp's widths)",
+    )
     p.add_argument("--data-dir", default=None)
-    p.add_argument("--no-step-metrics", dest="step_metrics", action="store_false",
-                   help="skip the ops / host syncs / graph breaks of one training step (mnp.tools.step_metrics)")
-    p.add_argument("--no-graph-breaks", dest="graph_breaks", action="store_false",
-                   help="step metrics without torch._dynamo.explain (its tracing takes seconds per model)")
+    p.add_argument(
+        "--no-step-metrics",
+        dest="step_metrics",
+        action="store_false",
+        help="skip the ops / host syncs / graph breaks of one training step (mnp.tools.step_metrics)",
+    )
+    p.add_argument(
+        "--no-graph-breaks",
+        dest="graph_breaks",
+        action="store_false",
+        help="step metrics without torch._dynamo.explain (its tracing takes seconds per model)",
+    )
     args = p.parse_args(argv)
     if args.quick:
         args.repeats, args.max_batches, args.max_test_rows = min(args.repeats, 2), 1, 200
     import yaml
+
     args.model_extra = {m: {} for m in MODELS + OPTIONAL_MODELS}
     for item in args.set:
         key, eq, value = item.partition("=")
@@ -211,8 +288,10 @@ def parse_args(argv=None):
 def run(args) -> dict:
     """The measurements, with the libraries' and datamodules' warnings and info lines silenced while they run
     (restored after: a caller in the same process, a test, keeps its logging)."""
-    quiet = [logging.getLogger(name) for name in ("pytorch_lightning", "lightning", "lightning.pytorch",
-                                                  "lightning_fabric", "datamodules")]
+    quiet = [
+        logging.getLogger(name)
+        for name in ("pytorch_lightning", "lightning", "lightning.pytorch", "lightning_fabric", "datamodules")
+    ]
     levels = [logger.level for logger in quiet]
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore")
@@ -228,12 +307,23 @@ def run(args) -> dict:
 def _measure(args) -> dict:
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
-    meta = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)",
-            "threads": torch.get_num_threads(), "precision": args.precision, "compile": args.compile,
-            "torch": torch.__version__, "repeats": args.repeats, "quick": args.quick,
-            "loadavg_start": round(os.getloadavg()[0], 2), "command": " ".join(sys.argv)}
-    print(f"# mnp.tools.bench: {meta['device']}, torch.set_num_threads({meta['threads']}), precision {args.precision}",
-          flush=True)
+    meta = {
+        "device": torch.cuda.get_device_name(device)
+        if device.type == "cuda"
+        else f"CPU ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)",
+        "threads": torch.get_num_threads(),
+        "precision": args.precision,
+        "compile": args.compile,
+        "torch": torch.__version__,
+        "repeats": args.repeats,
+        "quick": args.quick,
+        "loadavg_start": round(os.getloadavg()[0], 2),
+        "command": " ".join(sys.argv),
+    }
+    print(
+        f"# mnp.tools.bench: {meta['device']}, torch.set_num_threads({meta['threads']}), precision {args.precision}",
+        flush=True,
+    )
     result = {"cases": [], "ratios": {}, "meta": meta, "matmul_peak_rounds": {}}
     rows = args.max_batches * BATCH if args.max_batches else None
     for name in args.dataset:
@@ -246,8 +336,12 @@ def _measure(args) -> dict:
         if ratios:
             result["ratios"][name] = ratios
         result["matmul_peak_rounds"][name] = extra["matmul_peak_rounds"]
-        print(f"{name}: " + ", ".join(f"{c['model']} train {c['train_epoch_s']:.3f}s test {c['test_s']:.3f}s"
-                                      for c in cases) + f" ({time.perf_counter() - t0:.0f}s)", flush=True)
+        print(
+            f"{name}: "
+            + ", ".join(f"{c['model']} train {c['train_epoch_s']:.3f}s test {c['test_s']:.3f}s" for c in cases)
+            + f" ({time.perf_counter() - t0:.0f}s)",
+            flush=True,
+        )
         if args.profile and "mnp" in args.models:
             result.setdefault("profiles", {})[name] = profile_case(case, device)
     if args.sweep and "mnp" in args.models:
@@ -265,6 +359,7 @@ def main(argv=None) -> dict:
     result = run(args)
     print(markdown(result))
     from mnp.tools.step_metrics import markdown as step_markdown
+
     if table := step_markdown(result["cases"]):
         print("\n" + table)
     for text in result.get("profiles", {}).values():

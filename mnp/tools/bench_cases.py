@@ -1,5 +1,6 @@
 """The benchmark's cases (``python -m mnp.tools.bench``): the datasets (the real ones, and synthetic data with the
 shapes of the large ones), the models built from their per-dataset configs, and the MLP floor."""
+
 from __future__ import annotations
 
 import copy
@@ -23,8 +24,11 @@ from mnp.core.routine import Routine
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 REAL = ("handwritten", "cub", "pie", "scene15")
-SHAPES = {"caltech101": ((4096, 4096), 101, 8677), "hmdb": ((1000, 1000), 51, 6718),
-          "cifar10c": ((2048, 2048, 2048), 10, 50000)}
+SHAPES = {
+    "caltech101": ((4096, 4096), 101, 8677),
+    "hmdb": ((1000, 1000), 51, 6718),
+    "cifar10c": ((2048, 2048, 2048), 10, 50000),
+}
 DATASETS = REAL + tuple(SHAPES)
 MODELS = ("mnp", "mgp", "mlp")
 OPTIONAL_MODELS = ("mnp_ref", "mnp_graph")  # MNP's straightforward reference implementation (fast=False): before/after
@@ -38,11 +42,20 @@ class MLPFloor(Routine):
     are the logits). No context, attention or Monte Carlo samples: MNP's time over this is its cost of
     being a neural process."""
 
-    def __init__(self, num_classes, view_dims, d_e: int = 512, norm: str = "layer", norm_eps: float = 1e-5,
-                 bn_momentum: float = 0.1, optim: dict | None = None):
+    def __init__(
+        self,
+        num_classes,
+        view_dims,
+        d_e: int = 512,
+        norm: str = "layer",
+        norm_eps: float = 1e-5,
+        bn_momentum: float = 0.1,
+        optim: dict | None = None,
+    ):
         super().__init__(num_classes, view_dims)
-        self.projections = nn.ModuleList(nn.Sequential(nn.Linear(d, d_e), nn.LeakyReLU(LEAKY_SLOPE))
-                                         for d in self.view_dims)
+        self.projections = nn.ModuleList(
+            nn.Sequential(nn.Linear(d, d_e), nn.LeakyReLU(LEAKY_SLOPE)) for d in self.view_dims
+        )
         self.decoder = Decoder(d_e, self.num_classes, norm, norm_eps, bn_momentum)
         self.optim_cfg = dict(optim or {})
 
@@ -71,14 +84,18 @@ def compose_cfg(model: str, dataset: str, overrides: tuple[str, ...] = ()) -> di
     from omegaconf import OmegaConf
 
     from mnp.core.validate import resolve_auto
+
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = compose("train", overrides=[f"model={model}", f"dataset={dataset}", "logger=none",
-                                          "paths.output_dir=.", *overrides])
+        cfg = compose(
+            "train", overrides=[f"model={model}", f"dataset={dataset}", "logger=none", "paths.output_dir=.", *overrides]
+        )
     GlobalHydra.instance().clear()
     resolve_auto(cfg)
-    return OmegaConf.to_container(cfg, resolve=False) | {"model": OmegaConf.to_container(cfg.model, resolve=True),
-                                                         "trainer": OmegaConf.to_container(cfg.trainer, resolve=True)}
+    return OmegaConf.to_container(cfg, resolve=False) | {
+        "model": OmegaConf.to_container(cfg.model, resolve=True),
+        "trainer": OmegaConf.to_container(cfg.trainer, resolve=True),
+    }
 
 
 def compose_model_cfg(model: str, dataset: str, overrides: tuple[str, ...] = ()) -> dict:
@@ -91,12 +108,19 @@ def compose_model_cfg(model: str, dataset: str, overrides: tuple[str, ...] = ())
 def build_model(name: str, dataset: str, num_classes: int, view_dims, extra: dict | None = None) -> Routine:
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
+
     if name == "mlp":
         m = nest_flat(merged(compose_model_cfg("mnp", dataset), extra))  # mnp's widths; flat names of old are read too
         enc = m["encoder"]
-        return MLPFloor(num_classes, view_dims, d_e=enc["d_e"], norm=enc["norm"], norm_eps=enc["norm_eps"],
-                        bn_momentum=enc["bn_momentum"], optim={k: v for k, v in m["optim"].items()
-                                                               if k not in ("clip_norm", "lengthscale_lr_scale")})
+        return MLPFloor(
+            num_classes,
+            view_dims,
+            d_e=enc["d_e"],
+            norm=enc["norm"],
+            norm_eps=enc["norm_eps"],
+            bn_momentum=enc["bn_momentum"],
+            optim={k: v for k, v in m["optim"].items() if k not in ("clip_norm", "lengthscale_lr_scale")},
+        )
     node = compose_model_cfg("mnp" if name in ("mnp_ref", "mnp_graph") else name, dataset)
     if name in ("mnp", "mnp_ref", "mnp_graph"):
         node["warmup"]["epochs"] = 0  # time the main stage
@@ -131,6 +155,7 @@ def first_optimizer(model: Routine):
 @dataclass
 class Case:
     """One dataset's data: the datamodule (its rows may be a bounded subset) and the full sizes."""
+
     name: str
     dm: pl.LightningDataModule
     n_train_full: int
@@ -144,8 +169,9 @@ def synthetic_views(dims, k: int, rows: int, seed: int = 0) -> tuple[list[np.nda
     g = torch.Generator().manual_seed(seed)
     y = torch.arange(rows) % k
     y = y[torch.randperm(rows, generator=g)]
-    views = [((torch.randn(k, d, generator=g)[y] + torch.randn(rows, d, generator=g)) / math.sqrt(2)).numpy()
-             for d in dims]
+    views = [
+        ((torch.randn(k, d, generator=g)[y] + torch.randn(rows, d, generator=g)) / math.sqrt(2)).numpy() for d in dims
+    ]
     return views, y.numpy()
 
 
@@ -153,6 +179,7 @@ def load_case(name: str, max_train_rows: int | None, max_test_rows: int | None, 
     """The dataset's rows: synthetic shapes hold ``max_train_rows`` training rows (enough for the timed
     batches) and ``max_test_rows`` test rows; real datasets are bounded in test rows only."""
     from datamodules import TensorDataModule
+
     if name in SHAPES:
         dims, k, n = SHAPES[name]
         n_test = round(0.2 * n)
@@ -161,12 +188,20 @@ def load_case(name: str, max_train_rows: int | None, max_test_rows: int | None, 
         tr = max(tr, min(n_train, 8 * k))  # enough rows of every class for the context memory
         te = min(n_test, max_test_rows or n_test)
         views, y = synthetic_views(dims, k, tr + te)
-        dm = TensorDataModule(views, y, np.arange(tr), np.arange(tr, tr + te), batch_size=BATCH,
-                              eval_batch_size=EVAL_BATCH, scaling="none")
+        dm = TensorDataModule(
+            views,
+            y,
+            np.arange(tr),
+            np.arange(tr, tr + te),
+            batch_size=BATCH,
+            eval_batch_size=EVAL_BATCH,
+            scaling="none",
+        )
         dm.setup("fit")
         return Case(name, dm, n_train, n_test, True)
     from datamodules.errors import DataError
     from datamodules.features import FeatureDataModule
+
     root = data_dir or os.environ.get("MNP_DATA_DIR") or str(Path.home() / ".cache/mnp/data")
     scaling = compose_dataset_scaling(name)
     dm = FeatureDataModule(name, root, download=False, batch_size=BATCH, eval_batch_size=EVAL_BATCH, scaling=scaling)
@@ -183,4 +218,5 @@ def load_case(name: str, max_train_rows: int | None, max_test_rows: int | None, 
 
 def compose_dataset_scaling(name: str) -> str:
     from datamodules.sources import DATASETS as SPECS
+
     return SPECS[name].scaling

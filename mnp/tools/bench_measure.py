@@ -1,5 +1,6 @@
 """The benchmark's measurements: wall time of a training epoch and of a test pass, FLOPs (matmul-class
 ops), a dense matmul's throughput as the device's peak, and peak bytes of live tensors, op by op."""
+
 from __future__ import annotations
 
 import contextlib
@@ -73,7 +74,9 @@ def tracked_peak_mb(fn, device: torch.device, *track) -> float:
     return mode.peak / 2**20
 
 
-def matmul_gflops(device: torch.device, dtype: torch.dtype = torch.float32, n: int | None = None, reps: int = 3) -> float:
+def matmul_gflops(
+    device: torch.device, dtype: torch.dtype = torch.float32, n: int | None = None, reps: int = 3
+) -> float:
     """Dense matmul throughput (GFLOP/s): the median of ``reps`` timed n×n×n products."""
     n = n or (8192 if device.type == "cuda" else 2048)
     probe = torch.randn(256, 256, device=device).to(dtype)
@@ -126,10 +129,21 @@ class EpochTimer(pl.Callback):
 def train_epoch(model: Routine, dm, device: torch.device, limit: int | None, precision: str, epochs: int = 1) -> float:
     """Seconds of the last of ``epochs`` Lightning training epochs (``limit`` batches at most each)."""
     timer = EpochTimer(device)
-    trainer = pl.Trainer(max_epochs=epochs, accelerator=device.type, devices=1, logger=False, enable_checkpointing=False,
-                         enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
-                         limit_val_batches=0, limit_train_batches=limit or 1.0, callbacks=[timer],
-                         precision=precision, use_distributed_sampler=False)
+    trainer = pl.Trainer(
+        max_epochs=epochs,
+        accelerator=device.type,
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        limit_val_batches=0,
+        limit_train_batches=limit or 1.0,
+        callbacks=[timer],
+        precision=precision,
+        use_distributed_sampler=False,
+    )
     trainer.fit(model, datamodule=dm)
     return timer.seconds
 
@@ -140,8 +154,9 @@ def autocast(device: torch.device, precision: str):
     return contextlib.nullcontext()
 
 
-def test_pass(model: Routine, views: list[Tensor], device: torch.device, precision: str,
-              warm: bool = False) -> tuple[float, float | None]:
+def test_pass(
+    model: Routine, views: list[Tensor], device: torch.device, precision: str, warm: bool = False
+) -> tuple[float, float | None]:
     """Seconds of the test views through ``predict`` in batches of 1000, context cache cleared first
     (cold); with ``warm`` also a second pass that reuses the first pass's context encodings."""
     model.to(device).eval()
@@ -152,7 +167,7 @@ def test_pass(model: Routine, views: list[Tensor], device: torch.device, precisi
         t0 = time.perf_counter()
         with torch.inference_mode(), autocast(device, precision):
             for i in range(0, views[0].shape[0], EVAL_BATCH):
-                probs, unc = model.predict([v[i:i + EVAL_BATCH] for v in views])
+                probs, unc = model.predict([v[i : i + EVAL_BATCH] for v in views])
                 probs.mean(0)
         sync(device)
         times.append(time.perf_counter() - t0)
@@ -174,7 +189,9 @@ def manual_step(model: Routine, opt, views, y, precision: str, device: torch.dev
         model.on_train_batch_end(None, None, 0)
 
 
-def memory_peaks(model: Routine, dm, test_views: list[Tensor], device: torch.device, precision: str) -> tuple[float, float]:
+def memory_peaks(
+    model: Routine, dm, test_views: list[Tensor], device: torch.device, precision: str
+) -> tuple[float, float]:
     """Peak MiB of one steady-state training step (batch of 200) and of one test batch (1000)."""
     model.to(device).train()
     opt = first_optimizer(model)
@@ -187,6 +204,7 @@ def memory_peaks(model: Routine, dm, test_views: list[Tensor], device: torch.dev
     def predict():
         with torch.no_grad(), autocast(device, precision):
             model.predict([v[:EVAL_BATCH] for v in test_views])
+
     test = tracked_peak_mb(predict, device, model)
     model.train()
     return train, test
@@ -210,6 +228,7 @@ def training_flops(model: Routine, dm, device: torch.device, sizes: list[int], p
                 with autocast(device, precision):
                     loss, _ = model.training_loss(views, y)
                 loss.backward()
+
             cache[b] = count_flops(step)
             model.zero_grad(set_to_none=True)
             if hasattr(model, "_dcm_batch"):
@@ -218,8 +237,7 @@ def training_flops(model: Routine, dm, device: torch.device, sizes: list[int], p
     return total
 
 
-def test_flops(model: Routine, views: list[Tensor], device: torch.device, precision: str,
-               scale: float = 1.0) -> int:
+def test_flops(model: Routine, views: list[Tensor], device: torch.device, precision: str, scale: float = 1.0) -> int:
     """FLOPs of a test pass over ``scale`` × the given rows: linear in rows, except for a model that
     reuses its context encodings, whose one-off encoding is counted once (cold pass + warm rest)."""
     model.to(device).eval()
@@ -228,7 +246,8 @@ def test_flops(model: Routine, views: list[Tensor], device: torch.device, precis
     def run():  # no_grad: gpytorch's lazy kernels fail under FlopCounterMode + inference_mode
         with torch.no_grad(), autocast(device, precision):
             for i in range(0, views[0].shape[0], EVAL_BATCH):
-                model.predict([v[i:i + EVAL_BATCH] for v in views])
+                model.predict([v[i : i + EVAL_BATCH] for v in views])
+
     cold = count_flops(run)
     warm = count_flops(run) if hasattr(model, "clear_context_cache") else cold
     model.train()
@@ -246,5 +265,7 @@ def step_metrics_of(model: Routine, dm, device: torch.device, args) -> dict:
     if not args.step_metrics:
         return {}
     from mnp.tools import step_metrics
-    return step_metrics.measure_case(model, dm, device, BATCH, explain=args.graph_breaks,
-                                     autocast=lambda: autocast(device, args.precision))
+
+    return step_metrics.measure_case(
+        model, dm, device, BATCH, explain=args.graph_breaks, autocast=lambda: autocast(device, args.precision)
+    )

@@ -1,5 +1,6 @@
 """``python -m mnp.tools.bench --profile``: where MNP's training step goes (torch.profiler), and sparsemax
 with a full sort against partial sorts on a case's real attention scores."""
+
 from __future__ import annotations
 
 import statistics
@@ -14,6 +15,7 @@ from mnp.tools.bench_measure import sync
 def profile_case(case: Case, device: torch.device, steps: int = 3) -> str:
     """Where one MNP training step goes: labelled regions and the top operators (self time)."""
     from torch.profiler import ProfilerActivity, profile, record_function
+
     dm = case.dm
     model = build_model("mnp", case.name, dm.num_classes, dm.view_dims).to(device)
     model.init_memory(dm.train_views, dm.train_y)
@@ -34,6 +36,7 @@ def profile_case(case: Case, device: torch.device, steps: int = 3) -> str:
             opt.step()
         with record_function("step.memory_update"):
             model.on_train_batch_end(None, None, 0)
+
     step()
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     with profile(activities=acts) as prof:
@@ -41,23 +44,35 @@ def profile_case(case: Case, device: torch.device, steps: int = 3) -> str:
             step()
     events = prof.key_averages()
     sparsemax_info, sparsemax_ms = sparsemax_timings(model, views, device)
-    regions = [(e.key, e.cpu_time_total / steps / 1e3) for e in events
-               if e.key.startswith("step.") or e.key.startswith("mnp.")]
+    regions = [
+        (e.key, e.cpu_time_total / steps / 1e3) for e in events if e.key.startswith("step.") or e.key.startswith("mnp.")
+    ]
     total = sum(t for k, t in regions if k.startswith("step."))
-    lines = [f"### where MNP's training step goes: {case.name} ({steps} steps, ms per step)", "",
-             "| region | ms | % of step |", "|---|---|---|"]
+    lines = [
+        f"### where MNP's training step goes: {case.name} ({steps} steps, ms per step)",
+        "",
+        "| region | ms | % of step |",
+        "|---|---|---|",
+    ]
     for k, t in sorted(regions, key=lambda kv: (not kv[0].startswith("step."), -kv[1])):
         lines.append(f"| {k} | {t:.1f} | {100 * t / total:.1f} |")
-    lines += ["", f"sparsemax, forward + backward, on this case's attention {sparsemax_info} (ms): " +
-              ", ".join(f"{k}: {v:.1f}" for k, v in sparsemax_ms.items()),
-              "", "top operators by self time:", "```",
-              events.table(sort_by="self_cpu_time_total", row_limit=12, max_name_column_width=40), "```"]
+    lines += [
+        "",
+        f"sparsemax, forward + backward, on this case's attention {sparsemax_info} (ms): "
+        + ", ".join(f"{k}: {v:.1f}" for k, v in sparsemax_ms.items()),
+        "",
+        "top operators by self time:",
+        "```",
+        events.table(sort_by="self_cpu_time_total", row_limit=12, max_name_column_width=40),
+        "```",
+    ]
     return "\n".join(lines)
 
 
 def sparsemax_timings(model, views, device: torch.device, reps: int = 5) -> tuple[str, dict[str, float]]:
     """entmax's sparsemax with a full sort against partial sorts (top-k, exact) on real scores."""
     from mnp.attention import normalise, topk_hint
+
     with torch.no_grad():
         targets, (contexts, *_) = model._encode(views)
         scores = model.similarity(targets, contexts).float()
@@ -69,6 +84,7 @@ def sparsemax_timings(model, views, device: torch.device, reps: int = 5) -> tupl
     def run(k):
         x = scores.clone().requires_grad_()
         (normalise(x, "sparsemax", k) * grad).sum().backward()
+
     out = {}
     for name, k in ks.items():
         if name.startswith("top-k") and hint is None:

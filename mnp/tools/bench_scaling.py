@@ -1,5 +1,6 @@
 """``python -m mnp.tools.bench --scaling``: MNP's training step and test batch against the context size N^m
 and the batch size N_T, with linear fits and plots."""
+
 from __future__ import annotations
 
 import logging
@@ -21,8 +22,11 @@ def _fit_line(x, y) -> dict:
     slope, intercept = np.polyfit(x, y, 1)
     pred = slope * x + intercept
     ss = float(((y - y.mean()) ** 2).sum())
-    return {"slope": float(slope), "intercept": float(intercept),
-            "r2": 1.0 - float(((y - pred) ** 2).sum()) / ss if ss > 0 else 1.0}
+    return {
+        "slope": float(slope),
+        "intercept": float(intercept),
+        "r2": 1.0 - float(((y - pred) ** 2).sum()) / ss if ss > 0 else 1.0,
+    }
 
 
 def scaling(args, device: torch.device) -> dict:
@@ -39,8 +43,14 @@ def scaling(args, device: torch.device) -> dict:
 
     def measure(n_m, n_t):
         torch.manual_seed(0)
-        model = build_model("mnp", args.scaling_shape, k, dims, {**args.model_extra["mnp"], "memory": {**args.model_extra["mnp"].get("memory", {}), "size": n_m}}).to(device)
-        model.init_memory([v[max(n_ts):] for v in views], y[max(n_ts):])
+        model = build_model(
+            "mnp",
+            args.scaling_shape,
+            k,
+            dims,
+            {**args.model_extra["mnp"], "memory": {**args.model_extra["mnp"].get("memory", {}), "size": n_m}},
+        ).to(device)
+        model.init_memory([v[max(n_ts) :] for v in views], y[max(n_ts) :])
         opt = first_optimizer(model)
         tv, ty = [v[:n_t] for v in views], y[:n_t]
         manual_step(model, opt, tv, ty, args.precision, device)  # warm-up
@@ -66,33 +76,47 @@ def scaling(args, device: torch.device) -> dict:
             clear_cache(model)
             with torch.no_grad(), autocast(device, args.precision):
                 model.predict(tv)
+
         test_mem = tracked_peak_mb(predict, device, model)
-        return {"n_m": n_m, "n_t": n_t, "train_step_s": statistics.median(train),
-                "test_batch_s": statistics.median(test[1:]), "train_peak_mem_mb": train_mem,
-                "test_peak_mem_mb": test_mem}
+        return {
+            "n_m": n_m,
+            "n_t": n_t,
+            "train_step_s": statistics.median(train),
+            "test_batch_s": statistics.median(test[1:]),
+            "train_peak_mem_mb": train_mem,
+            "test_peak_mem_mb": test_mem,
+        }
 
     for key, points in (("n_m", [(n, 200) for n in n_ms]), ("n_t", [(400, n) for n in n_ts])):
         rows = [measure(*p) for p in points]
         xs = [r[key] for r in rows]
-        out[key] = {"points": rows, "fits": {f: _fit_line(xs, [r[f] for r in rows])
-                                             for f in ("train_step_s", "test_batch_s", "train_peak_mem_mb",
-                                                       "test_peak_mem_mb")}}
+        out[key] = {
+            "points": rows,
+            "fits": {
+                f: _fit_line(xs, [r[f] for r in rows])
+                for f in ("train_step_s", "test_batch_s", "train_peak_mem_mb", "test_peak_mem_mb")
+            },
+        }
         log.info("scaling against %s done", key)
     return out
 
 
 def plot_scaling(result: dict, out_dir: Path) -> list[Path]:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
     for key, label in (("n_m", "context size $N^m$ (N_T = 200)"), ("n_t", "batch size $N_T$ (N^m = 400)")):
         rows = result[key]["points"]
         xs = np.array([r[key] for r in rows], float)
         fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
-        for ax, fields, unit in ((axes[0], ("train_step_s", "test_batch_s"), "seconds"),
-                                 (axes[1], ("train_peak_mem_mb", "test_peak_mem_mb"), "peak MiB")):
+        for ax, fields, unit in (
+            (axes[0], ("train_step_s", "test_batch_s"), "seconds"),
+            (axes[1], ("train_peak_mem_mb", "test_peak_mem_mb"), "peak MiB"),
+        ):
             for f in fields:
                 ys = np.array([r[f] for r in rows], float)
                 fit = result[key]["fits"][f]

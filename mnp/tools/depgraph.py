@@ -5,6 +5,7 @@ counts every import of a project module (also those inside functions), and print
 edges, each with the modules behind it, then any import cycle between modules. Exit status 1 when a
 cycle exists; ``tests/test_architecture.py`` holds the project to none.
 """
+
 from __future__ import annotations
 
 import argparse

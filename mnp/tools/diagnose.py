@@ -19,6 +19,7 @@ test split of the run's own data:
 Rows pooled over the subsets, the per-subset rows, and the learned lengthscales go to the JSON; the
 plot shows accuracies and the noised views' attention and MBA precision against σ.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -48,8 +49,9 @@ def _probs(model, r_star, s_star, u, q, weights=None, seed: int = 0):
     devices = [mu.device] if mu.device.type == "cuda" else []
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(seed)
-        logits = sample_logits(model.decoder, mu_all, var_all, model.spec.decoder.num_samples,
-                               model.spec.decoder.sigma_as_std)
+        logits = sample_logits(
+            model.decoder, mu_all, var_all, model.spec.decoder.num_samples, model.spec.decoder.sigma_as_std
+        )
     probs = logits.float().softmax(-1).mean(0)
     return probs[0], probs[1:]
 
@@ -71,37 +73,45 @@ def measure(model, views: list[torch.Tensor], y: torch.Tensor, subset: tuple[int
         precision = precision * weights.t()  # eq. 8′
     share = precision[list(subset)].sum(0) / precision.sum(0) if subset else torch.zeros_like(y, dtype=torch.float)
     mba = model.spec.aggregation.kind == "mba"
-    return {"acc": (p.argmax(-1) == y).float().mean().item(),
-            "acc_uniform": (p_u.argmax(-1) == y).float().mean().item(),
-            "uni_acc": (p_m.argmax(-1) == y).float().mean(-1).tolist(),
-            "support": (attn > 0).float().sum(-1).mean(-1).tolist(),
-            "score_max": scores.max(-1).values.mean(-1).tolist(),
-            "precision": precision.mean(-1).tolist() if mba else None,
-            "mba_weight": share.mean().item() if mba else None}
+    return {
+        "acc": (p.argmax(-1) == y).float().mean().item(),
+        "acc_uniform": (p_u.argmax(-1) == y).float().mean().item(),
+        "uni_acc": (p_m.argmax(-1) == y).float().mean(-1).tolist(),
+        "support": (attn > 0).float().sum(-1).mean(-1).tolist(),
+        "score_max": scores.max(-1).values.mean(-1).tolist(),
+        "precision": precision.mean(-1).tolist() if mba else None,
+        "mba_weight": share.mean().item() if mba else None,
+    }
 
 
 def _pool(rows: list[dict], num_views: int, clean_precision: list[float] | None) -> dict:
     """Average the per-subset rows of one σ; unimodal accuracy and support split into noised / clean views."""
+
     def mean(xs):
         xs = [x for x in xs if x is not None]
         return float(np.mean(xs)) if xs else None
 
     noised = [(r, m) for r in rows for m in range(num_views) if m in r["subset"]]
     clean = [(r, m) for r in rows for m in range(num_views) if m not in r["subset"]]
-    return {"sigma": rows[0]["sigma"], "acc": mean([r["acc"] for r in rows]),
-            "acc_uniform": mean([r["acc_uniform"] for r in rows]),
-            "uni_acc_noised": mean([r["uni_acc"][m] for r, m in noised]),
-            "uni_acc_clean": mean([r["uni_acc"][m] for r, m in clean]),
-            "support_noised": mean([r["support"][m] for r, m in noised]),
-            "support_clean": mean([r["support"][m] for r, m in clean]),
-            "score_max_noised": mean([r["score_max"][m] for r, m in noised]),
-            "precision_ratio_noised": None if clean_precision is None else
-            mean([r["precision"][m] / clean_precision[m] for r, m in noised])}
+    return {
+        "sigma": rows[0]["sigma"],
+        "acc": mean([r["acc"] for r in rows]),
+        "acc_uniform": mean([r["acc_uniform"] for r in rows]),
+        "uni_acc_noised": mean([r["uni_acc"][m] for r, m in noised]),
+        "uni_acc_clean": mean([r["uni_acc"][m] for r, m in clean]),
+        "support_noised": mean([r["support"][m] for r, m in noised]),
+        "support_clean": mean([r["support"][m] for r, m in clean]),
+        "score_max_noised": mean([r["score_max"][m] for r, m in noised]),
+        "precision_ratio_noised": None
+        if clean_precision is None
+        else mean([r["precision"][m] / clean_precision[m] for r, m in noised]),
+    }
 
 
 def diagnose(model, views: list[torch.Tensor], y: torch.Tensor, sigmas=DEFAULT_SIGMAS, seed: int = 0) -> dict:
     """Run :func:`measure` for every σ and noised subset; return per-subset and pooled rows."""
     from mnp.model import MNP
+
     if not isinstance(model, MNP):
         raise TypeError(f"mnp.tools.diagnose explains MNP's attention and MBA; got a {type(model).__name__}")
     model.eval()
@@ -114,40 +124,59 @@ def diagnose(model, views: list[torch.Tensor], y: torch.Tensor, sigmas=DEFAULT_S
             noisy = add_noise(views, subset, sigma, g) if sigma > 0 else list(views)
             rows.append({"sigma": float(sigma), "subset": list(subset), **measure(model, noisy, y, subset)})
     pooled = [_pool([r for r in rows if r["sigma"] == float(s)], len(views), clean["precision"]) for s in sigmas]
-    ls = [l.detach().cpu() for l in model.similarity.lengthscales()] if hasattr(model.similarity, "lengthscales") else []
-    return {"memory_size": int(model.memory.context()[1].numel()),
-            "lengthscale": [{"mean": l.mean().item(), "min": l.min().item(), "max": l.max().item()} for l in ls],
-            "pooled": pooled, "rows": rows}
+    ls = (
+        [l.detach().cpu() for l in model.similarity.lengthscales()] if hasattr(model.similarity, "lengthscales") else []
+    )
+    return {
+        "memory_size": int(model.memory.context()[1].numel()),
+        "lengthscale": [{"mean": l.mean().item(), "min": l.min().item(), "max": l.max().item()} for l in ls],
+        "pooled": pooled,
+        "rows": rows,
+    }
 
 
 def table_md(result: dict) -> str:
     fmt = lambda x, d=3: "–" if x is None else f"{x:.{d}f}"  # noqa: E731
-    lines = [f"context points N^m = {result['memory_size']}; lengthscale per view (mean [min, max]): " +
-             ", ".join(f"{l['mean']:.2f} [{l['min']:.2f}, {l['max']:.2f}]" for l in result["lengthscale"]), "",
-             "| σ | acc | acc, uniform attention on noised views | unimodal acc noised / clean | "
-             "support noised / clean | max score noised | MBA precision of noised views / on clean input |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        f"context points N^m = {result['memory_size']}; lengthscale per view (mean [min, max]): "
+        + ", ".join(f"{l['mean']:.2f} [{l['min']:.2f}, {l['max']:.2f}]" for l in result["lengthscale"]),
+        "",
+        "| σ | acc | acc, uniform attention on noised views | unimodal acc noised / clean | "
+        "support noised / clean | max score noised | MBA precision of noised views / on clean input |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for p in result["pooled"]:
-        lines.append(f"| {p['sigma']:g} | {fmt(p['acc'])} | {fmt(p['acc_uniform'])} | "
-                     f"{fmt(p['uni_acc_noised'])} / {fmt(p['uni_acc_clean'])} | "
-                     f"{fmt(p['support_noised'], 1)} / {fmt(p['support_clean'], 1)} | "
-                     f"{fmt(p['score_max_noised'])} | {fmt(p['precision_ratio_noised'])} |")
+        lines.append(
+            f"| {p['sigma']:g} | {fmt(p['acc'])} | {fmt(p['acc_uniform'])} | "
+            f"{fmt(p['uni_acc_noised'])} / {fmt(p['uni_acc_clean'])} | "
+            f"{fmt(p['support_noised'], 1)} / {fmt(p['support_clean'], 1)} | "
+            f"{fmt(p['score_max_noised'])} | {fmt(p['precision_ratio_noised'])} |"
+        )
     return "\n".join(lines)
 
 
 def plot(result: dict, path: Path, title: str) -> Path:
     from mnp.tools.plots import _save, plt
+
     pooled = [p for p in result["pooled"] if p["sigma"] > 0]
     x = [p["sigma"] for p in pooled]
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.8))
-    for key, label in [("acc", "multimodal"), ("acc_uniform", "multimodal, uniform attention on noised views"),
-                       ("uni_acc_clean", "unimodal, clean views"), ("uni_acc_noised", "unimodal, noised views")]:
+    for key, label in [
+        ("acc", "multimodal"),
+        ("acc_uniform", "multimodal, uniform attention on noised views"),
+        ("uni_acc_clean", "unimodal, clean views"),
+        ("uni_acc_noised", "unimodal, noised views"),
+    ]:
         a.plot(x, [p[key] for p in pooled], marker="o", label=label)
     a.set(xscale="log", xlabel="noise σ", ylabel="test accuracy", title=title, ylim=(0, 1.02))
     a.legend(fontsize=7)
     if pooled and pooled[0]["precision_ratio_noised"] is not None:
-        b.plot(x, [p["precision_ratio_noised"] for p in pooled], marker="o",
-               label="MBA precision of noised views / on clean input")
+        b.plot(
+            x,
+            [p["precision_ratio_noised"] for p in pooled],
+            marker="o",
+            label="MBA precision of noised views / on clean input",
+        )
     n = result["memory_size"]
     b.plot(x, [p["support_noised"] / n for p in pooled], marker="s", label="attention support / N^m, noised views")
     b.plot(x, [p["score_max_noised"] for p in pooled], marker="^", label="largest score, noised views")
@@ -157,21 +186,26 @@ def plot(result: dict, path: Path, title: str) -> Path:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    ap = argparse.ArgumentParser(prog="python -m mnp.tools.diagnose", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m mnp.tools.diagnose", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("run", help="a run directory of train.py (uses checkpoints/last.ckpt) or a checkpoint file")
     ap.add_argument("--sigmas", type=float, nargs="+", default=list(DEFAULT_SIGMAS), help="noise levels σ (0: clean)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the noise and the Monte Carlo samples")
     ap.add_argument("--data-dir", default=None, help="read the run's dataset from this directory instead")
     ap.add_argument("--json", type=Path, default=None, help="write the result here")
-    ap.add_argument("--plot", type=Path, default=None, help="write a PNG of accuracy, attention and MBA precision against σ")
+    ap.add_argument(
+        "--plot", type=Path, default=None, help="write a PNG of accuracy, attention and MBA precision against σ"
+    )
     args = ap.parse_args(argv)
     from mnp.core.pipeline import load_run
+
     ckpt = Path(args.run)
     if ckpt.is_dir():
         ckpt = ckpt / "checkpoints" / "last.ckpt"
     _, model_name, dataset_name, dm, model, _ = load_run(ckpt, args.data_dir)
     from mnp.model import MNP
+
     if not isinstance(model, MNP):
         raise ValueError(f"{ckpt} is a run of {model_name}; mnp.tools.diagnose explains MNP's attention and MBA")
     dm.setup("test")
@@ -191,6 +225,7 @@ def cli(argv: list[str] | None = None) -> int:
     """``python -m mnp.tools.diagnose``: a refused or unreadable checkpoint, or a run of another model, is one
     ``error: ...`` line and status 1."""
     from mnp.core.errors import USER_ERRORS
+
     try:
         main(argv)
     except USER_ERRORS as e:

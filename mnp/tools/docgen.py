@@ -19,6 +19,7 @@ exits 1 when a block differs from what the files give (tests/test_docs.py runs i
   ``python benchmarks/view_weighting.py <mnp run dirs> --out ...``; ``results/decisions/*.csv``: the decision
   records of :mod:`mnp.tools.select` (:mod:`mnp.tools.docgen_decisions`).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -68,13 +69,17 @@ def render_goals(src: dict) -> str:
         c = res.get(("mnp", "", g["dataset"], key))
         goal = float(g["goal"])
         if c is None:
-            rows.append(f"| {dataset_label(g['dataset'])} | {g['label']} | {g['direction']} {goal:g} | – | 0 | not run |")
+            rows.append(
+                f"| {dataset_label(g['dataset'])} | {g['label']} | {g['direction']} {goal:g} | – | 0 | not run |"
+            )
             continue
         ours = c["mean"] * scale
         met = ours >= goal if g["direction"] == "≥" else ours <= goal
         status = "met" if met else f"missed by {abs(ours - goal):.{digits}f}"
-        rows.append(f"| {dataset_label(g['dataset'])} | {g['label']} | {g['direction']} {goal:g} | {ours:.{digits}f} | "
-                    f"{c['n']} | {status} |")
+        rows.append(
+            f"| {dataset_label(g['dataset'])} | {g['label']} | {g['direction']} {goal:g} | {ours:.{digits}f} | "
+            f"{c['n']} | {status} |"
+        )
     return "\n".join(rows)
 
 
@@ -84,8 +89,9 @@ def render_goals_summary(src: dict) -> str:
     by: dict[str, list[str]] = {}
     for r in rows:
         dataset, metric, goal, ours, n, status = [c.strip() for c in r.strip("|").split("|")]
-        by.setdefault(f"{dataset} ({n} seeds)", []).append(f"{metric} {ours} ({status})" if status != "not run"
-                                                           else f"{metric} not run")
+        by.setdefault(f"{dataset} ({n} seeds)", []).append(
+            f"{metric} {ours} ({status})" if status != "not run" else f"{metric} not run"
+        )
     return "\n".join(f"- {d}: " + "; ".join(v) for d, v in by.items())
 
 
@@ -98,9 +104,11 @@ def render_switches(src: dict) -> str:
         if variants == [""] or not variants:
             continue
         for v in variants:
-            rows.append(f"| {dataset_label(d)} | {modern_variant(v).replace(',', ', ') if v else 'defaults'} | " +
-                        " | ".join(cell(res, "mnp", d, k, s, g, variant=v) for k, _, s, g in MAIN) +
-                        f" | {seeds(res, 'mnp', d, v)} |")
+            rows.append(
+                f"| {dataset_label(d)} | {modern_variant(v).replace(',', ', ') if v else 'defaults'} | "
+                + " | ".join(cell(res, "mnp", d, k, s, g, variant=v) for k, _, s, g in MAIN)
+                + f" | {seeds(res, 'mnp', d, v)} |"
+            )
     return "\n".join(rows)
 
 
@@ -122,8 +130,10 @@ def render_custom_defaults(src: dict) -> str:
         cells = []
         for d in files:
             now, before = by.get((d, m, "defaults")), by.get((d, m, "before"))
-            cells.append(text(now) + (f" ({now['epochs']} ep; before {before['epochs']} ep: {text(before)})"
-                                      if now and before else ""))
+            cells.append(
+                text(now)
+                + (f" ({now['epochs']} ep; before {before['epochs']} ep: {text(before)})" if now and before else "")
+            )
         rows.append(f"| `{m}` | " + " | ".join(cells) + " |")
     return "\n".join(rows)
 
@@ -131,8 +141,10 @@ def render_custom_defaults(src: dict) -> str:
 def render_figure2(src: dict) -> str:
     """The paper's Figure 2 on the two moons (figures/figure2.json, ``python -m mnp.tools.figure2 --out figures``)."""
     fig = src["figure2"]
-    rows = ["| attention | test acc | mean uncertainty, test set | uncertainty at the OOD point (−2, 2) |",
-            "|---|---|---|---|"]
+    rows = [
+        "| attention | test acc | mean uncertainty, test set | uncertainty at the OOD point (−2, 2) |",
+        "|---|---|---|---|",
+    ]
     rows += [f"| {name} | {v['acc']:.3f} | {v['unc_id']:.3f} | {v['unc_ood']:.3f} |" for name, v in fig.items()]
     return "\n".join(rows)
 
@@ -143,8 +155,9 @@ def render_depgraph(src: dict) -> str:
 
     mods = depgraph.modules()
     pkg = depgraph.package_edges(depgraph.edges(mods), mods)
-    return "\n".join(["```mermaid", "graph LR", *(f"  {a} -->|{len(w)}| {b}" for (a, b), w in sorted(pkg.items())),
-                      "```"])
+    return "\n".join(
+        ["```mermaid", "graph LR", *(f"  {a} -->|{len(w)}| {b}" for (a, b), w in sorted(pkg.items())), "```"]
+    )
 
 
 def render_model_keys(src: dict) -> str:
@@ -160,6 +173,7 @@ def render_model_keys(src: dict) -> str:
     for name, node in confs.items():  # a config without a target extends the first of its defaults (mnp_official)
         target = node.get("_target_") or confs[node.defaults[0]]["_target_"]
         names.setdefault(get_class(target), []).append(f"`{name}`")
+
     def flat(domains: Mapping, prefix: str = ""):  # a part's domains (MNP, mnp.parts) as dotted keys
         for key, domain in domains.items():
             yield from flat(domain, f"{prefix}{key}.") if isinstance(domain, Mapping) else [(prefix + key, domain)]
@@ -175,39 +189,60 @@ def render_noise_curves(src: dict) -> str:
     """Accuracy % per σ of MNP and MGP with the ceiling, per dataset (figures/noise_curves.json, the figure's numbers)."""
     data = src["noise_curves"]
     sigmas = next(iter(next(iter(data.values()))["models"].values()))["sigma"] if data else []
-    rows = ["| dataset | model | " + " | ".join(f"{s:.3g}" for s in sigmas) + " | seeds |",
-            "|---|---|" + "---|" * (len(sigmas) + 1)]
+    rows = [
+        "| dataset | model | " + " | ".join(f"{s:.3g}" for s in sigmas) + " | seeds |",
+        "|---|---|" + "---|" * (len(sigmas) + 1),
+    ]
     for d, panel in data.items():
         for m in ("mnp", "mgp"):
             if (c := panel["models"].get(m)) is not None:
-                rows.append(f"| {dataset_label(d)} | {model_label(m)} | " + " | ".join(f"{a:.1f}" for a in c["acc"])
-                            + f" | {c['n']} |")
+                rows.append(
+                    f"| {dataset_label(d)} | {model_label(m)} | "
+                    + " | ".join(f"{a:.1f}" for a in c["acc"])
+                    + f" | {c['n']} |"
+                )
         if ceil := panel["ceiling"]:
-            rows.append(f"| {dataset_label(d)} | ceiling ({model_label(ceil['model'])}, noised views removed) | "
-                        + " | ".join(f"{ceil['acc']:.1f}" for _ in sigmas) + f" | {ceil['n']} |")
+            rows.append(
+                f"| {dataset_label(d)} | ceiling ({model_label(ceil['model'])}, noised views removed) | "
+                + " | ".join(f"{ceil['acc']:.1f}" for _ in sigmas)
+                + f" | {ceil['n']} |"
+            )
     return "\n".join(rows)
 
 
 def render_view_weighting(src: dict) -> str:
     """Eq. 8 against eq. 8′ at test time on the same trained runs (benchmarks/view_weighting_<dataset>.json)."""
-    rows = ["| dataset | view weighting | acc % | ECE | noisy acc % | acc % at σ ≥ 1 | noised views removed, acc % | seeds |",
-            "|---|---|---|---|---|---|---|---|"]
+    rows = [
+        "| dataset | view weighting | acc % | ECE | noisy acc % | acc % at σ ≥ 1 | noised views removed, acc % | seeds |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for d in DATASETS:
         if (bench := src["view_weighting"].get(d)) is None:
             continue
         for name, m in bench["mean"].items():
             high = [v for k, v in m.items() if k.startswith("noise/acc@") and float(k.split("@")[1]) >= 1]
-            rows.append(f"| {dataset_label(d)} | {name} | {100 * m['test/acc']:.2f} | {m['test/ece']:.3f} | "
-                        f"{100 * m['noise/acc_mean']:.2f} | {100 * sum(high) / len(high):.1f} | "
-                        f"{100 * m['missing/acc_subsets_mean']:.1f} | {len(bench['seeds'])} |")
+            rows.append(
+                f"| {dataset_label(d)} | {name} | {100 * m['test/acc']:.2f} | {m['test/ece']:.3f} | "
+                f"{100 * m['noise/acc_mean']:.2f} | {100 * sum(high) / len(high):.1f} | "
+                f"{100 * m['missing/acc_subsets_mean']:.1f} | {len(bench['seeds'])} |"
+            )
     return "\n".join(rows)
 
 
-RENDERERS = {"goals": render_goals, "switches": render_switches, "custom_defaults": render_custom_defaults,
-             "figure2": render_figure2, "depgraph": render_depgraph, "goals_summary": render_goals_summary,
-             "model_keys": render_model_keys, "noise_curves": render_noise_curves,
-             "view_weighting": render_view_weighting, **docgen_results.RENDERERS, **docgen_speed.RENDERERS,
-             **docgen_decisions.RENDERERS}
+RENDERERS = {
+    "goals": render_goals,
+    "switches": render_switches,
+    "custom_defaults": render_custom_defaults,
+    "figure2": render_figure2,
+    "depgraph": render_depgraph,
+    "goals_summary": render_goals_summary,
+    "model_keys": render_model_keys,
+    "noise_curves": render_noise_curves,
+    "view_weighting": render_view_weighting,
+    **docgen_results.RENDERERS,
+    **docgen_speed.RENDERERS,
+    **docgen_decisions.RENDERERS,
+}
 
 
 # ---------------------------------------------------------------------------- files
@@ -216,19 +251,28 @@ def sources(root: Path = ROOT) -> dict:
     main_dir = root / "results" / "paper_main"
     paper_main = read_results(main_dir / "results.csv")
     records = read_runs(main_dir / "runs.csv") if (main_dir / "runs.csv").is_file() else {}
-    weighting = {p.stem.removeprefix("view_weighting_"): json.loads(p.read_text())
-                 for p in sorted((root / "benchmarks").glob("view_weighting_*.json"))}
+    weighting = {
+        p.stem.removeprefix("view_weighting_"): json.loads(p.read_text())
+        for p in sorted((root / "benchmarks").glob("view_weighting_*.json"))
+    }
     cal_dir = root / "results" / "calibration"
     has_cal = (cal_dir / "runs.csv").is_file()
-    return {"calibration": read_results(cal_dir / "results.csv") if has_cal else {},
-            "calibration_claims": claims(read_runs(cal_dir / "runs.csv"), read_cells(cal_dir / "results.csv"))
-            if has_cal else [],"paper_main": paper_main, "claims": claims(records, read_cells(main_dir / "results.csv")) if paper_main else [],
-            "noise_curves": noise_figure.curves(paper_main), "view_weighting": weighting,
-            "switches": read_results(root / "results" / "switches" / "results.csv"),
-            "digits_c": read_results(root / "results" / "digits_c" / "results.csv"),
-            "custom_defaults": json.loads(bench.read_text()) if bench.exists() else {},
-            "figure2": json.loads((root / "figures" / "figure2.json").read_text()),
-            **docgen_speed.sources(root), **docgen_decisions.sources(root)}
+    return {
+        "calibration": read_results(cal_dir / "results.csv") if has_cal else {},
+        "calibration_claims": claims(read_runs(cal_dir / "runs.csv"), read_cells(cal_dir / "results.csv"))
+        if has_cal
+        else [],
+        "paper_main": paper_main,
+        "claims": claims(records, read_cells(main_dir / "results.csv")) if paper_main else [],
+        "noise_curves": noise_figure.curves(paper_main),
+        "view_weighting": weighting,
+        "switches": read_results(root / "results" / "switches" / "results.csv"),
+        "digits_c": read_results(root / "results" / "digits_c" / "results.csv"),
+        "custom_defaults": json.loads(bench.read_text()) if bench.exists() else {},
+        "figure2": json.loads((root / "figures" / "figure2.json").read_text()),
+        **docgen_speed.sources(root),
+        **docgen_decisions.sources(root),
+    }
 
 
 def render_file(text: str, src: dict) -> str:
@@ -237,6 +281,7 @@ def render_file(text: str, src: dict) -> str:
         if name not in RENDERERS:
             raise KeyError(f"unknown generated block '{name}'; known: {', '.join(RENDERERS)}")
         return f"{m.group(1)}{RENDERERS[name](src)}\n{m.group(4)}"
+
     return BLOCK.sub(sub, text)
 
 

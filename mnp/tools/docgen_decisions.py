@@ -1,6 +1,7 @@
 """The decision tables of docs/switches.md, from ``results/decisions/<model>_<dataset>.csv`` (written by
 :mod:`mnp.tools.select`), and the check of the reported cells on unseen seeds in docs/results.md, from
 ``benchmarks/unseen_seeds.json``, for :mod:`mnp.tools.docgen` (its ``RENDERERS`` include these)."""
+
 from __future__ import annotations
 
 import csv
@@ -9,8 +10,12 @@ from pathlib import Path
 
 from mnp.tools.report_runs import dataset_label, model_label
 
-COLUMNS = [("val/acc", "val acc %", 100, 2), ("val/ece", "val ECE", 1, 3), ("val/nll", "val NLL", 1, 3),
-           ("val/noise/acc_mean", "val noisy acc %", 100, 2)]
+COLUMNS = [
+    ("val/acc", "val acc %", 100, 2),
+    ("val/ece", "val ECE", 1, 3),
+    ("val/nll", "val NLL", 1, 3),
+    ("val/noise/acc_mean", "val noisy acc %", 100, 2),
+]
 
 
 def sources(root: Path) -> dict:
@@ -24,8 +29,11 @@ def sources(root: Path) -> dict:
         with open_path.open() as f:
             still_open = list(csv.DictReader(f))
     unseen = root / "benchmarks" / "unseen_seeds.json"
-    return {"decisions": rows, "decisions_open": still_open,
-            "unseen_seeds": json.loads(unseen.read_text())["rows"] if unseen.is_file() else []}
+    return {
+        "decisions": rows,
+        "decisions_open": still_open,
+        "unseen_seeds": json.loads(unseen.read_text())["rows"] if unseen.is_file() else [],
+    }
 
 
 def _num(row: dict, key: str, scale: float, digits: int) -> str:
@@ -35,47 +43,82 @@ def _num(row: dict, key: str, scale: float, digits: int) -> str:
 
 def render_decisions(src: dict) -> str:
     """One table row per candidate: its setting, validation metrics, criterion, paired test, and the choice."""
-    head = ["model", "dataset", "decision", "candidate setting", *(label for _, label, _, _ in COLUMNS),
-            "criterion", "diff vs default", "p", "seeds", "chosen"]
+    head = [
+        "model",
+        "dataset",
+        "decision",
+        "candidate setting",
+        *(label for _, label, _, _ in COLUMNS),
+        "criterion",
+        "diff vs default",
+        "p",
+        "seeds",
+        "chosen",
+    ]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in src["decisions"]:
         setting = r["setting"] or r["candidate"]
         mark = "**chosen**" if r["chosen"] == "True" else ""
         status = "" if r["status"] == "decided" else f" ({r['status']})"
         p = r["p_vs_default"]
-        lines.append("| " + " | ".join([
-            model_label(r["model"]), dataset_label(r["dataset"]), r["decision"] + status,
-            f"`{setting}`" + (" (reference: the defaults then)" if r["candidate"] == "default" else ""),
-            *(_num(r, key, scale, digits) for key, _, scale, digits in COLUMNS),
-            f"{r['criterion']} ({r['goal']})", "–" if r["candidate"] == "default" else f"{float(r['diff_vs_default']):+.4f}",
-            "–" if r["candidate"] == "default" or p in ("", "nan") else f"{float(p):.2g}", r["n"], mark]) + " |")
+        lines.append(
+            "| "
+            + " | ".join(
+                [
+                    model_label(r["model"]),
+                    dataset_label(r["dataset"]),
+                    r["decision"] + status,
+                    f"`{setting}`" + (" (reference: the defaults then)" if r["candidate"] == "default" else ""),
+                    *(_num(r, key, scale, digits) for key, _, scale, digits in COLUMNS),
+                    f"{r['criterion']} ({r['goal']})",
+                    "–" if r["candidate"] == "default" else f"{float(r['diff_vs_default']):+.4f}",
+                    "–" if r["candidate"] == "default" or p in ("", "nan") else f"{float(p):.2g}",
+                    r["n"],
+                    mark,
+                ]
+            )
+            + " |"
+        )
     return "\n".join(lines)
 
 
 def render_decisions_open(src: dict) -> str:
     """The defaults not yet decided on validation rows (results/decisions/open.csv), and what each needs."""
-    lines = ["| model | dataset | setting | today | chosen before on | what deciding it needs |", "|---|---|---|---|---|---|"]
+    lines = [
+        "| model | dataset | setting | today | chosen before on | what deciding it needs |",
+        "|---|---|---|---|---|---|",
+    ]
     for r in src["decisions_open"]:
-        lines.append(f"| {model_label(r['model'])} | {dataset_label(r['dataset'])} | {r['decision']} | {r['today']} | "
-                     f"{r['chosen_before_on']} | {r['what_it_needs']} |")
+        lines.append(
+            f"| {model_label(r['model'])} | {dataset_label(r['dataset'])} | {r['decision']} | {r['today']} | "
+            f"{r['chosen_before_on']} | {r['what_it_needs']} |"
+        )
     return "\n".join(lines)
 
 
 def render_unseen_seeds(src: dict) -> str:
     """The committed cells against seeds no decision saw: new mean and interval, Welch's p."""
-    lines = ["| model | dataset | metric | committed mean (seeds) | unseen seeds | their mean [95 % interval] | "
-             "committed mean inside | Welch p |", "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| model | dataset | metric | committed mean (seeds) | unseen seeds | their mean [95 % interval] | "
+        "committed mean inside | Welch p |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for r in src["unseen_seeds"]:
         scale, digits = (1, 3) if r["metric"].endswith("ece") else (100, 2)
         lo_hi = r["new_ci95"]
         interval = f" [{lo_hi[0] * scale:.{digits}f}, {lo_hi[1] * scale:.{digits}f}]" if lo_hi else ""
         p = "–" if r["welch_p"] is None else f"{r['welch_p']:.2g}"
-        lines.append(f"| {model_label(r['model'])} | {dataset_label(r['dataset'])} | {r['metric']} | "
-                     f"{r['committed_mean'] * scale:.{digits}f} ({r['committed_n']}) | "
-                     f"{', '.join(map(str, r['seeds']))} | {r['new_mean'] * scale:.{digits}f}{interval} | "
-                     f"{'yes' if r['committed_mean_in_new_ci'] else 'no'} | {p} |")
+        lines.append(
+            f"| {model_label(r['model'])} | {dataset_label(r['dataset'])} | {r['metric']} | "
+            f"{r['committed_mean'] * scale:.{digits}f} ({r['committed_n']}) | "
+            f"{', '.join(map(str, r['seeds']))} | {r['new_mean'] * scale:.{digits}f}{interval} | "
+            f"{'yes' if r['committed_mean_in_new_ci'] else 'no'} | {p} |"
+        )
     return "\n".join(lines)
 
 
-RENDERERS = {"decisions": render_decisions, "decisions_open": render_decisions_open,
-             "unseen_seeds": render_unseen_seeds}
+RENDERERS = {
+    "decisions": render_decisions,
+    "decisions_open": render_decisions_open,
+    "unseen_seeds": render_unseen_seeds,
+}

@@ -5,6 +5,7 @@ A cell is ``mean [low, high]`` from ``results/paper_main/results.csv``; a legacy
 runs.csv) is its mean marked † and has neither interval nor test. Claims come from
 :func:`mnp.tools.report_records.claims` over the committed runs.csv and results.csv.
 """
+
 from __future__ import annotations
 
 from mnp.tools.report_paper import paper_values
@@ -14,11 +15,19 @@ from mnp.tools.report_runs import LEGACY, dataset_label, model_label
 DATASETS = ["handwritten", "cub", "pie", "scene15"]
 MAIN = [("test/acc", "acc %", 100, 2), ("test/ece", "ECE", 1, 3), ("noise/acc_mean", "noisy acc %", 100, 2)]
 BASELINES = ["mcd", "de_ef", "sngp", "etp", "de_lf", "tmc", "mgp"]
-UNITS = {k: (label, scale, digits) for k, label, scale, digits in [*MAIN, ("test/nll", "NLL", 1, 3),
-                                                                 ("cal/test/ece", "ECE, T-scaled", 1, 3),
-                                                                 ("cal/test/nll", "NLL, T-scaled", 1, 3)]}
-LEGEND = ("† a legacy aggregate: a cell of results.csv from before per-run records (runs.csv), shown as its mean, "
-          "with no interval and no test.")
+UNITS = {
+    k: (label, scale, digits)
+    for k, label, scale, digits in [
+        *MAIN,
+        ("test/nll", "NLL", 1, 3),
+        ("cal/test/ece", "ECE, T-scaled", 1, 3),
+        ("cal/test/nll", "NLL, T-scaled", 1, 3),
+    ]
+}
+LEGEND = (
+    "† a legacy aggregate: a cell of results.csv from before per-run records (runs.csv), shown as its mean, "
+    "with no interval and no test."
+)
 
 
 def ci_cell(c: dict | None, scale: float, digits: int, count: bool = True) -> str:
@@ -59,8 +68,9 @@ def render_paper_main(src: dict) -> str:
     rows = ["| dataset | model | acc % | ECE | noisy acc % | seeds |", "|---|---|---|---|---|---|"]
     for d in DATASETS:
         for m in ("mnp", "mnp_official"):
-            rows.append(f"| {dataset_label(d)} | `{m}` | " + " | ".join(_row_cells(res, m, d)) +
-                        f" | {_n(res, m, d)} |")
+            rows.append(
+                f"| {dataset_label(d)} | `{m}` | " + " | ".join(_row_cells(res, m, d)) + f" | {_n(res, m, d)} |"
+            )
         rows.append("| | paper | " + " | ".join(f"{paper[('mnp', d, k)] * s:.{g}f}" for k, _, s, g in MAIN) + " | 5 |")
     return _legend(rows)
 
@@ -71,8 +81,9 @@ def render_glance(src: dict) -> str:
     rows = ["| dataset | `mnp` acc % | ECE | noisy acc % | paper | seeds |", "|---|---|---|---|---|---|"]
     for d in DATASETS:
         theirs = " / ".join(f"{paper[('mnp', d, k)] * s:.{g}f}" for k, _, s, g in MAIN)
-        rows.append(f"| {dataset_label(d)} | " + " | ".join(_row_cells(res, "mnp", d)) +
-                    f" | {theirs} | {_n(res, 'mnp', d)} |")
+        rows.append(
+            f"| {dataset_label(d)} | " + " | ".join(_row_cells(res, "mnp", d)) + f" | {theirs} | {_n(res, 'mnp', d)} |"
+        )
     return _legend(rows)
 
 
@@ -82,10 +93,16 @@ def render_baselines(src: dict) -> str:
     models = [m for m in BASELINES + ["mnp", "mnp_official"] if any(_n(res, m, d) for d in DATASETS)]
     rows = []
     for k, label, s, g in MAIN:
-        rows += [f"**{label}**", "", "| model | " + " | ".join(dataset_label(d) for d in DATASETS) + " |",
-                 "|---|" + "---|" * len(DATASETS)]
-        rows += [f"| {model_label(m)} | " + " | ".join(ci_cell(res.get((m, "", d, k)), s, g) for d in DATASETS) + " |"
-                 for m in models]
+        rows += [
+            f"**{label}**",
+            "",
+            "| model | " + " | ".join(dataset_label(d) for d in DATASETS) + " |",
+            "|---|" + "---|" * len(DATASETS),
+        ]
+        rows += [
+            f"| {model_label(m)} | " + " | ".join(ci_cell(res.get((m, "", d, k)), s, g) for d in DATASETS) + " |"
+            for m in models
+        ]
         rows.append("")
     return _legend(rows[:-1])
 
@@ -116,39 +133,62 @@ def claim_text(r: dict) -> str:
 
 
 def render_claims(src: dict) -> str:
-    """"MNP beats X on M (dataset)" for every model X beside `mnp` in paper_main: each claim's verdict, p and Δ."""
+    """ "MNP beats X on M (dataset)" for every model X beside `mnp` in paper_main: each claim's verdict, p and Δ."""
     found = [r for r in src["claims"] if r["experiment"] == "paper_main"]
     metrics = [k for k in CLAIM_METRICS if any(r["metric"] == k for r in found)]
     by = {(r["dataset"], r["baseline"], r["metric"]): r for r in found}
-    rows = ["| dataset | MNP beats | " + " | ".join(UNITS[k][0] for k in metrics) + " |",
-            "|---|---|" + "---|" * len(metrics)]
+    rows = [
+        "| dataset | MNP beats | " + " | ".join(UNITS[k][0] for k in metrics) + " |",
+        "|---|---|" + "---|" * len(metrics),
+    ]
     for d, x in dict.fromkeys((r["dataset"], r["baseline"]) for r in found):
-        rows.append(f"| {dataset_label(d)} | {model_label(x)} | " +
-                    " | ".join(claim_text(by[(d, x, k)]) if (d, x, k) in by else "–" for k in metrics) + " |")
+        rows.append(
+            f"| {dataset_label(d)} | {model_label(x)} | "
+            + " | ".join(claim_text(by[(d, x, k)]) if (d, x, k) in by else "–" for k in metrics)
+            + " |"
+        )
     counts = {v: sum(r["verdict"] == v for r in found) for v in dict.fromkeys(r["verdict"] for r in found)}
     summary = f"{len(found)} claims: " + ", ".join(f"{v} {n}" for v, n in counts.items()) + "."
     return _legend([summary, ""] + rows)
 
 
-CALIBRATION = [("test/ece", "ECE", 1, 3), ("cal/test/ece", "ECE, T-scaled", 1, 3), ("test/nll", "NLL", 1, 3),
-               ("cal/test/nll", "NLL, T-scaled", 1, 3), ("calibration/temperature", "T", 1, 2)]
+CALIBRATION = [
+    ("test/ece", "ECE", 1, 3),
+    ("cal/test/ece", "ECE, T-scaled", 1, 3),
+    ("test/nll", "NLL", 1, 3),
+    ("cal/test/nll", "NLL, T-scaled", 1, 3),
+    ("calibration/temperature", "T", 1, 2),
+]
 
 
 def render_calibration(src: dict) -> str:
     """experiment=calibration: raw and temperature-scaled ECE and NLL of each model, and MNP's paired tests."""
     res, found = src["calibration"], [r for r in src["calibration_claims"] if r["metric"].startswith("cal/")]
     datasets = sorted({d for (_, _, d, _) in res}, key=lambda d: (d not in DATASETS, d))
-    rows = ["| dataset | model | " + " | ".join(label for _, label, _, _ in CALIBRATION) + " |",
-            "|---|---|" + "---|" * len(CALIBRATION)]
+    rows = [
+        "| dataset | model | " + " | ".join(label for _, label, _, _ in CALIBRATION) + " |",
+        "|---|---|" + "---|" * len(CALIBRATION),
+    ]
     for d in datasets:
         for m in [*BASELINES, "mnp"]:
             if (m, "", d, "test/ece") in res:
-                rows.append(f"| {dataset_label(d)} | {model_label(m)} | " + " | ".join(
-                    ci_cell(res.get((m, "", d, k)), sc, g) for k, _, sc, g in CALIBRATION) + " |")
-    tests = [f"- MNP against {model_label(r['baseline'])} on {r['metric']} ({dataset_label(r['dataset'])}): "
-             f"{claim_text(r)}" for r in found]
+                rows.append(
+                    f"| {dataset_label(d)} | {model_label(m)} | "
+                    + " | ".join(ci_cell(res.get((m, "", d, k)), sc, g) for k, _, sc, g in CALIBRATION)
+                    + " |"
+                )
+    tests = [
+        f"- MNP against {model_label(r['baseline'])} on {r['metric']} ({dataset_label(r['dataset'])}): {claim_text(r)}"
+        for r in found
+    ]
     return "\n".join(rows + ([""] + tests if tests else []))
 
 
-RENDERERS = {"paper_main": render_paper_main, "glance": render_glance, "baselines": render_baselines,
-             "digits_c": render_digits_c, "claims": render_claims, "calibration": render_calibration}
+RENDERERS = {
+    "paper_main": render_paper_main,
+    "glance": render_glance,
+    "baselines": render_baselines,
+    "digits_c": render_digits_c,
+    "claims": render_claims,
+    "calibration": render_calibration,
+}

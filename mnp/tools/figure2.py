@@ -7,6 +7,7 @@ For each it draws the predictive probability of class 1 and the uncertainty (exp
 ``figure2.png`` and ``figure2.json`` (per variant: test accuracy, mean uncertainty in- vs
 out-of-distribution, and how many context points the OOD point attends to).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,13 +39,27 @@ OOD_POINT = (-2.0, 2.0)  # far from both moons (top-left corner of the mesh)
 def fit_variant(overrides: list[str], epochs: int | None, seed: int):
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=CONF, version_base="1.3"):
-        cfg = compose("train", overrides=["model=mnp", "dataset=synthetic", f"seed={seed}", "paths.output_dir=.",
-                                          *overrides, *([f"trainer.max_epochs={epochs}"] if epochs else [])])
+        cfg = compose(
+            "train",
+            overrides=[
+                "model=mnp",
+                "dataset=synthetic",
+                f"seed={seed}",
+                "paths.output_dir=.",
+                *overrides,
+                *([f"trainer.max_epochs={epochs}"] if epochs else []),
+            ],
+        )
     pl.seed_everything(seed, verbose=False)
     _, dm = build_datamodule(cfg)
     _, model = build_model(cfg, dm)
-    pl.Trainer(max_epochs=cfg.trainer.max_epochs, logger=False, enable_checkpointing=False,
-               enable_model_summary=False, enable_progress_bar=False).fit(model, dm)
+    pl.Trainer(
+        max_epochs=cfg.trainer.max_epochs,
+        logger=False,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+        enable_progress_bar=False,
+    ).fit(model, dm)
     return model.eval(), dm
 
 
@@ -57,10 +72,17 @@ def variant_maps(model, dm) -> dict:
     ctx_x, ctx_y = model.memory.context()
     test_p, test_u = model.predict_proba(dm.test_views)
     _, ood_u = model.predict_proba([ood])
-    return {"p1": probs[:, 1].numpy(), "unc": unc.numpy(), "attn": attn.numpy(), "ctx": ctx_x[0].numpy(),
-            "ctx_y": ctx_y.numpy(), "acc": float((test_p.argmax(1) == dm.test_y).float().mean()),
-            "unc_id": float(test_u.mean()), "unc_ood": float(ood_u[0]),
-            "attended": int((attn > 0).sum())}
+    return {
+        "p1": probs[:, 1].numpy(),
+        "unc": unc.numpy(),
+        "attn": attn.numpy(),
+        "ctx": ctx_x[0].numpy(),
+        "ctx_y": ctx_y.numpy(),
+        "acc": float((test_p.argmax(1) == dm.test_y).float().mean()),
+        "unc_id": float(test_u.mean()),
+        "unc_ood": float(ood_u[0]),
+        "attended": int((attn > 0).sum()),
+    }
 
 
 def draw(results: dict, train_x: np.ndarray, train_y: np.ndarray, path: Path) -> None:
@@ -104,8 +126,10 @@ def main(argv=None) -> dict:
     for name, overrides in VARIANTS.items():
         model, dm = fit_variant(overrides, args.epochs, args.seed)
         results[name] = variant_maps(model, dm)
-        print(f"{name}: test acc {results[name]['acc']:.3f}, uncertainty ID {results[name]['unc_id']:.3f} "
-              f"vs OOD point {results[name]['unc_ood']:.3f}, attends to {results[name]['attended']} context points")
+        print(
+            f"{name}: test acc {results[name]['acc']:.3f}, uncertainty ID {results[name]['unc_id']:.3f} "
+            f"vs OOD point {results[name]['unc_ood']:.3f}, attends to {results[name]['attended']} context points"
+        )
     draw(results, dm.train_views[0].numpy(), dm.train_y.numpy(), out / "figure2.png")
     summary = {k: {m: v[m] for m in ("acc", "unc_id", "unc_ood", "attended")} for k, v in results.items()}
     (out / "figure2.json").write_text(json.dumps(summary, indent=2))

@@ -14,6 +14,7 @@ cells are derived from per-run records (``source=runs``); a legacy aggregate has
 Where MNP logged per-view metrics (docs/method.md §5.5), its per-view curves are dashed: ``view/acc@v<k>@<σ>``,
 view k's own prediction when view k is the noised one, mean over the runs.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,9 +39,14 @@ def views(results: dict, model: str, dataset: str) -> dict:
     for (m, v, d, key), c in results.items():
         if m == model and v == "" and d == dataset and (s := VIEW_SIGMA.match(key)):
             out.setdefault(s.group(1), []).append((float(s.group(2)), c))
-    return {k: {"sigma": [p[0] for p in pts], "acc": [round(100 * p[1]["mean"], 4) for p in pts],
-                "n": min(p[1]["n"] for p in pts)}
-            for k, pts in ((k, sorted(out[k], key=lambda p: p[0])) for k in sorted(out, key=int))}
+    return {
+        k: {
+            "sigma": [p[0] for p in pts],
+            "acc": [round(100 * p[1]["mean"], 4) for p in pts],
+            "n": min(p[1]["n"] for p in pts),
+        }
+        for k, pts in ((k, sorted(out[k], key=lambda p: p[0])) for k in sorted(out, key=int))
+    }
 
 
 def curves(results: dict) -> dict:
@@ -51,14 +57,24 @@ def curves(results: dict) -> dict:
     for d in DATASETS:
         models, ceiling = {}, None
         for m in MODELS:
-            pts = sorted((float(s.group(1)), c) for (mm, v, dd, k), c in results.items()
-                         if mm == m and v == "" and dd == d and (s := SIGMA.match(k)))
+            pts = sorted(
+                (float(s.group(1)), c)
+                for (mm, v, dd, k), c in results.items()
+                if mm == m and v == "" and dd == d and (s := SIGMA.match(k))
+            )
             if pts:
-                models[m] = {"sigma": [p[0] for p in pts], "acc": [round(100 * p[1]["mean"], 4) for p in pts],
-                             "std": [round(100 * p[1]["std"], 4) for p in pts], "n": min(p[1]["n"] for p in pts),
-                             "band": None if any(p[1]["ci"] is None for p in pts) else
-                             {"low": [round(100 * p[1]["ci"][0], 4) for p in pts],
-                              "high": [round(100 * p[1]["ci"][1], 4) for p in pts]}}
+                models[m] = {
+                    "sigma": [p[0] for p in pts],
+                    "acc": [round(100 * p[1]["mean"], 4) for p in pts],
+                    "std": [round(100 * p[1]["std"], 4) for p in pts],
+                    "n": min(p[1]["n"] for p in pts),
+                    "band": None
+                    if any(p[1]["ci"] is None for p in pts)
+                    else {
+                        "low": [round(100 * p[1]["ci"][0], 4) for p in pts],
+                        "high": [round(100 * p[1]["ci"][1], 4) for p in pts],
+                    },
+                }
             c = results.get((m, "", d, CEILING))
             if c is not None and (ceiling is None or 100 * c["mean"] > ceiling["acc"]):
                 ceiling = {"acc": round(100 * c["mean"], 4), "model": m, "n": c["n"]}
@@ -69,13 +85,15 @@ def curves(results: dict) -> dict:
 
 def plot(data: dict, path: Path) -> Path:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     from mnp.tools.report_runs import dataset_label, model_label
+
     rows = (len(data) + 1) // 2
     fig, axes = plt.subplots(rows, 2, figsize=(10, 5.2 * rows), squeeze=False)
-    for ax in axes.flat[len(data):]:
+    for ax in axes.flat[len(data) :]:
         ax.set_visible(False)
     for ax, (d, panel) in zip(axes.flat, data.items()):
         legacy = set()
@@ -83,20 +101,43 @@ def plot(data: dict, path: Path) -> Path:
             mnp, color = m == "mnp", "k" if m == "mnp" else f"C{i}"
             if c["band"] is None:
                 legacy.add(c["n"])
-            ax.plot(c["sigma"], c["acc"], label=model_label(m) + (" †" if c["band"] is None else ""), color=color,
-                    lw=2.2 if mnp else 1.0, marker="o" if mnp else ".", ms=4, zorder=3 if mnp else 2)
+            ax.plot(
+                c["sigma"],
+                c["acc"],
+                label=model_label(m) + (" †" if c["band"] is None else ""),
+                color=color,
+                lw=2.2 if mnp else 1.0,
+                marker="o" if mnp else ".",
+                ms=4,
+                zorder=3 if mnp else 2,
+            )
             if c["band"] is not None:
-                ax.fill_between(c["sigma"], c["band"]["low"], c["band"]["high"], color=color, alpha=0.15, lw=0,
-                                zorder=1)
+                ax.fill_between(
+                    c["sigma"], c["band"]["low"], c["band"]["high"], color=color, alpha=0.15, lw=0, zorder=1
+                )
         for j, (k, c) in enumerate(panel.get("views", {}).items()):
-            ax.plot(c["sigma"], c["acc"], ls="--", lw=1.1, color=VIEW_COLORS[j % len(VIEW_COLORS)], marker="x", ms=3,
-                    zorder=3, label=f"MNP view {k} alone, view {k} noised")
+            ax.plot(
+                c["sigma"],
+                c["acc"],
+                ls="--",
+                lw=1.1,
+                color=VIEW_COLORS[j % len(VIEW_COLORS)],
+                marker="x",
+                ms=3,
+                zorder=3,
+                label=f"MNP view {k} alone, view {k} noised",
+            )
         if legacy:
             n = "/".join(str(n) for n in sorted(legacy))
             ax.plot([], [], ls="none", label=f"† no band: legacy {n}-seed aggregate")
         if ceil := panel["ceiling"]:
-            ax.axhline(ceil["acc"], color="0.3", ls=":", lw=1.4,
-                       label=f"ceiling: noised views removed ({model_label(ceil['model'])})")
+            ax.axhline(
+                ceil["acc"],
+                color="0.3",
+                ls=":",
+                lw=1.4,
+                label=f"ceiling: noised views removed ({model_label(ceil['model'])})",
+            )
         ax.set(xscale="log", xlabel="noise σ on ⌊M/2⌋ views", ylabel="test accuracy %", title=dataset_label(d))
         ax.grid(alpha=0.3)
         ax.legend(fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=3)

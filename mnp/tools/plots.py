@@ -15,6 +15,7 @@ One figure per experiment (and dataset) and kind:
 The pieces of one run's figures (noise series, reliability panels and legend) live in
 :mod:`mnp.core.figures`.
 """
+
 from __future__ import annotations
 
 import re
@@ -48,8 +49,10 @@ def figure_formats(text: str) -> tuple[str, ...]:
     fmts = tuple(dict.fromkeys(f.strip().lower().lstrip(".") for f in str(text).split(",") if f.strip()))
     bad = [f for f in fmts if f not in FORMATS]
     if bad or not fmts:
-        raise ValueError(f"unknown figure format {', '.join(bad) or repr(text)}; choose one or more of "
-                         f"{', '.join(FORMATS)}, comma-separated (e.g. pdf,png)")
+        raise ValueError(
+            f"unknown figure format {', '.join(bad) or repr(text)}; choose one or more of "
+            f"{', '.join(FORMATS)}, comma-separated (e.g. pdf,png)"
+        )
     return fmts
 
 
@@ -121,8 +124,9 @@ def noise_curves(runs: list[Run], out: Path, formats: tuple[str, ...] = ("png",)
         if not drawn:
             plt.close(fig)
             continue
-        ax.set(xscale="log", xlabel="noise σ", ylabel="accuracy (%)",
-               title=f"{dataset_label(ds)}: accuracy under noise")
+        ax.set(
+            xscale="log", xlabel="noise σ", ylabel="accuracy (%)", title=f"{dataset_label(ds)}: accuracy under noise"
+        )
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
         written += _save(fig, out / f"{_safe(exp)}_noise_{_safe(ds)}.png", formats)
@@ -130,8 +134,9 @@ def noise_curves(runs: list[Run], out: Path, formats: tuple[str, ...] = ("png",)
 
 
 # ---------------------------------------------------------------------------- reliability
-def reliability_diagrams(runs: list[Run], out: Path, n_bins: int = 15,
-                         formats: tuple[str, ...] = ("png",)) -> list[Path]:
+def reliability_diagrams(
+    runs: list[Run], out: Path, n_bins: int = 15, formats: tuple[str, ...] = ("png",)
+) -> list[Path]:
     written = []
     for (exp, ds), group in _groups(runs).items():
         panels = []
@@ -159,8 +164,9 @@ def ood_histograms(runs: list[Run], out: Path, formats: tuple[str, ...] = ("png"
         per_name: dict[str, list] = defaultdict(list)
         for row, rs in _by_row(group).items():
             preds = [p for p in map(_predictions, rs) if p is not None]
-            names = sorted({k.split("/")[1] for p in preds for k in p
-                            if k.startswith("ood/") and k.endswith("/uncertainty")})
+            names = sorted(
+                {k.split("/")[1] for p in preds for k in p if k.startswith("ood/") and k.endswith("/uncertainty")}
+            )
             for name in names:
                 ps = [p for p in preds if f"ood/{name}/uncertainty" in p]
                 score = np.concatenate([p[f"ood/{name}/uncertainty"] for p in ps])
@@ -194,8 +200,9 @@ def context_curves(runs: list[Run], out: Path, formats: tuple[str, ...] = ("png"
         xs = {_numeric(r.variant) for r in group}
         if None in xs or len(xs) < 2:
             continue
-        keys = ["test/acc", "test/ece"] + sorted({k for r in group for k in r.metrics
-                                                  if k.startswith("ood/") and k.endswith("/auroc")})
+        keys = ["test/acc", "test/ece"] + sorted(
+            {k for r in group for k in r.metrics if k.startswith("ood/") and k.endswith("/auroc")}
+        )
         keys += ["time/train_epoch_s", "time/test_s"]
         keys = [k for k in keys if any(k in r.metrics for r in group)]
         fig, axes = _grid(len(keys))
@@ -207,8 +214,9 @@ def context_curves(runs: list[Run], out: Path, formats: tuple[str, ...] = ("png"
                         vals[_numeric(r.variant)].append(float(r.metrics[key]))
                 x = np.array(sorted(vals))
                 mean = np.array([np.mean(vals[v]) for v in x])
-                half = np.array([1.96 * np.std(vals[v], ddof=1) / np.sqrt(len(vals[v])) if len(vals[v]) > 1 else 0.0
-                                 for v in x])
+                half = np.array(
+                    [1.96 * np.std(vals[v], ddof=1) / np.sqrt(len(vals[v])) if len(vals[v]) > 1 else 0.0 for v in x]
+                )
                 ax.plot(x, mean, marker="o", ms=3, lw=2, label=row_label((model, None)))
                 ax.fill_between(x, mean - half, mean + half, alpha=0.25)
             ax.set(xlabel="$N^m$ (context size)", ylabel=key, title=key)
@@ -224,8 +232,10 @@ def log_ticks(lo: float, hi: float) -> list[float]:
     """Tick values for a log axis from ``lo`` to ``hi``: powers of ten, or 1-2-5 steps, or single
     digits, the first of these that gives at least 3 ticks."""
     ks = range(int(np.floor(np.log10(lo))), int(np.ceil(np.log10(hi))) + 1)
-    options = [[float(f"{m}e{k}") for k in ks for m in mantissas if lo <= float(f"{m}e{k}") <= hi]
-               for mantissas in ((1,), (1, 2, 5), range(1, 10))]
+    options = [
+        [float(f"{m}e{k}") for k in ks for m in mantissas if lo <= float(f"{m}e{k}") <= hi]
+        for mantissas in ((1,), (1, 2, 5), range(1, 10))
+    ]
     return next((t for t in options if len(t) >= 3), options[-1])
 
 
@@ -251,14 +261,26 @@ def _speed_axis(ax, rs: list[Run], key: str, datasets: list[str], rows: list) ->
                 high.append(max(v))
         if x:
             mean = np.array(mean)
-            ax.errorbar(x, mean, yerr=[mean - low, np.array(high) - mean], fmt="o", ms=5, capsize=2,
-                        color=f"C{i % 10}", label=row_label(row))
+            ax.errorbar(
+                x,
+                mean,
+                yerr=[mean - low, np.array(high) - mean],
+                fmt="o",
+                ms=5,
+                capsize=2,
+                color=f"C{i % 10}",
+                label=row_label(row),
+            )
             lows += low
             highs += high
     lo, hi = min(lows) / 1.5, max(highs) * 1.5
-    ax.set(yscale="log", ylim=(lo, hi), ylabel="seconds (log scale)",
-           title={"time/train_epoch_s": "training time per epoch", "time/test_s": "test time"}[key]
-           + "\n(mean over seeds; bar: fastest to slowest seed)")
+    ax.set(
+        yscale="log",
+        ylim=(lo, hi),
+        ylabel="seconds (log scale)",
+        title={"time/train_epoch_s": "training time per epoch", "time/test_s": "test time"}[key]
+        + "\n(mean over seeds; bar: fastest to slowest seed)",
+    )
     ax.yaxis.set_major_locator(FixedLocator(log_ticks(lo, hi)))
     ax.yaxis.set_major_formatter(FuncFormatter(plain_number))
     ax.yaxis.set_minor_formatter(NullFormatter())
@@ -296,5 +318,10 @@ def speed_plots(runs: list[Run], out: Path, formats: tuple[str, ...] = ("png",))
 
 def all_plots(runs: list[Run], out: Path, formats: tuple[str, ...] = ("png",)) -> list[Path]:
     """Every plot above that the runs have data for, in each of ``formats``; returns the files written."""
-    return (noise_curves(runs, out, formats) + reliability_diagrams(runs, out, formats=formats)
-            + ood_histograms(runs, out, formats) + context_curves(runs, out, formats) + speed_plots(runs, out, formats))
+    return (
+        noise_curves(runs, out, formats)
+        + reliability_diagrams(runs, out, formats=formats)
+        + ood_histograms(runs, out, formats)
+        + context_curves(runs, out, formats)
+        + speed_plots(runs, out, formats)
+    )

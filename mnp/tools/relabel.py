@@ -9,6 +9,7 @@ its model, dataset and seed (``mnp.core.rundir.config_drift``, the same comparis
 directories), and its experiment is the one whose directory holds it
 (``<log_dir>/<experiment>/multiruns/<run>``).
 """
+
 from __future__ import annotations
 
 import copy
@@ -40,6 +41,7 @@ def defaults(model: str, dataset: str, seed: int) -> dict:
     """The result groups (model, dataset, trainer, eval) of today's resolved ``train.yaml`` for a job
     (composed once per model and dataset, resolved per seed)."""
     from mnp.core.validate import resolve_auto
+
     cfg = copy.deepcopy(_composed(model, dataset))
     cfg.seed = seed
     resolve_auto(cfg)

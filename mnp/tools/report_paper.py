@@ -3,6 +3,7 @@
 The paper's means are package data, ``mnp/tools/paper_results.csv`` (table, model, dataset, metric,
 value as printed in the paper: accuracy in %; ``speed-up/<train|test>`` is MGP time / MNP time).
 """
+
 from __future__ import annotations
 
 import csv
@@ -27,8 +28,11 @@ def metric_for(key: str) -> Metric:
 
 def paper_values() -> dict[tuple[str, str, str], float]:
     """(model, dataset, metrics.json key) -> the paper's mean, in metrics.json units (fractions)."""
-    return {(r["model"], r["dataset"], r["metric"]): float(r["value"]) / metric_for(r["metric"]).scale
-            for r in paper_rows() if not r["metric"].startswith(SPEEDUP)}
+    return {
+        (r["model"], r["dataset"], r["metric"]): float(r["value"]) / metric_for(r["metric"]).scale
+        for r in paper_rows()
+        if not r["metric"].startswith(SPEEDUP)
+    }
 
 
 def paper_speedups() -> dict[str, dict[str, float]]:
@@ -36,7 +40,7 @@ def paper_speedups() -> dict[str, dict[str, float]]:
     out: dict[str, dict[str, float]] = {}
     for r in paper_rows():
         if r["metric"].startswith(SPEEDUP):
-            out.setdefault(r["dataset"], {})[r["metric"][len(SPEEDUP):]] = float(r["value"])
+            out.setdefault(r["dataset"], {})[r["metric"][len(SPEEDUP) :]] = float(r["value"])
     return out
 
 
@@ -46,31 +50,52 @@ def paper_comparison(agg: dict) -> list[dict]:
     out = []
     for (e, m, v, d, k), c in sorted(agg.items(), key=lambda kv: str(kv[0])):
         if v is None and (m, d, k) in paper:
-            out.append({"experiment": e, "model": m, "dataset": d, "metric": k, "ours": c.mean, "std": c.std, "n": c.n,
-                        "paper": paper[(m, d, k)], "diff": c.mean - paper[(m, d, k)]})
+            out.append(
+                {
+                    "experiment": e,
+                    "model": m,
+                    "dataset": d,
+                    "metric": k,
+                    "ours": c.mean,
+                    "std": c.std,
+                    "n": c.n,
+                    "paper": paper[(m, d, k)],
+                    "diff": c.mean - paper[(m, d, k)],
+                }
+            )
     return out
 
 
 def paper_md(rows: list[dict], speed: dict[str, dict[str, dict[str, float]]]) -> str:
     """The comparison section: ``rows`` of :func:`paper_comparison`, and ``speed`` (experiment ->
     dataset -> our speed-ups) against the paper's."""
-    lines = ["## Comparison with the paper (docs/method.md §7)", "",
-             "Ours (mean over seeds) / paper; Δ = ours − paper, in the table's units.", "",
-             "| Experiment | Method | Dataset | Metric | Ours | Paper | Δ |", "|---|---|---|---|---|---|---|"]
+    lines = [
+        "## Comparison with the paper (docs/method.md §7)",
+        "",
+        "Ours (mean over seeds) / paper; Δ = ours − paper, in the table's units.",
+        "",
+        "| Experiment | Method | Dataset | Metric | Ours | Paper | Δ |",
+        "|---|---|---|---|---|---|---|",
+    ]
     morder = {m: i for i, m in enumerate(MODEL_ORDER)}
     dorder = {d: i for i, d in enumerate(DATASET_ORDER)}
-    for r in sorted(rows, key=lambda r: (r["experiment"], morder.get(r["model"], 99), dorder.get(r["dataset"], 99),
-                                         r["metric"])):
+    for r in sorted(
+        rows, key=lambda r: (r["experiment"], morder.get(r["model"], 99), dorder.get(r["dataset"], 99), r["metric"])
+    ):
         mt = metric_for(r["metric"])
-        lines.append(f"| {r['experiment']} | {model_label(r['model'])} | {dataset_label(r['dataset'])} "
-                     f"| {r['metric']} | {mt.fmt(r['ours'])} | {mt.fmt(r['paper'])} "
-                     f"| {r['diff'] * mt.scale:+.{mt.digits}f} |")
+        lines.append(
+            f"| {r['experiment']} | {model_label(r['model'])} | {dataset_label(r['dataset'])} "
+            f"| {r['metric']} | {mt.fmt(r['ours'])} | {mt.fmt(r['paper'])} "
+            f"| {r['diff'] * mt.scale:+.{mt.digits}f} |"
+        )
     paper_speed = paper_speedups()
     for e, s in speed.items():
         for d, v in s.items():
             for k in ("train", "test"):
                 if k in v and k in paper_speed.get(d, {}):
                     p = paper_speed[d][k]
-                    lines.append(f"| {e} | MNP/MGP | {dataset_label(d)} | speed-up {k} | {v[k]:.2f} | {p:.2f} | "
-                                 f"{v[k] - p:+.2f} |")
+                    lines.append(
+                        f"| {e} | MNP/MGP | {dataset_label(d)} | speed-up {k} | {v[k]:.2f} | {p:.2f} | "
+                        f"{v[k] - p:+.2f} |"
+                    )
     return "\n".join(lines)

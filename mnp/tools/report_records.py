@@ -9,6 +9,7 @@
 * ``claims.csv``: "``mnp`` beats X on M" for every other model X of a dataset (default variants), as paired
   tests over shared seeds (:mod:`mnp.tools.stats`); a claim on a legacy cell is ``untested``.
 """
+
 from __future__ import annotations
 
 import csv
@@ -23,8 +24,19 @@ from mnp.tools.stats import paired_test, verdict
 log = logging.getLogger(__name__)
 
 ID_COLUMNS = ["experiment", "model", "dataset", "variant", "seed"]
-RESULT_COLUMNS = ["model", "dataset", "metric", "mean", "std", "n", "ci95_low", "ci95_high", "source",
-                  "experiment", "variant"]
+RESULT_COLUMNS = [
+    "model",
+    "dataset",
+    "metric",
+    "mean",
+    "std",
+    "n",
+    "ci95_low",
+    "ci95_high",
+    "source",
+    "experiment",
+    "variant",
+]
 CLAIM_COLUMNS = ["experiment", "model", "dataset", "metric", "baseline", "difference", "p_value", "n", "verdict"]
 # cal/: temperature-scaled (runs with eval.calibration=temperature, mnp.core.calibration)
 CLAIM_METRICS = ["test/acc", "test/ece", "noise/acc_mean", "test/nll", "cal/test/ece", "cal/test/nll"]
@@ -42,9 +54,14 @@ def _sort_key(key: tuple) -> tuple:
 # ---------------------------------------------------------------------------- runs.csv
 def records_of(runs: list[Run]) -> Records:
     """Each run's numeric metrics (not its seed or epochs), keyed as a runs.csv row."""
-    return {(r.experiment, r.model, r.dataset, r.variant, r.seed):
-            {k: float(v) for k, v in r.metrics.items()
-             if k not in NON_METRICS and isinstance(v, (int, float)) and not isinstance(v, bool)} for r in runs}
+    return {
+        (r.experiment, r.model, r.dataset, r.variant, r.seed): {
+            k: float(v)
+            for k, v in r.metrics.items()
+            if k not in NON_METRICS and isinstance(v, (int, float)) and not isinstance(v, bool)
+        }
+        for r in runs
+    }
 
 
 def write_runs(path: Path, records: Records) -> None:
@@ -54,16 +71,22 @@ def write_runs(path: Path, records: Records) -> None:
         w.writerow(ID_COLUMNS + metrics)
         for key in sorted(records, key=_sort_key):
             e, m, d, v, s = key
-            w.writerow([e, m, d, "" if v is None else v, s] + [repr(records[key][k]) if k in records[key] else ""
-                                                                 for k in metrics])
+            w.writerow(
+                [e, m, d, "" if v is None else v, s]
+                + [repr(records[key][k]) if k in records[key] else "" for k in metrics]
+            )
 
 
 def read_runs(path: Path) -> Records:
     """The records of a runs.csv written by :func:`write_runs`."""
     with open(path, newline="") as f:
         rows = list(csv.DictReader(f))
-    return {(r["experiment"], r["model"], r["dataset"], r["variant"] or None, int(r["seed"])):
-            {k: float(v) for k, v in r.items() if k not in ID_COLUMNS and v != ""} for r in rows}
+    return {
+        (r["experiment"], r["model"], r["dataset"], r["variant"] or None, int(r["seed"])): {
+            k: float(v) for k, v in r.items() if k not in ID_COLUMNS and v != ""
+        }
+        for r in rows
+    }
 
 
 # ---------------------------------------------------------------------------- results.csv
@@ -92,7 +115,7 @@ def write_results(path: Path, agg: dict[tuple, Cell]) -> None:
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(RESULT_COLUMNS)
-        for (e, m, v, d, k) in sorted(agg, key=_sort_key):
+        for e, m, v, d, k in sorted(agg, key=_sort_key):
             c = agg[(e, m, v, d, k)]
             lo, hi = (repr(c.ci[0]), repr(c.ci[1])) if c.ci else ("", "")
             w.writerow([m, d, k, repr(c.mean), repr(c.std), c.n, lo, hi, c.source, e, "" if v is None else v])
@@ -102,12 +125,13 @@ def write_results(path: Path, agg: dict[tuple, Cell]) -> None:
 def seed_values(records: Records, group: tuple, metric: str) -> dict[int, float]:
     """seed -> value of ``metric`` for ``group`` = (experiment, model, variant, dataset)."""
     e, m, v, d = group
-    return {s: x[metric] for (ee, mm, dd, vv, s), x in records.items()
-            if (ee, mm, vv, dd) == (e, m, v, d) and metric in x}
+    return {
+        s: x[metric] for (ee, mm, dd, vv, s), x in records.items() if (ee, mm, vv, dd) == (e, m, v, d) and metric in x
+    }
 
 
 def claims(records: Records, agg: dict[tuple, Cell], model: str = "mnp") -> list[dict]:
-    """"``model`` beats X on M (dataset)" for every other model X with a default-variant cell of M beside
+    """ "``model`` beats X on M (dataset)" for every other model X with a default-variant cell of M beside
     ``model``'s, in the paper's order: paired tests on records, ``untested`` where a cell is a legacy aggregate."""
     out = []
     for e in sorted({k[0] for k in agg}):
@@ -122,8 +146,9 @@ def claims(records: Records, agg: dict[tuple, Cell], model: str = "mnp") -> list
                     if LEGACY in (ours.source, theirs.source):
                         row.update(difference=ours.mean - theirs.mean, p_value=None, n=None, verdict=UNTESTED)
                     else:
-                        t = paired_test(seed_values(records, (e, model, None, d), k),
-                                        seed_values(records, (e, x, None, d), k))
+                        t = paired_test(
+                            seed_values(records, (e, model, None, d), k), seed_values(records, (e, x, None, d), k)
+                        )
                         row.update(difference=t.difference, p_value=t.p_value, n=t.n, verdict=verdict(t, k))
                     out.append(row)
     return out
@@ -133,6 +158,7 @@ def write_claims(path: Path, rows: list[dict]) -> None:
     with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=CLAIM_COLUMNS)
         w.writeheader()
-        w.writerows({k: "" if r[k] is None else repr(r[k]) if isinstance(r[k], float) else r[k]
-                     for k in CLAIM_COLUMNS} for r in rows)
-
+        w.writerows(
+            {k: "" if r[k] is None else repr(r[k]) if isinstance(r[k], float) else r[k] for k in CLAIM_COLUMNS}
+            for r in rows
+        )

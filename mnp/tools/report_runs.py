@@ -1,5 +1,6 @@
 """Finished sweep jobs for :mod:`mnp.tools.report` and :mod:`mnp.tools.plots`: loading, table cells and results.csv,
 the paper's order of methods and datasets, and their display names."""
+
 from __future__ import annotations
 
 import csv
@@ -19,13 +20,42 @@ from mnp.tools.stats import t_interval
 log = logging.getLogger(__name__)
 
 MODEL_ORDER = ["mcd", "de_ef", "sngp", "etp", "de_lf", "tmc", "mgp", "mnp", "mnp_official", "mlp"]
-MODEL_NAMES = {"mcd": "MCD", "de_ef": "DE (EF)", "sngp": "SNGP", "etp": "ETP", "de_lf": "DE (LF)", "tmc": "TMC",
-               "mgp": "MGP", "mnp": "MNP", "mnp_official": "MNP (official)", "mlp": "MLP"}
-DATASET_ORDER = ["handwritten", "cub", "pie", "caltech101", "scene15", "hmdb", "cifar10c", "digits_c", "synthetic",
-                 "custom"]
-DATASET_NAMES = {"handwritten": "Handwritten", "cub": "CUB", "pie": "PIE", "caltech101": "Caltech101",
-                 "scene15": "Scene15", "hmdb": "HMDB", "cifar10c": "CIFAR10-C", "digits_c": "Digits-C",
-                 "synthetic": "Synthetic", "custom": "Custom"}
+MODEL_NAMES = {
+    "mcd": "MCD",
+    "de_ef": "DE (EF)",
+    "sngp": "SNGP",
+    "etp": "ETP",
+    "de_lf": "DE (LF)",
+    "tmc": "TMC",
+    "mgp": "MGP",
+    "mnp": "MNP",
+    "mnp_official": "MNP (official)",
+    "mlp": "MLP",
+}
+DATASET_ORDER = [
+    "handwritten",
+    "cub",
+    "pie",
+    "caltech101",
+    "scene15",
+    "hmdb",
+    "cifar10c",
+    "digits_c",
+    "synthetic",
+    "custom",
+]
+DATASET_NAMES = {
+    "handwritten": "Handwritten",
+    "cub": "CUB",
+    "pie": "PIE",
+    "caltech101": "Caltech101",
+    "scene15": "Scene15",
+    "hmdb": "HMDB",
+    "cifar10c": "CIFAR10-C",
+    "digits_c": "Digits-C",
+    "synthetic": "Synthetic",
+    "custom": "Custom",
+}
 
 
 @dataclass
@@ -83,8 +113,9 @@ def _who(run_dir: Path) -> dict:
 def _unreadable(path: Path, problem: str) -> Job:
     """A job whose ``path`` cannot be used, named by its config.yaml where that can be read; warned about."""
     log.warning("%s %s; the job is left out of the tables", path, problem)
-    return Job(path, "unreadable", {**_who(path.parent),
-                                    "message": f"{path.name} {problem}; re-run the job to write it again"})
+    return Job(
+        path, "unreadable", {**_who(path.parent), "message": f"{path.name} {problem}; re-run the job to write it again"}
+    )
 
 
 def _config_or_unreadable(run_dir: Path, jobs: list[Job]) -> dict | None:
@@ -104,14 +135,20 @@ def _interrupted(d: Path) -> list[Job]:
     for cpath in sorted(d.rglob("config.yaml")):
         run = cpath.parent
         if any(part.startswith(".") for part in run.relative_to(d).parts) or any(
-                (run / f).exists() for f in ("metrics.json", "failed.json", "skipped.json")):
+            (run / f).exists() for f in ("metrics.json", "failed.json", "skipped.json")
+        ):
             continue  # Hydra's own .hydra/ records, finished, failed or skipped jobs
         who = _who(run)
         if who and _read_config(run).get("test") is False:
             continue  # trained with test=false: it writes no metrics.json
         kept = "its checkpoints/last.ckpt is kept, " if (run / "checkpoints" / "last.ckpt").exists() else ""
-        jobs.append(Job(cpath, "interrupted", {**who, "message": f"no metrics.json: the job stopped before it "
-                                               f"finished; {kept}re-run it to finish"}))
+        jobs.append(
+            Job(
+                cpath,
+                "interrupted",
+                {**who, "message": f"no metrics.json: the job stopped before it finished; {kept}re-run it to finish"},
+            )
+        )
     return jobs
 
 
@@ -159,10 +196,19 @@ def load(dirs: Iterable[str | Path], relabel: bool = False) -> tuple[list[Run], 
             experiment = str(m.get("experiment") or cfg.get("experiment_name") or "default")
             if relabel and cfg:
                 from mnp.tools.relabel import experiment_of, variant_of
+
                 variant = variant_of(cfg, str(m["model"]), str(m["dataset"]), int(m.get("seed", 0)))
                 experiment = experiment_of(mpath.parent, experiment)
-            run = Run(mpath.parent, experiment, str(m["model"]), data_label(str(m["dataset"]), cfg.get("dataset")),
-                      int(m.get("seed", 0)), None if variant is None else str(variant), m, cfg)
+            run = Run(
+                mpath.parent,
+                experiment,
+                str(m["model"]),
+                data_label(str(m["dataset"]), cfg.get("dataset")),
+                int(m.get("seed", 0)),
+                None if variant is None else str(variant),
+                m,
+                cfg,
+            )
             key = (run.experiment, run.model, run.variant, run.dataset, run.seed)
             if key in runs:
                 old = runs[key]
@@ -215,6 +261,7 @@ def order_rows(rows: Iterable[tuple[str, str | None]]) -> list[tuple[str, str | 
             return (0, float(v), "")
         except (TypeError, ValueError):
             return (1, 0.0, str(v))
+
     return [(m, v) for m in models for v in sorted({v for mm, v in rows if mm == m}, key=vkey)]
 
 
@@ -237,19 +284,28 @@ def read_cells(path: Path) -> dict[tuple, Cell]:
     try:
         with open(path, newline="") as f:
             rows = list(csv.DictReader(f))
-        return {(r["experiment"], r["model"], r["variant"] or None, r["dataset"], r["metric"]): Cell(
-            float(r["mean"]), float(r["std"]), int(r["n"]),
-            (float(r["ci95_low"]), float(r["ci95_high"])) if r.get("ci95_low") else None,
-            r.get("source") or LEGACY) for r in rows}
+        return {
+            (r["experiment"], r["model"], r["variant"] or None, r["dataset"], r["metric"]): Cell(
+                float(r["mean"]),
+                float(r["std"]),
+                int(r["n"]),
+                (float(r["ci95_low"]), float(r["ci95_high"])) if r.get("ci95_low") else None,
+                r.get("source") or LEGACY,
+            )
+            for r in rows
+        }
     except (KeyError, ValueError, TypeError, csv.Error) as e:  # UnicodeDecodeError is a ValueError
         problem = f"it has no column {e}" if isinstance(e, KeyError) else " ".join(str(e).split())[:120]
-        raise ValueError(f"{path} is not a results.csv written by mnp.tools.report ({problem}); move it away or "
-                         "leave out --update") from None
+        raise ValueError(
+            f"{path} is not a results.csv written by mnp.tools.report ({problem}); move it away or leave out --update"
+        ) from None
 
 
 def read_results(path: Path) -> dict[tuple[str, str, str, str], dict]:
     """(model, variant, dataset, metric) -> {mean, std, n, ci, source} of a results.csv (empty if there is none)."""
     if not path.exists():
         return {}
-    return {(m, v or "", d, k): {"mean": c.mean, "std": c.std, "n": c.n, "ci": c.ci, "source": c.source}
-            for (_, m, v, d, k), c in read_cells(path).items()}
+    return {
+        (m, v or "", d, k): {"mean": c.mean, "std": c.std, "n": c.n, "ci": c.ci, "source": c.source}
+        for (_, m, v, d, k), c in read_cells(path).items()
+    }

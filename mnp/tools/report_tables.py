@@ -4,6 +4,7 @@ Each table records the number of the paper table it reproduces (1 accuracy, 2 EC
 accuracy, 4 CIFAR10-C OOD, 5 speed); the number shown is passed in at rendering time, so that the
 report can number its tables consecutively (see :mod:`mnp.tools.report`).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -50,8 +51,11 @@ def auroc_metric(name: str) -> Metric:
 def ood_metrics(name: str) -> list[tuple[str, Metric]]:
     """The OOD columns of one set (the model's own uncertainty as the score): AUROC, AUPR and FPR at 95 % TPR."""
     label = OOD_NAMES.get(name, name)
-    return [(f"AUROC {label} ↑", auroc_metric(name)), (f"AUPR {label} ↑", Metric(f"ood/{name}/aupr", True)),
-            (f"FPR95 {label} ↓", Metric(f"ood/{name}/fpr95", False))]
+    return [
+        (f"AUROC {label} ↑", auroc_metric(name)),
+        (f"AUPR {label} ↑", Metric(f"ood/{name}/aupr", True)),
+        (f"FPR95 {label} ↓", Metric(f"ood/{name}/fpr95", False)),
+    ]
 
 
 @dataclass
@@ -83,11 +87,13 @@ class Table:
         return out
 
 
-def make_table(paper: str, title: str, label: str, agg: dict, experiment: str,
-               columns: list[tuple[str, str, Metric]]) -> Table | None:
+def make_table(
+    paper: str, title: str, label: str, agg: dict, experiment: str, columns: list[tuple[str, str, Metric]]
+) -> Table | None:
     """The table of ``columns`` over the rows that have any of them; None when no cell has data."""
-    rows = order_rows({(m, v) for (e, m, v, d, k) in agg if e == experiment
-                       and any(d == cd and k == cm.key for _, cd, cm in columns)})
+    rows = order_rows(
+        {(m, v) for (e, m, v, d, k) in agg if e == experiment and any(d == cd and k == cm.key for _, cd, cm in columns)}
+    )
     cells = {}
     for i, (m, v) in enumerate(rows):
         for j, (_, d, metric) in enumerate(columns):
@@ -119,26 +125,50 @@ def experiment_tables(agg: dict, experiment: str) -> list[Table]:
         make_table("1", "Test accuracy (%) ↑", "accuracy", agg, experiment, per_ds(ACC)),
         make_table("2", "Test ECE ↓" + note, "ece", agg, experiment, raw_and_calibrated(datasets, ECE, CAL_ECE)),
         make_table("2", "Test NLL ↓" + note, "nll", agg, experiment, raw_and_calibrated(datasets, NLL, CAL_NLL))
-        if note else None,
-        make_table("3", "Test accuracy (%) averaged over the 10 noise levels ↑", "noisy-accuracy", agg, experiment,
-                   per_ds(NOISY_ACC)),
+        if note
+        else None,
+        make_table(
+            "3",
+            "Test accuracy (%) averaged over the 10 noise levels ↑",
+            "noisy-accuracy",
+            agg,
+            experiment,
+            per_ds(NOISY_ACC),
+        ),
     ]
     for d in datasets:
-        oods = order({k.split("/")[1] for (e, _, _, dd, k) in agg
-                      if e == experiment and dd == d and k.startswith("ood/") and k.endswith("/auroc")}, OOD_ORDER)
+        oods = order(
+            {
+                k.split("/")[1]
+                for (e, _, _, dd, k) in agg
+                if e == experiment and dd == d and k.startswith("ood/") and k.endswith("/auroc")
+            },
+            OOD_ORDER,
+        )
         if oods:
             cols = [("Accuracy (%) ↑", d, ACC), ("ECE ↓", d, ECE)]
             cols += [(h, d, m) for o in oods for h, m in ood_metrics(o)]
-            tables.append(make_table("4", f"{dataset_label(d)}: accuracy, ECE and OOD detection", f"ood-{d}", agg,
-                                     experiment, cols))
-    selective = [(f"{h} {dataset_label(d)}", d, m) for d in datasets
-                 for h, m in (("AURC ↓", AURC), ("acc@90% cov. ↑", ACC_COV90), ("adaptive ECE ↓", ECE_ADAPTIVE))]
+            tables.append(
+                make_table(
+                    "4", f"{dataset_label(d)}: accuracy, ECE and OOD detection", f"ood-{d}", agg, experiment, cols
+                )
+            )
+    selective = [
+        (f"{h} {dataset_label(d)}", d, m)
+        for d in datasets
+        for h, m in (("AURC ↓", AURC), ("acc@90% cov. ↑", ACC_COV90), ("adaptive ECE ↓", ECE_ADAPTIVE))
+    ]
     tables += [
-        make_table("", "Selective classification (AURC, accuracy of the 90 % most confident rows) and equal-mass "
-                   "ECE", "selective", agg, experiment, selective),
+        make_table(
+            "",
+            "Selective classification (AURC, accuracy of the 90 % most confident rows) and equal-mass ECE",
+            "selective",
+            agg,
+            experiment,
+            selective,
+        ),
         make_table("5", "Training time per epoch (s) ↓", "train-time", agg, experiment, per_ds(TRAIN_TIME)),
-        make_table("5", "Test time, one pass over the test set (s) ↓", "test-time", agg, experiment,
-                   per_ds(TEST_TIME)),
+        make_table("5", "Test time, one pass over the test set (s) ↓", "test-time", agg, experiment, per_ds(TEST_TIME)),
     ]
     return [t for t in tables if t is not None]
 
@@ -149,7 +179,7 @@ def speedups(agg: dict, experiment: str, fast: str = "mnp", slow: str = "mgp") -
     Only where both cells come from the same kind of record: a legacy aggregate's time was measured on another
     machine or load than a per-run record's, so their ratio is not a speed-up."""
     out: dict[str, dict[str, float]] = {}
-    for (e, m, v, d, k) in agg:
+    for e, m, v, d, k in agg:
         if e != experiment or m != fast or v is not None or k not in (TRAIN_TIME.key, TEST_TIME.key):
             continue
         ref = agg.get((e, slow, None, d, k))
@@ -170,8 +200,15 @@ def _cell_text(c: Cell, metric: Metric, style: tuple) -> str:
 
 # how a cell is written: missing, interval, best, second best, the number of seeds (n = 1 said plainly), legacy mark
 MD_STYLE = ("–", "{} [{}, {}]", "**{}**", "<u>{}</u>", "{} ({})", "{} (n = 1)", "†")
-TEX_STYLE = ("--", r"{}\,[{}, {}]", r"\textbf{{{}}}", r"\underline{{{}}}", r"{}\,{{\scriptsize({})}}",
-             r"{}\,{{\scriptsize($n = 1$)}}", r"$^\dagger$")
+TEX_STYLE = (
+    "--",
+    r"{}\,[{}, {}]",
+    r"\textbf{{{}}}",
+    r"\underline{{{}}}",
+    r"{}\,{{\scriptsize({})}}",
+    r"{}\,{{\scriptsize($n = 1$)}}",
+    r"$^\dagger$",
+)
 LEGACY_NOTE = "legacy aggregate without per-run records: no interval"
 
 
@@ -194,17 +231,28 @@ def table_md(t: Table, number: int) -> str:
     ranks = t.ranks()
     note = f"; † {LEGACY_NOTE}" if t.legacy else ""
     cf = f"cf. paper Table {t.paper}; " if t.paper else "not in the paper; "
-    lines = [f"**Table {number}.** {t.title} ({cf}mean [95 % t-interval] over seeds; (n) = seeds{note})", "",
-             "| Method | " + " | ".join(h for h, _, _ in t.columns) + " |",
-             "|---|" + "---|" * len(t.columns)]
+    lines = [
+        f"**Table {number}.** {t.title} ({cf}mean [95 % t-interval] over seeds; (n) = seeds{note})",
+        "",
+        "| Method | " + " | ".join(h for h, _, _ in t.columns) + " |",
+        "|---|" + "---|" * len(t.columns),
+    ]
     for i, row in enumerate(t.rows):
         lines.append(f"| {row_label(row)} | " + " | ".join(_row_cells(t, i, ranks, MD_STYLE)) + " |")
     return "\n".join(lines)
 
 
 def tex_escape(s: str) -> str:
-    for a, b in (("\\", r"\textbackslash{}"), ("_", r"\_"), ("%", r"\%"), ("&", r"\&"), ("#", r"\#"),
-                 ("↑", r"$\uparrow$"), ("↓", r"$\downarrow$"), ("×", r"$\times$")):
+    for a, b in (
+        ("\\", r"\textbackslash{}"),
+        ("_", r"\_"),
+        ("%", r"\%"),
+        ("&", r"\&"),
+        ("#", r"\#"),
+        ("↑", r"$\uparrow$"),
+        ("↓", r"$\downarrow$"),
+        ("×", r"$\times$"),
+    ):
         s = s.replace(a, b)
     return s
 
@@ -213,12 +261,21 @@ def table_tex(t: Table, experiment: str) -> str:
     """A LaTeX table; LaTeX numbers it, in the same order as :func:`table_md`'s numbers."""
     ranks = t.ranks()
     note = rf"; $^\dagger$ {LEGACY_NOTE}" if t.legacy else ""
-    lines = [r"\begin{table}[!h]", r"\centering",
-             rf"\caption{{{tex_escape(t.title)} Mean and 95\% t-interval over seeds [low, high], number of seeds in "
-             + (rf"parentheses (cf.\ paper Table {t.paper}){note}.}}" if t.paper else rf"parentheses (not in the paper){note}.}}"),
-             rf"\label{{table:{tex_escape(experiment)}-{t.label}}}",
-             r"\resizebox{\textwidth}{!}{\begin{tabular}{l" + "c" * len(t.columns) + "}", r"\toprule",
-             "Method & " + " & ".join(tex_escape(h) for h, _, _ in t.columns) + r" \\", r"\midrule"]
+    lines = [
+        r"\begin{table}[!h]",
+        r"\centering",
+        rf"\caption{{{tex_escape(t.title)} Mean and 95\% t-interval over seeds [low, high], number of seeds in "
+        + (
+            rf"parentheses (cf.\ paper Table {t.paper}){note}.}}"
+            if t.paper
+            else rf"parentheses (not in the paper){note}.}}"
+        ),
+        rf"\label{{table:{tex_escape(experiment)}-{t.label}}}",
+        r"\resizebox{\textwidth}{!}{\begin{tabular}{l" + "c" * len(t.columns) + "}",
+        r"\toprule",
+        "Method & " + " & ".join(tex_escape(h) for h, _, _ in t.columns) + r" \\",
+        r"\midrule",
+    ]
     for i, row in enumerate(t.rows):
         lines.append(f"{tex_escape(row_label(row))} & " + " & ".join(_row_cells(t, i, ranks, TEX_STYLE)) + r" \\")
     lines += [r"\bottomrule", r"\end{tabular}}", r"\end{table}"]
@@ -226,8 +283,13 @@ def table_tex(t: Table, experiment: str) -> str:
 
 
 def speedup_md(s: dict[str, dict[str, float]], number: int) -> str:
-    lines = [f"**Table {number}.** Speed-up of MNP over MGP, MGP time / MNP time (cf. paper Table 5; ratio of "
-             "the seed means)", "", "| Dataset | Training | Testing |", "|---|---|---|"]
+    lines = [
+        f"**Table {number}.** Speed-up of MNP over MGP, MGP time / MNP time (cf. paper Table 5; ratio of "
+        "the seed means)",
+        "",
+        "| Dataset | Training | Testing |",
+        "|---|---|---|",
+    ]
     for d, v in s.items():
         cells = [f"{v[k]:.2f}" if k in v else "–" for k in ("train", "test")]
         lines.append(f"| {dataset_label(d)} | " + " | ".join(cells) + " |")
@@ -235,13 +297,22 @@ def speedup_md(s: dict[str, dict[str, float]], number: int) -> str:
 
 
 def speedup_tex(s: dict[str, dict[str, float]], experiment: str) -> str:
-    lines = [r"\begin{table}[!h]", r"\centering",
-             r"\caption{Speed-up ($\times$) of MNP over MGP: ratio of wall-clock time per epoch (MGP / MNP) "
-             r"(cf.\ paper Table 5).}",
-             rf"\label{{table:{tex_escape(experiment)}-speed-up}}", r"\begin{tabular}{lcc}", r"\toprule",
-             r"Dataset & Training & Testing \\", r"\midrule"]
+    lines = [
+        r"\begin{table}[!h]",
+        r"\centering",
+        r"\caption{Speed-up ($\times$) of MNP over MGP: ratio of wall-clock time per epoch (MGP / MNP) "
+        r"(cf.\ paper Table 5).}",
+        rf"\label{{table:{tex_escape(experiment)}-speed-up}}",
+        r"\begin{tabular}{lcc}",
+        r"\toprule",
+        r"Dataset & Training & Testing \\",
+        r"\midrule",
+    ]
     for d, v in s.items():
-        lines.append(f"{tex_escape(dataset_label(d))} & " + " & ".join(f"{v[k]:.2f}" if k in v else "--"
-                                                                     for k in ("train", "test")) + r" \\")
+        lines.append(
+            f"{tex_escape(dataset_label(d))} & "
+            + " & ".join(f"{v[k]:.2f}" if k in v else "--" for k in ("train", "test"))
+            + r" \\"
+        )
     lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}"]
     return "\n".join(lines)

@@ -9,6 +9,7 @@ says otherwise (:func:`mnp.core.wandb_utils.mode`), written under ``<out>/wandb`
 - ``report/<metric>``: ``group``, ``mean``, ``std``, ``n`` of one headline metric, with a bar chart
   ``charts/<metric>/mean``.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -25,8 +26,20 @@ COLUMNS = ["experiment", "model", "variant", "dataset", "group", "metric", "mean
 def report_tables(agg: dict[tuple, Cell]) -> dict[str, Table]:
     """The report run's tables by name (``results`` and one per headline metric found)."""
     keys = sorted(agg, key=lambda k: tuple("" if x is None else str(x) for x in k))
-    rows = [[e, m, v or "", d, group_name(e, m, d, v), k, number(agg[(e, m, v, d, k)].mean),
-             number(agg[(e, m, v, d, k)].std), agg[(e, m, v, d, k)].n] for e, m, v, d, k in keys]
+    rows = [
+        [
+            e,
+            m,
+            v or "",
+            d,
+            group_name(e, m, d, v),
+            k,
+            number(agg[(e, m, v, d, k)].mean),
+            number(agg[(e, m, v, d, k)].std),
+            agg[(e, m, v, d, k)].n,
+        ]
+        for e, m, v, d, k in keys
+    ]
     tables = {"results": Table(COLUMNS, rows, [])}
     headline = [*HEADLINE, *sorted({k[4] for k in keys if OOD_KEY.match(k[4])})]
     for metric in headline:
@@ -43,9 +56,16 @@ def push(agg: dict[tuple, Cell], out: str | Path, project: str, dirs: list[str])
     if not agg:
         raise ValueError("no finished runs to push to wandb")
     experiments = sorted({k[0] for k in agg})
-    run = wandb.init(project=project, dir=str(out), mode=mode(), name="report_" + "+".join(experiments),
-                     group="+".join(experiments) + "/report", job_type="report", tags=experiments,
-                     config={"experiments": experiments, "dirs": [str(d) for d in dirs]})
+    run = wandb.init(
+        project=project,
+        dir=str(out),
+        mode=mode(),
+        name="report_" + "+".join(experiments),
+        group="+".join(experiments) + "/report",
+        job_type="report",
+        tags=experiments,
+        config={"experiments": experiments, "dirs": [str(d) for d in dirs]},
+    )
     try:
         run.log(table_logs(report_tables(agg), prefix="report"))
         return Path(run.dir).parent

@@ -17,6 +17,7 @@ row per candidate (mean of every ``val/`` metric over the seeds the candidates s
 difference to ``default`` and its paired t-test p-value) with a ``chosen`` flag, replacing that decision's
 earlier rows in ``--out``. The candidate with the best mean criterion is chosen; a tie keeps ``default``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,8 +35,23 @@ from mnp.tools.stats import paired_test
 
 DEFAULT = "default"
 VIEW_WEIGHTING = "aggregation.view_weighting"  # the part the infer mode varies
-FIELDS = ["model", "dataset", "decision", "candidate", "setting", "seeds", "n", "criterion", "goal", "score", "diff_vs_default",
-          "p_vs_default", "chosen", "status", "note"]
+FIELDS = [
+    "model",
+    "dataset",
+    "decision",
+    "candidate",
+    "setting",
+    "seeds",
+    "n",
+    "criterion",
+    "goal",
+    "score",
+    "diff_vs_default",
+    "p_vs_default",
+    "chosen",
+    "status",
+    "note",
+]
 QUANTILES, POWERS = (0.9, 0.99, 1.0), (0.5, 1.0, 2.0)
 
 
@@ -45,8 +61,10 @@ class SelectionError(ValueError):
 
 def check_criterion(criterion: str) -> None:
     if not criterion.startswith("val/"):
-        raise SelectionError(f"the criterion must be a validation metric (val/...), got {criterion!r}: "
-                             "a default is never chosen on test rows")
+        raise SelectionError(
+            f"the criterion must be a validation metric (val/...), got {criterion!r}: "
+            "a default is never chosen on test rows"
+        )
 
 
 def validation_runs(dirs: list[str | Path], model: str, dataset: str) -> list[Run]:
@@ -54,26 +72,34 @@ def validation_runs(dirs: list[str | Path], model: str, dataset: str) -> list[Ru
     runs = [r for r in load(dirs)[0] if r.model == model and r.dataset == dataset]
     for r in runs:
         if r.metrics.get("eval_split") != "val":
-            raise SelectionError(f"{r.path} was evaluated on the test split; selection reads only runs of "
-                                 "experiment=select (eval.split=val)")
+            raise SelectionError(
+                f"{r.path} was evaluated on the test split; selection reads only runs of "
+                "experiment=select (eval.split=val)"
+            )
     return runs
 
 
 def val_metrics(metrics: dict) -> dict[str, float]:
-    return {k: float(v) for k, v in metrics.items() if k.startswith("val/") and isinstance(v, (int, float))
-            and not isinstance(v, bool)}
+    return {
+        k: float(v)
+        for k, v in metrics.items()
+        if k.startswith("val/") and isinstance(v, (int, float)) and not isinstance(v, bool)
+    }
 
 
 def decide(candidates: dict[str, dict[int, dict[str, float]]], criterion: str, higher: bool) -> list[dict]:
     """One row per candidate ({name: {seed: val metrics}}) over the seeds every candidate has, the chosen flagged."""
     check_criterion(criterion)
     if DEFAULT not in candidates or len(candidates) < 2:
-        raise SelectionError(f"a decision needs the '{DEFAULT}' candidate and at least one other, got "
-                             f"{sorted(candidates) or 'none'}")
+        raise SelectionError(
+            f"a decision needs the '{DEFAULT}' candidate and at least one other, got {sorted(candidates) or 'none'}"
+        )
     seeds = sorted(set.intersection(*(set(per_seed) for per_seed in candidates.values())))
     if not seeds:
-        raise SelectionError("the candidates share no seed: " + "; ".join(
-            f"{name}: {sorted(per_seed)}" for name, per_seed in sorted(candidates.items())))
+        raise SelectionError(
+            "the candidates share no seed: "
+            + "; ".join(f"{name}: {sorted(per_seed)}" for name, per_seed in sorted(candidates.items()))
+        )
     base = [candidates[DEFAULT][s].get(criterion, math.nan) for s in seeds]
     rows = []
     for name, per_seed in candidates.items():
@@ -83,10 +109,19 @@ def decide(candidates: dict[str, dict[int, dict[str, float]]], criterion: str, h
         keys = sorted(set.union(*(set(per_seed[s]) for s in seeds)))
         means = {k: float(np.mean([per_seed[s].get(k, math.nan) for s in seeds])) for k in keys}
         test = paired_test(dict(zip(seeds, values)), dict(zip(seeds, base)))
-        rows.append({"candidate": name, "seeds": " ".join(map(str, seeds)), "n": len(seeds), "criterion": criterion,
-                     "goal": "max" if higher else "min", "score": float(np.mean(values)),
-                     "diff_vs_default": test.difference, "p_vs_default": math.nan if test.p_value is None
-                     else test.p_value, **means})
+        rows.append(
+            {
+                "candidate": name,
+                "seeds": " ".join(map(str, seeds)),
+                "n": len(seeds),
+                "criterion": criterion,
+                "goal": "max" if higher else "min",
+                "score": float(np.mean(values)),
+                "diff_vs_default": test.difference,
+                "p_vs_default": math.nan if test.p_value is None else test.p_value,
+                **means,
+            }
+        )
     best = (max if higher else min)(r["score"] for r in rows)
     winners = [r["candidate"] for r in rows if r["score"] == best]
     chosen = DEFAULT if DEFAULT in winners else winners[0]
@@ -95,15 +130,17 @@ def decide(candidates: dict[str, dict[int, dict[str, float]]], criterion: str, h
     return sorted(rows, key=lambda r: (r["candidate"] != DEFAULT, r["candidate"]))
 
 
-def write_decision(out: Path, model: str, dataset: str, decision: str, rows: list[dict], status: str,
-                   note: str) -> None:
+def write_decision(
+    out: Path, model: str, dataset: str, decision: str, rows: list[dict], status: str, note: str
+) -> None:
     """Replace ``decision``'s rows of ``out`` (other decisions kept); val columns follow the fixed ones."""
     kept = []
     if out.is_file():
         with out.open() as f:
             kept = [r for r in csv.DictReader(f) if r["decision"] != decision]
-    new = [{"model": model, "dataset": dataset, "decision": decision, "status": status, "note": note, **r}
-           for r in rows]
+    new = [
+        {"model": model, "dataset": dataset, "decision": decision, "status": status, "note": note, **r} for r in rows
+    ]
     all_rows = kept + new
     val_cols = sorted({k for r in all_rows for k in r if k.startswith("val/")})
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -118,7 +155,9 @@ def _cell(v) -> str:
     return f"{v:.6g}" if isinstance(v, float) else str(v)
 
 
-def train_candidates(runs: list[Run], matches: list[str], excludes: list[str] = ()) -> dict[str, dict[int, dict[str, float]]]:
+def train_candidates(
+    runs: list[Run], matches: list[str], excludes: list[str] = ()
+) -> dict[str, dict[int, dict[str, float]]]:
     """{candidate: {seed: val metrics}}: the defaults' runs and those whose variant contains a match and no exclude."""
     out: dict[str, dict[int, dict[str, float]]] = {}
     for r in runs:
@@ -181,8 +220,13 @@ def infer_candidates(runs: list[Run], current: dict) -> dict[str, dict[int, dict
             model.spec = model.spec.replace(VIEW_WEIGHTING, **settings)
             if settings["mode"] == "distance":
                 model.update_distance_reference(dm.train_views)
-            pl.Trainer(logger=False, enable_progress_bar=False, enable_model_summary=False,
-                       enable_checkpointing=False, accelerator="cpu").test(model, datamodule=dm, verbose=False)
+            pl.Trainer(
+                logger=False,
+                enable_progress_bar=False,
+                enable_model_summary=False,
+                enable_checkpointing=False,
+                accelerator="cpu",
+            ).test(model, datamodule=dm, verbose=False)
             same = all(current.get(k) == v for k, v in settings.items())
             out.setdefault(DEFAULT if same else name, {})[r.seed] = val_metrics(model.test_results)
         print(f"{r.path}: {len(out)} variants scored", flush=True)
@@ -205,8 +249,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--decision", required=True, help="the setting decided, e.g. memory_size")
     ap.add_argument("--match", action="append", default=[], help="decide: variants containing this are candidates")
     ap.add_argument("--exclude", action="append", default=[], help="decide: variants containing this are not")
-    ap.add_argument("--base", default="", help="infer: the variant whose checkpoints are scored (default: the "
-                    "defaults' runs, no variant)")
+    ap.add_argument(
+        "--base",
+        default="",
+        help="infer: the variant whose checkpoints are scored (default: the defaults' runs, no variant)",
+    )
     ap.add_argument("--criterion", default="val/nll", help="a val/ metric (default val/nll, lower is better)")
     ap.add_argument("--higher", action="store_true", help="a higher criterion is better (accuracies)")
     ap.add_argument("--status", default="decided", help="decided, or open (why) for a decision not settled yet")
@@ -227,8 +274,10 @@ def main(argv: list[str] | None = None) -> int:
                 raise SelectionError(f"no runs of variant {args.base or '(the defaults)'} to score")
             current = current_view_weighting(base)
             candidates = infer_candidates(base, current)
-            setting = {name: ",".join(f"model.{VIEW_WEIGHTING}.{k}={v}" for k, v in values.items())
-                       for name, values in [*view_weighting_variants().items(), (DEFAULT, current)]}
+            setting = {
+                name: ",".join(f"model.{VIEW_WEIGHTING}.{k}={v}" for k, v in values.items())
+                for name, values in [*view_weighting_variants().items(), (DEFAULT, current)]
+            }
         rows = decide(candidates, args.criterion, args.higher)
         for r in rows:
             r["setting"] = setting.get(r["candidate"], "")
@@ -237,8 +286,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     write_decision(args.out, args.model, args.dataset, args.decision, rows, args.status, args.note)
     for r in rows:
-        print(f"{'*' if r['chosen'] else ' '} {r['candidate']:48s} {args.criterion} {r['score']:.4f} "
-              f"(diff {r['diff_vs_default']:+.4f}, p {r['p_vs_default']:.3g}, seeds {r['seeds']})")
+        print(
+            f"{'*' if r['chosen'] else ' '} {r['candidate']:48s} {args.criterion} {r['score']:.4f} "
+            f"(diff {r['diff_vs_default']:+.4f}, p {r['p_vs_default']:.3g}, seeds {r['seeds']})"
+        )
     return 0
 
 

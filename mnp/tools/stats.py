@@ -7,6 +7,7 @@
   difference favours MNP), ``does not hold`` (it favours X), ``not significant``, ``too few seeds``.
   No correction for testing many claims at once.
 """
+
 from __future__ import annotations
 
 import math

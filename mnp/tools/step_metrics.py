@@ -26,6 +26,7 @@ The step is the model's own :meth:`~mnp.model.MNP.train_step` followed by the DC
 ``on_train_batch_end`` runs); other models get the generic forward, backward, clip, step of
 :func:`step_function`. ``python -m mnp.tools.bench`` records these fields for every case and model.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -39,9 +40,20 @@ from torch import Tensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
 # Output shape depends on the values: a GPU must copy a count back to the host before it can go on.
-DATA_DEPENDENT = {"aten::nonzero", "aten::masked_select", "aten::unique", "aten::_unique", "aten::_unique2",
-                  "aten::unique_dim", "aten::unique_consecutive", "aten::unique_dim_consecutive",
-                  "aten::bincount", "aten::histogram", "aten::equal", "aten::_local_scalar_dense"}
+DATA_DEPENDENT = {
+    "aten::nonzero",
+    "aten::masked_select",
+    "aten::unique",
+    "aten::_unique",
+    "aten::_unique2",
+    "aten::unique_dim",
+    "aten::unique_consecutive",
+    "aten::unique_dim_consecutive",
+    "aten::bincount",
+    "aten::histogram",
+    "aten::equal",
+    "aten::_local_scalar_dense",
+}
 INDEXING = {"aten::index", "aten::index_put", "aten::index_put_", "aten::_index_put_impl_", "aten::_unsafe_index_put"}
 COPIES = {"aten::_to_copy", "aten::copy_", "aten::to"}
 BREAK_REASONS_KEPT = 5
@@ -55,15 +67,24 @@ def sync_reason(name: str, args: tuple, kwargs: dict, out) -> str | None:
     """Why the op ``name`` (``aten::x``, no overload) forces a host sync, or None."""
     if name in DATA_DEPENDENT:
         return name
-    if name == "aten::repeat_interleave" and kwargs.get("output_size") is None and len(args) > 1 \
-            and isinstance(args[1], Tensor):
+    if (
+        name == "aten::repeat_interleave"
+        and kwargs.get("output_size") is None
+        and len(args) > 1
+        and isinstance(args[1], Tensor)
+    ):
         return name + " (tensor repeats)"
     if name in INDEXING and len(args) > 1 and any(_is_mask(i) for i in (args[1] or ())):
         return name + " (boolean mask)"
     if name in COPIES:
         src = args[1] if name == "aten::copy_" else args[0]
         dst = args[0] if name == "aten::copy_" else out
-        if isinstance(src, Tensor) and isinstance(dst, Tensor) and src.device.type != "cpu" and dst.device.type == "cpu":
+        if (
+            isinstance(src, Tensor)
+            and isinstance(dst, Tensor)
+            and src.device.type != "cpu"
+            and dst.device.type == "cpu"
+        ):
             return name + " (device to host)"
     return None
 
@@ -94,11 +115,15 @@ class StepOps(TorchDispatchMode):
         return out
 
     def summary(self, top: int = 15) -> dict:
-        return {"ops_per_train_step": sum(self.ops.values()), "backward_ops_per_train_step": self.backward,
-                "non_aten_ops_per_train_step": sum(self.other.values()),
-                "host_syncs_per_train_step": sum(self.syncs.values()), "host_sync_ops": dict(self.syncs.most_common()),
-                "tensors_from_python_per_train_step": self.from_python,
-                "top_ops": dict(self.ops.most_common(top))}
+        return {
+            "ops_per_train_step": sum(self.ops.values()),
+            "backward_ops_per_train_step": self.backward,
+            "non_aten_ops_per_train_step": sum(self.other.values()),
+            "host_syncs_per_train_step": sum(self.syncs.values()),
+            "host_sync_ops": dict(self.syncs.most_common()),
+            "tensors_from_python_per_train_step": self.from_python,
+            "top_ops": dict(self.ops.most_common(top)),
+        }
 
 
 def _where(path: str) -> str:
@@ -143,6 +168,7 @@ def _graph_break_log():
 def graph_breaks(step: Callable[[], object]) -> dict:
     """``torch._dynamo.explain`` of ``step`` (run once): graphs, breaks and the first break reasons."""
     import torch._dynamo
+
     torch._dynamo.reset()
     try:
         with _graph_break_log() as log:
@@ -151,19 +177,29 @@ def graph_breaks(step: Callable[[], object]) -> dict:
         return {"graph_breaks": None, "graph_break_error": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"}
     finally:
         torch._dynamo.reset()
-    return {"graph_breaks": ex.graph_break_count, "graph_count": ex.graph_count,
-            "graph_break_reasons": {k: v for k, v in log.reasons.most_common(BREAK_REASONS_KEPT)},
-            "graph_break_reasons_total": sum(log.reasons.values())}
+    return {
+        "graph_breaks": ex.graph_break_count,
+        "graph_count": ex.graph_count,
+        "graph_break_reasons": {k: v for k, v in log.reasons.most_common(BREAK_REASONS_KEPT)},
+        "graph_break_reasons_total": sum(log.reasons.values()),
+    }
 
 
-def step_function(model, opt, views: Sequence[Tensor], y: Tensor,
-                  autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext) -> Callable[[], None]:
+def step_function(
+    model,
+    opt,
+    views: Sequence[Tensor],
+    y: Tensor,
+    autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
+) -> Callable[[], None]:
     """One training step of ``model`` on (views, y) with ``opt``, as Lightning would run it."""
     if hasattr(model, "train_step"):  # MNP: its own step, then the DCM update of on_train_batch_end
+
         def step():
             with autocast():
                 model.train_step(views, y, opt)
             model._update_memory()
+
         return step
 
     def generic():  # forward, backward, clipping, optimiser step (and an older MNP's DCM update)
@@ -176,6 +212,7 @@ def step_function(model, opt, views: Sequence[Tensor], y: Tensor,
         opt.step()
         if hasattr(model, "_update_memory"):
             model._update_memory()
+
     return generic
 
 
@@ -186,19 +223,32 @@ def main_optimizer(model):
     return opt["optimizer"] if isinstance(opt, dict) else opt
 
 
-def loss_function(model, views: Sequence[Tensor], y: Tensor,
-                  autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext) -> Callable[[], None]:
+def loss_function(
+    model,
+    views: Sequence[Tensor],
+    y: Tensor,
+    autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
+) -> Callable[[], None]:
     """The part of the step ``torch.compile`` compiles: the forward and the losses, then (MNP) the DCM update."""
+
     def fn():
         with autocast():
             model.training_loss(views, y)
         if hasattr(model, "_update_memory"):
             model._update_memory()
+
     return fn
 
 
-def measure_step(model, opt, views: Sequence[Tensor], y: Tensor, explain: bool = True, whole_step: bool = True,
-                 autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext) -> dict:
+def measure_step(
+    model,
+    opt,
+    views: Sequence[Tensor],
+    y: Tensor,
+    explain: bool = True,
+    whole_step: bool = True,
+    autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
+) -> dict:
     """Ops, host syncs and (``explain``) graph breaks of one steady-state training step; the model takes
     three steps (warm-up, counted, the whole step explained) and one more forward (explained)."""
     model.train()
@@ -215,8 +265,14 @@ def measure_step(model, opt, views: Sequence[Tensor], y: Tensor, explain: bool =
     return out
 
 
-def measure_case(model, dm, device: torch.device, batch: int, explain: bool = True,
-                 autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext) -> dict:
+def measure_case(
+    model,
+    dm,
+    device: torch.device,
+    batch: int,
+    explain: bool = True,
+    autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
+) -> dict:
     """:func:`measure_step` on the first ``batch`` training rows of a datamodule, with the model's main
     optimiser; the model's parameters are restored afterwards (the optimiser's state is not reused)."""
     model.to(device)
@@ -228,8 +284,10 @@ def measure_case(model, dm, device: torch.device, batch: int, explain: bool = Tr
     opt = main_optimizer(model)
     views, y = [v[:batch].to(device) for v in dm.train_views], dm.train_y[:batch].to(device)
     try:
-        return {**measure_step(model, opt, views, y, explain, autocast=autocast),
-                **({} if capturable is None else {"capturable": True})}
+        return {
+            **measure_step(model, opt, views, y, explain, autocast=autocast),
+            **({} if capturable is None else {"capturable": True}),
+        }
     finally:
         model.load_state_dict(saved)
         model._trainer = trainer
@@ -244,31 +302,41 @@ def markdown(cases: list[dict]) -> str:
     rows = [c for c in cases if "ops_per_train_step" in c]
     if not rows:
         return ""
-    out = ["### one training step: ATen ops, host syncs, graph breaks (what a CUDA graph capture needs)", "",
-           "| dataset | model | ops (backward) | host syncs | which | graph breaks (whole step) |",
-           "|---|---|---|---|---|---|"]
+    out = [
+        "### one training step: ATen ops, host syncs, graph breaks (what a CUDA graph capture needs)",
+        "",
+        "| dataset | model | ops (backward) | host syncs | which | graph breaks (whole step) |",
+        "|---|---|---|---|---|---|",
+    ]
     for c in rows:
         which = ", ".join(f"{k} ×{v}" for k, v in c["host_sync_ops"].items()) or "–"
-        out.append(f"| {c['dataset']} | {c['model']} | {c['ops_per_train_step']} ({c['backward_ops_per_train_step']}) | "
-                   f"{c['host_syncs_per_train_step']} | {which} | {c.get('graph_breaks', '–')} "
-                   f"({c.get('graph_breaks_whole_step', '–')}) |")
+        out.append(
+            f"| {c['dataset']} | {c['model']} | {c['ops_per_train_step']} ({c['backward_ops_per_train_step']}) | "
+            f"{c['host_syncs_per_train_step']} | {which} | {c.get('graph_breaks', '–')} "
+            f"({c.get('graph_breaks_whole_step', '–')}) |"
+        )
     return "\n".join(out)
 
 
 def comparison_table(before: dict, after: dict) -> str:
     """Markdown table of the step metrics of two benchmark results (``python -m mnp.tools.bench --json``), by dataset."""
     was = {(c["dataset"], c["model"]): c for c in before["cases"] if "ops_per_train_step" in c}
-    out = ["| dataset | model | ATen ops before → after (backward) | host syncs before → after | "
-           "graph breaks before → after (whole step) |", "|---|---|---|---|---|"]
+    out = [
+        "| dataset | model | ATen ops before → after (backward) | host syncs before → after | "
+        "graph breaks before → after (whole step) |",
+        "|---|---|---|---|---|",
+    ]
     for c in after["cases"]:
         b = was.get((c["dataset"], c["model"]))
         if b is None or "ops_per_train_step" not in c:
             continue
-        out.append(f"| {c['dataset']} | {c['model']} | {b['ops_per_train_step']} ({b['backward_ops_per_train_step']}) → "
-                   f"{c['ops_per_train_step']} ({c['backward_ops_per_train_step']}) | "
-                   f"{b['host_syncs_per_train_step']} → {c['host_syncs_per_train_step']} | "
-                   f"{b.get('graph_breaks', '–')} ({b.get('graph_breaks_whole_step', '–')}) → "
-                   f"{c.get('graph_breaks', '–')} ({c.get('graph_breaks_whole_step', '–')}) |")
+        out.append(
+            f"| {c['dataset']} | {c['model']} | {b['ops_per_train_step']} ({b['backward_ops_per_train_step']}) → "
+            f"{c['ops_per_train_step']} ({c['backward_ops_per_train_step']}) | "
+            f"{b['host_syncs_per_train_step']} → {c['host_syncs_per_train_step']} | "
+            f"{b.get('graph_breaks', '–')} ({b.get('graph_breaks_whole_step', '–')}) → "
+            f"{c.get('graph_breaks', '–')} ({c.get('graph_breaks_whole_step', '–')}) |"
+        )
     return "\n".join(out)
 
 
@@ -276,6 +344,7 @@ if __name__ == "__main__":  # python -m mnp.tools.step_metrics [BEFORE.json AFTE
     import json
     import sys
     from pathlib import Path
+
     root = Path(__file__).resolve().parents[2] / "benchmarks"
     paths = sys.argv[1:3] or [root / "step_metrics_before.json", root / "step_metrics.json"]
     print(comparison_table(*(json.loads(Path(p).read_text()) for p in paths)))
