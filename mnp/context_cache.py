@@ -3,29 +3,31 @@
 from __future__ import annotations
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 
-class ContextCache:
-    """Keeps the context encodings of :meth:`mnp.model.MNP._encode` in ``_ctx_cache`` while nothing they
-    depend on changes; a mixin placed before Routine, using the model's ``spec``, ``encoders`` and
-    ``memory``.
+class ContextEncodingCache:
+    """The context encodings ``(contexts, r, s, u, q)`` of :meth:`mnp.model.MNP._encode`, kept while nothing they
+    depend on changes: the ``encoders``' parameters and buffers and the ``memory``'s rows.
 
-    At inference the context encodings depend only on the parameters and the memory, not on the
-    targets: they are computed once per parameter state (not for memory_update=random, which re-samples).
+    At inference the context encodings depend only on the parameters and the memory, not on the targets: they
+    are computed once per parameter state. Nothing is cached when ``enabled`` is False (the reference path), in
+    training, with gradients on, or with memory update ``random`` (it re-samples the context at every call).
     """
 
-    def _context_cacheable(self) -> bool:
-        return (
-            self.spec.fast and not self.training and not torch.is_grad_enabled() and self.memory.update_rule != "random"
-        )
+    def __init__(self, encoders: nn.Module, memory: nn.Module, enabled: bool):
+        self.encoders, self.memory, self.enabled = encoders, memory, enabled
+        self.entry: tuple | None = None  # (key, contexts, r, s, u, q)
 
-    def _context_key(self, x: Tensor) -> tuple:
+    def usable(self, training: bool) -> bool:
+        return self.enabled and not training and not torch.is_grad_enabled() and self.memory.update_rule != "random"
+
+    def key(self, x: Tensor) -> tuple:
         """Identity and version of every tensor the context encodings depend on, plus dtype and autocast.
 
         In-place changes bump a tensor's version, except writes through ``.data`` and fused optimiser
         kernels: MNP's own optimisers clear the cache after every step, ``train()`` clears it, and
-        code writing parameters through ``.data`` must call :meth:`clear_context_cache`.
+        code writing parameters through ``.data`` must call :meth:`clear` (``model.clear_context_cache()``).
         """
         dev = x.device.type
         state = [
@@ -41,27 +43,22 @@ class ContextCache:
             tuple((t.data_ptr(), t._version) for t in state),
         )
 
-    def _cached_context(self, x: Tensor):
+    def get(self, x: Tensor, training: bool):
         """The cached (contexts, r, s, u, q) for targets like ``x``, or None."""
-        if self._ctx_cache is None or not self._context_cacheable():
+        if self.entry is None or not self.usable(training):
             return None
-        key, *context = self._ctx_cache
-        return context if key == self._context_key(x) else None
+        key, *context = self.entry
+        return context if key == self.key(x) else None
 
-    def _store_context(self, x: Tensor, context: tuple) -> None:
+    def put(self, x: Tensor, context: tuple, training: bool) -> None:
         """Cache (contexts, r, s, u, q) computed for targets like ``x``, where caching is allowed."""
-        if self._context_cacheable():
+        if self.usable(training):
             contexts = context[0]
             detached = contexts.detach() if isinstance(contexts, Tensor) else [c.detach() for c in contexts]
-            self._ctx_cache = (self._context_key(x), detached, *context[1:])
+            self.entry = (self.key(x), detached, *context[1:])
 
-    def clear_context_cache(self) -> None:
-        self._ctx_cache = None
-
-    def train(self, mode: bool = True):
-        if mode:
-            self._ctx_cache = None
-        return super().train(mode)
+    def clear(self) -> None:
+        self.entry = None
 
     def __getstate__(self):
-        return {**super().__getstate__(), "_ctx_cache": None}
+        return {**self.__dict__, "entry": None}

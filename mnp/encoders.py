@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from mnp.attention import choice
+from mnp.stacked import Stacks, distributed, stackable
 
 LEAKY_SLOPE = 0.3  # Keras' LeakyReLU default, used throughout the official code
 PROJECTIONS = ("none", "linear", "resmlp")
@@ -180,6 +181,36 @@ def stacked_groups(roles: list[list[Encoder]]) -> dict[str, list[tuple[nn.Module
     )
     groups.update({f"norm.{kind}": [(e.norm.norm, kind) for e in flat] for kind in kinds})
     return groups
+
+
+class EncoderStacks:
+    """The fast path's batched parameters of every modality (mnp.stacked), built at first use: the linear
+    projections' biases (``projection``) and the context encoders (``context``: one input size, merge=concat, one
+    norm). :meth:`get` is None when there are none, when the parameters differ in dtype, device or
+    requires_grad, or under torch.distributed."""
+
+    def __init__(self, encoders: Sequence[ModalityEncoder], projection: bool, context: bool):
+        self.encoders, self.projection, self.context = encoders, projection, context
+        self.built: Stacks | None = None
+
+    def get(self) -> Stacks | None:
+        if not (self.projection or self.context) or distributed():
+            return None
+        if self.built is None:
+            stacks = Stacks(self.groups())
+            if not all(stackable(stacks.tensors(name)) for name in stacks.slots):
+                return None
+            self.built = stacks
+        return self.built
+
+    def groups(self) -> dict[str, list[tuple[nn.Module, str]]]:
+        groups = stacked_groups(stacked_roles(self.encoders)) if self.context else {}
+        if self.projection:
+            groups["projection.bias"] = [(enc.projection[0], "bias") for enc in self.encoders]
+        return groups
+
+    def __getstate__(self):
+        return {**self.__dict__, "built": None}
 
 
 def encode_stacked(

@@ -13,41 +13,27 @@ from __future__ import annotations
 from typing import Mapping, Sequence
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 from torch.profiler import record_function
 
 from mnp.core import metrics
 from mnp.aggregation import modality_draws
 from mnp.attention import choice, normalise, topk_hint
-from mnp.context_cache import ContextCache
+from mnp.context_cache import ContextEncodingCache
 from mnp.decoder import sample_logits
-from mnp.encoders import encode_stacked, glorot_, project_stacked, stacked_groups, stacked_roles
+from mnp.encoders import EncoderStacks, encode_stacked, glorot_, project_stacked, stacked_roles
 from mnp.losses import predictive_nll, unimodal_error
 from mnp.memory import gather_candidates
 from mnp.model_training import MNPTraining
 from mnp.core.routine import Routine
-from mnp.parts import (
-    PARTS,
-    AggregationPart,
-    AttentionPart,
-    DecoderPart,
-    EncoderPart,
-    LossPart,
-    MemoryPart,
-    MNPSpec,
-    OptimPart,
-    WarmupPart,
-    as_part,
-    plain,
-)
-from mnp.stacked import Stacks, distributed, stackable
-from mnp.step_graphs import StepGraphs, blockers
-from mnp.view_predictions import ViewPredictions
+from mnp.parts import PARTS, MNPSpec, as_part, plain
+from mnp import parts
+from mnp.view_predictions import view_softmaxes
 from mnp.view_training import fusion_weights, predictive_loss
-from mnp.view_weighting import ViewWeighting, check_view_weighting
+from mnp.view_weighting import DistanceWeighting, check_view_weighting
 
 
-class MNP(ContextCache, ViewWeighting, ViewPredictions, MNPTraining, Routine):
+class MNP(MNPTraining, Routine):
     """Multimodal Neural Process, built from its parts (:mod:`mnp.parts`); every deviation between paper and
     official code is a switch of one part.
 
@@ -75,14 +61,14 @@ class MNP(ContextCache, ViewWeighting, ViewPredictions, MNPTraining, Routine):
         self,
         num_classes: int,
         view_dims: Sequence[int],
-        encoder: EncoderPart | Mapping | None = None,
-        attention: AttentionPart | Mapping | None = None,
-        aggregation: AggregationPart | Mapping | None = None,
-        memory: MemoryPart | Mapping | None = None,
-        decoder: DecoderPart | Mapping | None = None,
-        loss: LossPart | Mapping | None = None,
-        optim: OptimPart | Mapping | None = None,
-        warmup: WarmupPart | Mapping | None = None,
+        encoder: parts.EncoderPart | Mapping | None = None,
+        attention: parts.AttentionPart | Mapping | None = None,
+        aggregation: parts.AggregationPart | Mapping | None = None,
+        memory: parts.MemoryPart | Mapping | None = None,
+        decoder: parts.DecoderPart | Mapping | None = None,
+        loss: parts.LossPart | Mapping | None = None,
+        optim: parts.OptimPart | Mapping | None = None,
+        warmup: parts.WarmupPart | Mapping | None = None,
         weight_init: str = "glorot",
         fast: bool = True,
         compile: bool = False,
@@ -123,7 +109,8 @@ class MNP(ContextCache, ViewWeighting, ViewPredictions, MNPTraining, Routine):
         self.encoders = spec.encoder.build(self.view_dims, self.num_classes)
         self.similarity = spec.attention.build([e.d_x for e in self.encoders])
         self.aggregation = spec.aggregation.build(len(self.view_dims), spec.encoder.d_e)
-        if spec.aggregation.view_weighting.mode == "distance":  # eq. 8′'s d²_ref, in checkpoints
+        self.view_weighting = DistanceWeighting(spec.aggregation.view_weighting, self.similarity)  # eq. 8′
+        if self.view_weighting.active:  # its d²_ref, in checkpoints
             self.register_buffer("distance_ref", torch.full((len(self.view_dims),), float("nan")))
         self.decoder = spec.decoder.build(spec.encoder.d_e, self.num_classes, spec.encoder)
         if weight_init == "glorot":
@@ -135,12 +122,14 @@ class MNP(ContextCache, ViewWeighting, ViewPredictions, MNPTraining, Routine):
         # fast: the linear projections and the context encoders of all modalities batched (mnp.stacked), where
         # their shapes allow it and the aggregation uses every encoder (an unused one must keep no gradient,
         # not a zero one)
-        self._stack_projection = fast and spec.encoder.projection == "linear" and len(self.view_dims) > 1
-        self._stack_encoders = fast and spec.aggregation.kind == "mba" and stacked_roles(self.encoders) is not None
-        self._param_stacks: Stacks | None = None
+        self.encoder_stacks = EncoderStacks(
+            self.encoders,
+            projection=fast and spec.encoder.projection == "linear" and len(self.view_dims) > 1,
+            context=fast and spec.aggregation.kind == "mba" and stacked_roles(self.encoders) is not None,
+        )
         if fast and hasattr(self.similarity, "stack"):
             self.similarity.stack = True
-        self._ctx_cache: tuple | None = None  # (key, context encodings) at inference, see mnp.context_cache
+        self.context_cache = ContextEncodingCache(self.encoders, self.memory, enabled=fast)  # at inference
         self._sparsemax_k: int | None = None  # partial-sort size hint (exact either way), see topk_hint
         self._compiled = None  # torch.compile'd _decode_and_nll when compile=True
         # True: the training step makes no host sync (no CPU partial sort in sparsemax, whose size is read from
@@ -150,7 +139,7 @@ class MNP(ContextCache, ViewWeighting, ViewPredictions, MNPTraining, Routine):
         # accel.cuda_graph: False | True (the training step and DCM update as CUDA graphs) | "emulate" (the same
         # bookkeeping without graphs, any device); set by the pipeline, acted on in on_fit_start (mnp.step_graphs)
         self.cuda_graph: bool | str = False
-        self._step_graphs: StepGraphs | None = None
+        self._step_graphs = None  # mnp.step_graphs.StepGraphs, from on_fit_start while a step is captured
         self.register_buffer(
             "_loss_bad", torch.tensor(0.0), persistent=False
         )  # 1 after a non-finite loss, see train_step
@@ -168,32 +157,6 @@ class MNP(ContextCache, ViewWeighting, ViewPredictions, MNPTraining, Routine):
         if dm is None or not hasattr(dm, "train_views"):
             return None
         return dm.train_views, dm.train_y
-
-    def on_fit_start(self) -> None:
-        data = self._training_set()
-        if self.memory.needs_data():
-            if data is None:
-                raise RuntimeError(
-                    "the context memory needs the training set: fit with a datamodule that has "
-                    "train_views/train_y, or call model.init_memory(train_views, train_y) first"
-                )
-            self.init_memory(*data)
-        elif data is not None:
-            self.memory.attach(*data)
-        self._step_graphs = None
-        if self.cuda_graph:
-            if reasons := self.capture_blockers(self.cuda_graph, self.trainer):
-                raise ValueError("accel.cuda_graph cannot capture this model's step: " + "; ".join(reasons))
-            self.capturable = True
-            self._step_graphs = StepGraphs(self, self.cuda_graph == "emulate")
-
-    def capture_blockers(self, graph: bool | str, trainer) -> list[str]:
-        """Why the training step cannot be captured with ``accel.cuda_graph=graph`` (empty: it can;
-        mnp.step_graphs)."""
-        return blockers(self, graph, trainer)
-
-    def on_fit_end(self) -> None:
-        self._step_graphs = None  # frees the graphs and their memory pool
 
     def on_test_start(self) -> None:
         if self.memory._source is None and (data := self._training_set()) is not None:
@@ -214,7 +177,7 @@ class MNP(ContextCache, ViewWeighting, ViewPredictions, MNPTraining, Routine):
             raise RuntimeError(
                 "the context memory is empty: fit the model or call model.init_memory(train_views, train_y)"
             )
-        cached = self._cached_context(views[0])
+        cached = self.context_cache.get(views[0], self.training)
         with record_function("mnp.project_and_encode"):
             if cached is None:
                 targets, (contexts, r_all, s_all, u, q) = self._encode(views)
@@ -250,7 +213,9 @@ class MNP(ContextCache, ViewWeighting, ViewPredictions, MNPTraining, Routine):
             h[:, :b] if isinstance(h, Tensor) else [x[:b] for x in h],
             h[:, b:] if isinstance(h, Tensor) else [x[b:] for x in h],
         )
-        if (stacks := self._stacks()) is not None and self._stack_encoders:  # eqs. 4 and 6, all modalities at once
+        if (
+            stacks := self.encoder_stacks.get()
+        ) is not None and self.encoder_stacks.context:  # eqs. 4 and 6, all modalities at once
             c = contexts if isinstance(contexts, Tensor) else torch.stack(contexts)
             enc = self.spec.encoder
             roles = 4 if enc.prior == "separate" else 2
@@ -271,34 +236,15 @@ class MNP(ContextCache, ViewWeighting, ViewPredictions, MNPTraining, Routine):
                 r, s, u, q = enc.represent(c, y_onehot)  # eqs. 4 and 6
                 rs.append(r), ss.append(s.float()), us.append(u), qs.append(q.float())
             context = (contexts, torch.stack(rs), torch.stack(ss), torch.stack(us)[:, None], torch.stack(qs)[:, None])
-        self._store_context(views[0], context)
+        self.context_cache.put(views[0], context, self.training)
         return targets, context
 
     def _project(self, xs: Sequence[Tensor]) -> Tensor | list[Tensor]:
         """Every modality's input projection: one batched matmul (M, rows, d_e) on the fast path with linear
         projections, else a list of (rows, d_x)."""
-        if (stacks := self._stacks()) is not None and self._stack_projection:
+        if (stacks := self.encoder_stacks.get()) is not None and self.encoder_stacks.projection:
             return project_stacked([enc.projection[0].weight for enc in self.encoders], stacks["projection.bias"], xs)
         return [enc.project(x) for enc, x in zip(self.encoders, xs)]
-
-    def _stacks(self) -> Stacks | None:
-        """The parameters the fast path runs batched, as ParamStacks (mnp.stacked): the linear projections'
-        biases and the context encoders (one input size, merge=concat, one norm); None when there are
-        none, when the parameters differ in dtype, device or requires_grad, or under torch.distributed."""
-        if not (self._stack_projection or self._stack_encoders) or distributed():
-            return None
-        if self._param_stacks is None:
-            stacks = Stacks(self._stack_groups())
-            if not all(stackable(stacks.tensors(name)) for name in stacks.slots):
-                return None
-            self._param_stacks = stacks
-        return self._param_stacks
-
-    def _stack_groups(self) -> dict[str, list[tuple[nn.Module, str]]]:
-        groups = stacked_groups(stacked_roles(self.encoders)) if self._stack_encoders else {}
-        if self._stack_projection:
-            groups["projection.bias"] = [(enc.projection[0], "bias") for enc in self.encoders]
-        return groups
 
     # ------------------------------------------------------------------ model contract
     def predict(self, views, present=None):
@@ -313,6 +259,57 @@ class MNP(ContextCache, ViewWeighting, ViewPredictions, MNPTraining, Routine):
         )
         probs = logits.float().softmax(-1)
         return probs, metrics.expected_entropy(probs)
+
+    def view_predictions(self, views):
+        """M per-sample softmaxes (S·S, B, K), view m's from its unimodal posterior alone (mnp.view_predictions)."""
+        _, _, _, r_star, s_star, u, q = self._attend_scores(views)
+        return view_softmaxes(
+            self.aggregation, self.decoder, self.spec.decoder, r_star, s_star, u, q, self.sample_generator
+        )
+
+    # ------------------------------------------------------------------ eq. 8′ (mnp.view_weighting)
+    def _view_weights(self, scores: Tensor, present: Tensor | None = None) -> Tensor | None:
+        """MBA weights (B, M) of eq. 8′ from the attention scores (M, B, N), over the ``present`` views (B, M) only
+        when given; None: eq. 8 (unweighted, every view). Training is unweighted."""
+        if not self.view_weighting.active or self.training:
+            return present
+        if torch.isnan(
+            self.distance_ref
+        ).any():  # not fitted yet (validation of the first epoch): from the training set
+            self.update_distance_reference()
+        return self.view_weighting.weights(scores, self.distance_ref, present)
+
+    @torch.no_grad()
+    def update_distance_reference(self, train_views: Sequence[Tensor] | None = None) -> None:
+        """Set eq. 8′'s d²_ref from ``train_views`` (default: the training set attached to the memory)."""
+        if train_views is None:
+            if self.memory._source is None:
+                raise RuntimeError(
+                    "view_weighting=distance has no reference distance yet: fit the model, or call "
+                    "model.update_distance_reference(train_views)"
+                )
+            train_views = self.memory._source[0]
+        was_training = self.training
+        self.eval()
+        try:
+            views = [torch.as_tensor(v, dtype=torch.float32, device=self.device) for v in train_views]
+            self.distance_ref.copy_(self.view_weighting.reference(lambda vs: self._attend_scores(vs)[1], views))
+        finally:
+            self.train(was_training)
+
+    def on_train_epoch_end(self) -> None:
+        super().on_train_epoch_end()
+        if self.view_weighting.active and not self._in_warmup():
+            self.update_distance_reference()  # before the epoch's checkpoint (ModelCheckpoint runs after this hook)
+
+    def clear_context_cache(self) -> None:
+        """Drop the cached context encodings (mnp.context_cache): after writing parameters through ``.data``."""
+        self.context_cache.clear()
+
+    def train(self, mode: bool = True):
+        if mode:
+            self.context_cache.clear()
+        return super().train(mode)
 
     def training_loss(self, views, y):
         hold = getattr(self.similarity, "hold", None)
@@ -376,7 +373,7 @@ class MNP(ContextCache, ViewWeighting, ViewPredictions, MNPTraining, Routine):
         return logits, predictive_nll(logits, y, self.spec.loss.ty)
 
     def __getstate__(self):
-        return {**super().__getstate__(), "_compiled": None, "_param_stacks": None, "_step_graphs": None}
+        return {**super().__getstate__(), "_compiled": None, "_step_graphs": None}
 
     # ------------------------------------------------------------------ DCM update (eqs. 2–3)
     def on_train_batch_end(self, outputs, batch, batch_idx) -> None:

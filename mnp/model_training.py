@@ -16,6 +16,7 @@ from torch import Tensor, nn
 
 from mnp.losses import supervised_contrastive
 from mnp.optim import keras_eps_, set_lr
+from mnp.step_graphs import StepGraphs, blockers
 
 
 def clip_per_tensor(params: Iterable[Tensor], max_norm: float, fast: bool = True) -> None:
@@ -50,10 +51,37 @@ class SumOfSquares(torch.autograd.Function):
 class MNPTraining:
     """The Lightning training hooks of :class:`mnp.model.MNP`, a mixin placed before Routine.
 
-    Uses the model's ``spec`` (its parts' settings), ``encoders``, ``similarity``, ``training_loss``, ``_stacks``,
-    ``_update_memory`` (DCM write), ``clear_context_cache`` and the ``_loss_bad`` buffer; gives it L_RBF and the
-    L2 penalty.
+    A mixin because Lightning calls its hooks on the module itself. Uses the model's ``spec`` (its parts'
+    settings), ``encoders``, ``similarity``, ``memory``, ``encoder_stacks``, ``training_loss``, ``_update_memory``
+    (DCM write), ``clear_context_cache`` and the ``_loss_bad`` buffer; gives it L_RBF, the L2 penalty, and at fit
+    start the memory's initialisation and the captured step (mnp.step_graphs).
     """
+
+    def on_fit_start(self) -> None:
+        data = self._training_set()
+        if self.memory.needs_data():
+            if data is None:
+                raise RuntimeError(
+                    "the context memory needs the training set: fit with a datamodule that has "
+                    "train_views/train_y, or call model.init_memory(train_views, train_y) first"
+                )
+            self.init_memory(*data)
+        elif data is not None:
+            self.memory.attach(*data)
+        self._step_graphs = None
+        if self.cuda_graph:
+            if reasons := self.capture_blockers(self.cuda_graph, self.trainer):
+                raise ValueError("accel.cuda_graph cannot capture this model's step: " + "; ".join(reasons))
+            self.capturable = True
+            self._step_graphs = StepGraphs(self, self.cuda_graph == "emulate")
+
+    def capture_blockers(self, graph: bool | str, trainer) -> list[str]:
+        """Why the training step cannot be captured with ``accel.cuda_graph=graph`` (empty: it can;
+        mnp.step_graphs)."""
+        return blockers(self, graph, trainer)
+
+    def on_fit_end(self) -> None:
+        self._step_graphs = None  # frees the graphs and their memory pool
 
     def _in_warmup(self) -> bool:
         epochs = self.spec.warmup.epochs
@@ -87,7 +115,9 @@ class MNPTraining:
         if not l2:
             return 0.0
         kernels = [m.weight for m in self.modules() if isinstance(m, nn.Linear) and m.weight.requires_grad]
-        if (stacks := self._stacks()) is not None and self._stack_encoders:  # the encoders' kernels: two stacks
+        if (
+            stacks := self.encoder_stacks.get()
+        ) is not None and self.encoder_stacks.context:  # the encoders' kernels: two stacks
             stacked = {id(w) for w in stacks.members("fc1.weight") + stacks.members("fc2.weight")}
             kernels = [w for w in kernels if id(w) not in stacked] + [
                 stacks[k] for k in ("fc1.weight", "fc2.weight") if stacks[k].requires_grad

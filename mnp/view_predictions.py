@@ -16,15 +16,10 @@ from torch import Tensor
 from mnp.decoder import sample_logits
 
 
-class ViewPredictions:
-    """MNP mixin (before Routine in the MRO): the test loop's ``view_predictions`` hook (mnp.core.per_view)."""
-
-    def view_predictions(self, views: list[Tensor]) -> list[Tensor]:
-        """M per-sample softmaxes (S·S, B, K), view m's from its unimodal posterior alone."""
-        _, _, _, r_star, s_star, u, q = self._attend_scores(views)
-        mu_m, var_m = self.aggregation.unimodal(r_star, s_star, u, q)  # (M, B, d)
-        dec = self.spec.decoder
-        logits = sample_logits(
-            self.decoder, mu_m, var_m, dec.num_samples, dec.sigma_as_std, self.sample_generator
-        )  # (S·S, M, B, K)
-        return list(logits.float().softmax(-1).unbind(1))
+def view_softmaxes(aggregation, decoder, decoder_part, r_star, s_star, u, q, generator=None) -> list[Tensor]:
+    """M per-sample softmaxes (S·S, B, K), view m's from its unimodal posterior alone (the test loop's
+    ``view_predictions`` hook, mnp.core.per_view); ``decoder_part``: the decoder's settings (``num_samples``,
+    ``sigma_as_std``)."""
+    mu_m, var_m = aggregation.unimodal(r_star, s_star, u, q)  # (M, B, d)
+    logits = sample_logits(decoder, mu_m, var_m, decoder_part.num_samples, decoder_part.sigma_as_std, generator)
+    return list(logits.float().softmax(-1).unbind(1))  # (S·S, M, B, K) -> M × (S·S, B, K)

@@ -28,7 +28,9 @@ from __future__ import annotations
 from typing import Sequence
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
+
+from mnp.attention import to_positive
 
 VIEW_WEIGHTINGS = ("none", "distance")
 CHUNK = 4096  # training rows per encoding call when the reference is computed
@@ -89,54 +91,28 @@ def check_view_weighting(weighting: str, similarity: str) -> None:
         )
 
 
-class ViewWeighting:
-    """MNP mixin (before Routine in the MRO): the weights of eq. 8′ at inference, as the aggregation part's
-    ``view_weighting`` (``spec.aggregation.view_weighting``) sets them, and the reference d²_ref (buffer
-    ``distance_ref``, registered by the constructor, in checkpoints)."""
+class DistanceWeighting:
+    """Eq. 8′ at inference, as ``settings`` (``spec.aggregation.view_weighting``: mode, quantile, power) set it, on
+    the RBF ``similarity``'s scores. The reference d²_ref is the model's ``distance_ref`` buffer (in checkpoints),
+    passed to each call."""
 
-    def _view_weights(self, scores: Tensor, present: Tensor | None = None) -> Tensor | None:
-        """MBA weights (B, M) of eq. 8′ from the attention scores (M, B, N), over the ``present`` views
-        (B, M) only when given; None: eq. 8 (unweighted, every view)."""
-        weighting = self.spec.aggregation.view_weighting
-        if weighting.mode == "none" or self.training:
-            return present
-        if torch.isnan(
-            self.distance_ref
-        ).any():  # not fitted yet (validation of the first epoch): from the training set
-            self.update_distance_reference()
-        return view_weights(nearest_sq_dist(scores, self._amplitude()), self.distance_ref, weighting.power, present)
+    def __init__(self, settings, similarity: nn.Module):
+        self.settings, self.similarity = settings, similarity
 
-    def _amplitude(self) -> Tensor | None:
-        from mnp.attention import to_positive
+    @property
+    def active(self) -> bool:
+        return self.settings.mode == "distance"
 
+    def amplitude(self) -> Tensor | None:
         sim = self.similarity
         return None if sim.raw_amplitude is None else to_positive(sim.raw_amplitude, sim.param).float()
 
-    @torch.no_grad()
-    def update_distance_reference(self, train_views: Sequence[Tensor] | None = None) -> None:
-        """Set d²_ref from ``train_views`` (default: the training set attached to the memory)."""
-        if train_views is None:
-            if self.memory._source is None:
-                raise RuntimeError(
-                    "view_weighting=distance has no reference distance yet: fit the model, or call "
-                    "model.update_distance_reference(train_views)"
-                )
-            train_views = self.memory._source[0]
-        was_training = self.training
-        self.eval()
-        try:
-            views = [torch.as_tensor(v, dtype=torch.float32, device=self.device) for v in train_views]
-            amp = self._amplitude()
-            ref = reference_sq_dist(
-                lambda vs: nearest_sq_dist(self._attend_scores(vs)[1], amp),
-                views,
-                self.spec.aggregation.view_weighting.quantile,
-            )
-            self.distance_ref.copy_(ref)
-        finally:
-            self.train(was_training)
+    def weights(self, scores: Tensor, ref: Tensor, present: Tensor | None = None) -> Tensor:
+        """MBA weights (B, M) of eq. 8′ from the attention scores (M, B, N) and d²_ref (M,), over the ``present``
+        views (B, M) only when given."""
+        return view_weights(nearest_sq_dist(scores, self.amplitude()), ref, self.settings.power, present)
 
-    def on_train_epoch_end(self) -> None:
-        super().on_train_epoch_end()
-        if self.spec.aggregation.view_weighting.mode == "distance" and not self._in_warmup():
-            self.update_distance_reference()  # before the epoch's checkpoint (ModelCheckpoint runs after this hook)
+    def reference(self, attend_scores, views: Sequence[Tensor]) -> Tensor:
+        """d²_ref (M,) over the training ``views``, from ``attend_scores(views) -> scores (M, B, N)``."""
+        amp = self.amplitude()
+        return reference_sq_dist(lambda vs: nearest_sq_dist(attend_scores(vs), amp), views, self.settings.quantile)

@@ -141,7 +141,7 @@ def test_cached_context_predictions_equal_fresh_ones_and_follow_every_change():
     for m in (fast, ref):
         m.eval()
     first = predict(fast, views)
-    assert fast._ctx_cache is not None and ref._ctx_cache is None  # the reference never caches
+    assert fast.context_cache.entry is not None and ref.context_cache.entry is None  # the reference never caches
     again = predict(fast, views)  # served from the cache
     want = predict(ref, views)
     for a, b, c in zip(first, again, want):
@@ -162,10 +162,10 @@ def test_cached_context_predictions_equal_fresh_ones_and_follow_every_change():
             torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
     # training mode (BatchNorm batch statistics) and gradients never use the cache
     fast.train()
-    assert fast._ctx_cache is None
+    assert fast.context_cache.entry is None
     torch.manual_seed(0)
     loss, _ = fast.training_loss(views, torch.arange(12) % 3)
-    assert loss.requires_grad and fast._ctx_cache is None
+    assert loss.requires_grad and fast.context_cache.entry is None
 
 
 def test_a_fused_adam_step_in_eval_mode_invalidates_the_cache():
@@ -176,12 +176,12 @@ def test_a_fused_adam_step_in_eval_mode_invalidates_the_cache():
     for m in (fast, ref):
         m.eval()
     predict(fast, views)
-    assert fast._ctx_cache is not None
+    assert fast.context_cache.entry is not None
     for m, opt in ((fast, opt_f), (ref, opt_r)):
         for p in m.parameters():
             p.grad = torch.full_like(p, 0.1)
         opt.step()
-    assert fast._ctx_cache is None
+    assert fast.context_cache.entry is None
     for a, b in zip(predict(fast, views), predict(ref, views)):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 
@@ -201,7 +201,7 @@ def test_cache_is_not_used_for_a_resampled_context():
     fast, _ = pair(memory_update="random")
     fast.eval()
     predict(fast, data(n=6)[0])
-    assert fast._ctx_cache is None
+    assert fast.context_cache.entry is None
 
 
 def test_partial_sort_sparsemax_equals_the_full_sort_bit_for_bit():
@@ -259,7 +259,7 @@ def test_model_with_a_cache_still_pickles_and_deep_copies():
     fast.eval()
     predict(fast, data(n=5)[0])
     for clone in (copy.deepcopy(fast), pickle.loads(pickle.dumps(fast))):
-        assert clone._ctx_cache is None
+        assert clone.context_cache.entry is None
         for a, b in zip(predict(clone, data(n=5)[0]), predict(fast, data(n=5)[0])):
             torch.testing.assert_close(a, b)
 
@@ -295,8 +295,8 @@ def test_stacks_first_built_in_inference_mode_still_train():
         with torch.inference_mode():
             model.predict(views)
         model.train()
-    assert fast._param_stacks is not None and fast._param_stacks.stacks, "the test pass built no stacks"
-    assert not any(s.leaf.is_inference() for s in fast._param_stacks.stacks.values())
+    assert fast.encoder_stacks.built is not None and fast.encoder_stacks.built.stacks, "the test pass built no stacks"
+    assert not any(s.leaf.is_inference() for s in fast.encoder_stacks.built.stacks.values())
     outs = []
     for model in (fast, ref):
         torch.manual_seed(0)

@@ -219,8 +219,8 @@ def assert_same_training(a, b, views, y):
 @pytest.mark.parametrize("norm", ["layer", "batch"])
 def test_stacked_parameters_alias_the_modules_and_get_their_own_gradients(norm):
     fast, ref, views, y = stacked_pair(norm)
-    assert fast._stacks() is not None and fast.similarity.stacked_lengthscales() is not None
-    leaf = fast._stacks()["fc1.weight"]
+    assert fast.encoder_stacks.get() is not None and fast.similarity.stacked_lengthscales() is not None
+    leaf = fast.encoder_stacks.get()["fc1.weight"]
     w = fast.encoders[1].enc_s.fc1.weight
     assert w.data_ptr() == leaf[1 * 4 + 2].data_ptr()  # modality 1, roles (r, u, s, q): s is third
     assert_same_training(fast, ref, views, y)
@@ -266,7 +266,7 @@ def test_an_optimizer_step_on_the_parameters_moves_the_stack():
     fast, ref, views, y = stacked_pair()
     opt = bench_cases.first_optimizer(fast)
     fast.train_step(views, y, opt)
-    leaf = fast._stacks()["fc2.bias"]
+    leaf = fast.encoder_stacks.get()["fc2.bias"]
     assert torch.equal(leaf.detach()[5], fast.encoders[1].enc_u.fc2.bias.detach())
 
 
