@@ -11,16 +11,17 @@ class ContextEncodingCache:
     depend on changes: the ``encoders``' parameters and buffers and the ``memory``'s rows.
 
     At inference the context encodings depend only on the parameters and the memory, not on the targets: they
-    are computed once per parameter state. Nothing is cached when ``enabled`` is False (the reference path), in
-    training, with gradients on, or with memory update ``random`` (it re-samples the context at every call).
+    are computed once per parameter state. Nothing is cached unless the caller ``allows`` it (the model: on the
+    fast path, at inference), with gradients on, or with memory update ``random`` (it re-samples the context at
+    every call).
     """
 
-    def __init__(self, encoders: nn.Module, memory: nn.Module, enabled: bool):
-        self.encoders, self.memory, self.enabled = encoders, memory, enabled
+    def __init__(self, encoders: nn.Module, memory: nn.Module):
+        self.encoders, self.memory = encoders, memory
         self.entry: tuple | None = None  # (key, contexts, r, s, u, q)
 
-    def usable(self, training: bool) -> bool:
-        return self.enabled and not training and not torch.is_grad_enabled() and self.memory.update_rule != "random"
+    def usable(self, allowed: bool) -> bool:
+        return allowed and not torch.is_grad_enabled() and self.memory.update_rule != "random"
 
     def key(self, x: Tensor) -> tuple:
         """Identity and version of every tensor the context encodings depend on, plus dtype and autocast.
@@ -43,16 +44,16 @@ class ContextEncodingCache:
             tuple((t.data_ptr(), t._version) for t in state),
         )
 
-    def get(self, x: Tensor, training: bool):
+    def get(self, x: Tensor, allowed: bool):
         """The cached (contexts, r, s, u, q) for targets like ``x``, or None."""
-        if self.entry is None or not self.usable(training):
+        if self.entry is None or not self.usable(allowed):
             return None
         key, *context = self.entry
         return context if key == self.key(x) else None
 
-    def put(self, x: Tensor, context: tuple, training: bool) -> None:
+    def put(self, x: Tensor, context: tuple, allowed: bool) -> None:
         """Cache (contexts, r, s, u, q) computed for targets like ``x``, where caching is allowed."""
-        if self.usable(training):
+        if self.usable(allowed):
             contexts = context[0]
             detached = contexts.detach() if isinstance(contexts, Tensor) else [c.detach() for c in contexts]
             self.entry = (self.key(x), detached, *context[1:])

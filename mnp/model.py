@@ -109,8 +109,8 @@ class MNP(MNPTraining, Routine):
         self.encoders = spec.encoder.build(self.view_dims, self.num_classes)
         self.similarity = spec.attention.build([e.d_x for e in self.encoders])
         self.aggregation = spec.aggregation.build(len(self.view_dims), spec.encoder.d_e)
-        self.view_weighting = DistanceWeighting(spec.aggregation.view_weighting, self.similarity)  # eq. 8′
-        if self.view_weighting.active:  # its d²_ref, in checkpoints
+        self.view_weighting = DistanceWeighting(self.similarity)  # eq. 8′
+        if spec.aggregation.view_weighting.mode == "distance":  # its d²_ref, in checkpoints
             self.register_buffer("distance_ref", torch.full((len(self.view_dims),), float("nan")))
         self.decoder = spec.decoder.build(spec.encoder.d_e, self.num_classes, spec.encoder)
         if weight_init == "glorot":
@@ -129,7 +129,7 @@ class MNP(MNPTraining, Routine):
         )
         if fast and hasattr(self.similarity, "stack"):
             self.similarity.stack = True
-        self.context_cache = ContextEncodingCache(self.encoders, self.memory, enabled=fast)  # at inference
+        self.context_cache = ContextEncodingCache(self.encoders, self.memory)  # at inference, on the fast path
         self._sparsemax_k: int | None = None  # partial-sort size hint (exact either way), see topk_hint
         self._compiled = None  # torch.compile'd _decode_and_nll when compile=True
         # True: the training step makes no host sync (no CPU partial sort in sparsemax, whose size is read from
@@ -177,7 +177,7 @@ class MNP(MNPTraining, Routine):
             raise RuntimeError(
                 "the context memory is empty: fit the model or call model.init_memory(train_views, train_y)"
             )
-        cached = self.context_cache.get(views[0], self.training)
+        cached = self.context_cache.get(views[0], self._caches_context())
         with record_function("mnp.project_and_encode"):
             if cached is None:
                 targets, (contexts, r_all, s_all, u, q) = self._encode(views)
@@ -236,7 +236,7 @@ class MNP(MNPTraining, Routine):
                 r, s, u, q = enc.represent(c, y_onehot)  # eqs. 4 and 6
                 rs.append(r), ss.append(s.float()), us.append(u), qs.append(q.float())
             context = (contexts, torch.stack(rs), torch.stack(ss), torch.stack(us)[:, None], torch.stack(qs)[:, None])
-        self.context_cache.put(views[0], context, self.training)
+        self.context_cache.put(views[0], context, self._caches_context())
         return targets, context
 
     def _project(self, xs: Sequence[Tensor]) -> Tensor | list[Tensor]:
@@ -271,13 +271,14 @@ class MNP(MNPTraining, Routine):
     def _view_weights(self, scores: Tensor, present: Tensor | None = None) -> Tensor | None:
         """MBA weights (B, M) of eq. 8′ from the attention scores (M, B, N), over the ``present`` views (B, M) only
         when given; None: eq. 8 (unweighted, every view). Training is unweighted."""
-        if not self.view_weighting.active or self.training:
+        settings = self.spec.aggregation.view_weighting
+        if settings.mode == "none" or self.training:
             return present
         if torch.isnan(
             self.distance_ref
         ).any():  # not fitted yet (validation of the first epoch): from the training set
             self.update_distance_reference()
-        return self.view_weighting.weights(scores, self.distance_ref, present)
+        return self.view_weighting.weights(scores, self.distance_ref, settings.power, present)
 
     @torch.no_grad()
     def update_distance_reference(self, train_views: Sequence[Tensor] | None = None) -> None:
@@ -293,14 +294,20 @@ class MNP(MNPTraining, Routine):
         self.eval()
         try:
             views = [torch.as_tensor(v, dtype=torch.float32, device=self.device) for v in train_views]
-            self.distance_ref.copy_(self.view_weighting.reference(lambda vs: self._attend_scores(vs)[1], views))
+            quantile = self.spec.aggregation.view_weighting.quantile
+            self.distance_ref.copy_(
+                self.view_weighting.reference(lambda vs: self._attend_scores(vs)[1], views, quantile)
+            )
         finally:
             self.train(was_training)
 
     def on_train_epoch_end(self) -> None:
         super().on_train_epoch_end()
-        if self.view_weighting.active and not self._in_warmup():
+        if self.spec.aggregation.view_weighting.mode == "distance" and not self._in_warmup():
             self.update_distance_reference()  # before the epoch's checkpoint (ModelCheckpoint runs after this hook)
+
+    def _caches_context(self) -> bool:
+        return self.spec.fast and not self.training
 
     def clear_context_cache(self) -> None:
         """Drop the cached context encodings (mnp.context_cache): after writing parameters through ``.data``."""

@@ -92,27 +92,23 @@ def check_view_weighting(weighting: str, similarity: str) -> None:
 
 
 class DistanceWeighting:
-    """Eq. 8′ at inference, as ``settings`` (``spec.aggregation.view_weighting``: mode, quantile, power) set it, on
-    the RBF ``similarity``'s scores. The reference d²_ref is the model's ``distance_ref`` buffer (in checkpoints),
-    passed to each call."""
+    """Eq. 8′ at inference on the RBF ``similarity``'s scores. Its settings (``spec.aggregation.view_weighting``: the
+    power p and the quantile q) and the reference d²_ref (the model's ``distance_ref`` buffer, in checkpoints) are
+    passed to each call, so a model whose ``spec`` is replaced (mnp.tools.select infer) weighs by the new settings."""
 
-    def __init__(self, settings, similarity: nn.Module):
-        self.settings, self.similarity = settings, similarity
-
-    @property
-    def active(self) -> bool:
-        return self.settings.mode == "distance"
+    def __init__(self, similarity: nn.Module):
+        self.similarity = similarity
 
     def amplitude(self) -> Tensor | None:
         sim = self.similarity
         return None if sim.raw_amplitude is None else to_positive(sim.raw_amplitude, sim.param).float()
 
-    def weights(self, scores: Tensor, ref: Tensor, present: Tensor | None = None) -> Tensor:
+    def weights(self, scores: Tensor, ref: Tensor, power: float, present: Tensor | None = None) -> Tensor:
         """MBA weights (B, M) of eq. 8′ from the attention scores (M, B, N) and d²_ref (M,), over the ``present``
         views (B, M) only when given."""
-        return view_weights(nearest_sq_dist(scores, self.amplitude()), ref, self.settings.power, present)
+        return view_weights(nearest_sq_dist(scores, self.amplitude()), ref, power, present)
 
-    def reference(self, attend_scores, views: Sequence[Tensor]) -> Tensor:
+    def reference(self, attend_scores, views: Sequence[Tensor], quantile: float) -> Tensor:
         """d²_ref (M,) over the training ``views``, from ``attend_scores(views) -> scores (M, B, N)``."""
         amp = self.amplitude()
-        return reference_sq_dist(lambda vs: nearest_sq_dist(attend_scores(vs), amp), views, self.settings.quantile)
+        return reference_sq_dist(lambda vs: nearest_sq_dist(attend_scores(vs), amp), views, quantile)

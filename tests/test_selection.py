@@ -196,3 +196,23 @@ def test_device_selection_jobs_compose_and_validate(tmp_path):
         cfg = compose_train(tmp_path, job.split())
         validate(cfg)
         assert cfg.eval.split == "val" and cfg.dataset.val_fraction == 0.2 and cfg.model.name == "mnp"
+
+
+@pytest.mark.slow
+def test_infer_scores_each_view_weighting_variant_on_the_same_checkpoints(tmp_path, one_thread):
+    """``select infer`` on two tiny MNP selection runs: one record row per variant (eq. 8 and eq. 8′ over the q × p
+    grid), the variants score differently (each is applied, not the setting the model was built with), and eq. 8
+    is the default of models trained without the weighting."""
+    for seed in (0, 1):
+        overrides = ["model=mnp", "experiment=select", "trainer.max_epochs=2", "callbacks.checkpoint.every_n_epochs=1"]
+        overrides += ["dataset.num_views=2", f"seed={seed}"]
+        train(compose_train(tmp_path / "runs" / f"mnp_synthetic_s{seed}", overrides))
+    out = tmp_path / "mnp_synthetic.csv"
+    args = ["infer", str(tmp_path / "runs"), "--model", "mnp", "--dataset", "synthetic", "--decision", "view_weighting"]
+    assert select.main([*args, "--criterion", "val/noise/acc_mean", "--higher", "--out", str(out)]) == 0
+    rows = {r["candidate"]: r for r in csv.DictReader(out.open())}
+    assert len(rows) == len(select.view_weighting_variants()) and "default" in rows
+    assert "view_weighting=none" not in rows and all(r["seeds"] == "0 1" for r in rows.values())
+    ece = {c: float(r["val/noise/ece_mean"]) for c, r in rows.items()}
+    powers = [ece[f"view_weighting=distance q=0.99 p={p:g}"] for p in select.POWERS]
+    assert len(set(powers)) == len(powers) and ece["default"] not in powers, ece

@@ -115,6 +115,34 @@ def test_reference_is_in_the_checkpoint_and_equals_a_recomputation(trained):
     assert torch.allclose(model.distance_ref, stored, rtol=1e-5)
 
 
+def test_the_weighting_follows_the_models_spec_when_it_is_replaced(trained):
+    """mnp.tools.select infer scores each view-weighting variant on one checkpoint by replacing ``model.spec``: the
+    weights must follow the new settings (power, quantile, mode), not the ones the model was built with."""
+    _, dm, model = trained
+    model.eval()
+    spec, stored = model.spec, model.distance_ref.clone()
+    noised = [
+        dm.test_views[0].float(),
+        3.0 * torch.randn(dm.test_views[1].shape, generator=torch.Generator().manual_seed(2)),
+    ]
+    try:
+        with torch.no_grad():
+            scores = model._attend_scores(noised)[1]
+            power = spec.aggregation.view_weighting.power
+            w1 = model._view_weights(scores)
+            model.spec = spec.replace("aggregation.view_weighting", power=2 * power)
+            w2 = model._view_weights(scores)
+            assert torch.allclose(w2, w1**2), "weights at power 2p are the weights at p squared (relative, eq. 8′)"
+            model.spec = spec.replace("aggregation.view_weighting", quantile=0.5)
+            model.update_distance_reference(dm.train_views)
+            assert (model.distance_ref < stored).all()  # the median distance is below the 0.99 quantile
+            model.spec = spec.replace("aggregation.view_weighting", mode="none")
+            assert model._view_weights(scores) is None
+    finally:
+        model.spec = spec
+        model.distance_ref.copy_(stored)
+
+
 def test_switch_errors_name_the_key(tmp_path):
     dm_cfg = compose_train(tmp_path, TWO_VIEWS)
     _, dm = build_datamodule(dm_cfg)

@@ -3,6 +3,7 @@ these). Sources: ``benchmarks/step_capture_h100.json`` (``python benchmarks/devi
 H100); ``benchmarks/h200_9de9874/*.json`` (one H200 session, provenance in its README.md);
 ``benchmarks/startup_cpu.json`` (``python benchmarks/startup.py``, this project's CPU machine).
 """
+
 from __future__ import annotations
 
 import json
@@ -11,11 +12,16 @@ from pathlib import Path
 from mnp.tools.report_runs import dataset_label
 
 GPU_SESSION = "h200_9de9874"
-VARIANTS = {"graph": "MNP, `accel.cuda_graph=true`", "eager": "MNP, eager (`accel.cuda_graph=false`)",
-            "graph_tf32": "MNP, captured + TF32 (`accel.matmul_precision=high`)",
-            "default": "MNP, defaults (`auto`: captured)", "default_tf32": "MNP, defaults + TF32",
-            "graph_unbatched": "MNP, captured, noise protocol unbatched",
-            "default_unbatched": "MNP, defaults, noise protocol unbatched", "mgp": "MGP"}
+VARIANTS = {
+    "graph": "MNP, `accel.cuda_graph=true`",
+    "eager": "MNP, eager (`accel.cuda_graph=false`)",
+    "graph_tf32": "MNP, captured + TF32 (`accel.matmul_precision=high`)",
+    "default": "MNP, defaults (`auto`: captured)",
+    "default_tf32": "MNP, defaults + TF32",
+    "graph_unbatched": "MNP, captured, noise protocol unbatched",
+    "default_unbatched": "MNP, defaults, noise protocol unbatched",
+    "mgp": "MGP",
+}
 
 
 def _json(path: Path) -> dict:
@@ -24,32 +30,45 @@ def _json(path: Path) -> dict:
 
 def sources(root: Path) -> dict:
     session = root / "benchmarks" / GPU_SESSION
-    return {"step_capture": _json(root / "benchmarks" / "step_capture_h100.json"),
-            "gpu": {p.stem: _json(p) for p in sorted(session.glob("*.json"))},
-            "startup": _json(root / "benchmarks" / "startup_cpu.json")}
+    return {
+        "step_capture": _json(root / "benchmarks" / "step_capture_h100.json"),
+        "gpu": {p.stem: _json(p) for p in sorted(session.glob("*.json"))},
+        "startup": _json(root / "benchmarks" / "startup_cpu.json"),
+        "startup_torchvision": _json(root / "benchmarks" / "startup_torchvision_cpu.json"),
+    }
 
 
 def render_step_capture(src: dict) -> str:
     """MNP's training step on a GPU, eager against one CUDA graph (benchmarks/step_capture_h100.json)."""
-    rows = ["| dataset | host syncs in the step (`set_sync_debug_mode(\"error\")`) | eager step | the step as one CUDA graph "
-            "| speed-up |", "|---|---|---|---|---|"]
+    rows = [
+        '| dataset | host syncs in the step (`set_sync_debug_mode("error")`) | eager step | the step as one CUDA graph '
+        "| speed-up |",
+        "|---|---|---|---|---|",
+    ]
     for d, c in src["step_capture"].get("cases", {}).items():
         graph = f"{c['graph_ms']:.2f} ms" if "graph_ms" in c else "capture failed"
         speed = f"{c['speedup']:.1f}×" if "speedup" in c else "–"
-        rows.append(f"| {dataset_label(d)} | {'none' if c.get('host_sync_free') else 'some'} | {c['eager_ms']:.2f} ms | "
-                    f"{graph} | {speed} |")
+        rows.append(
+            f"| {dataset_label(d)} | {'none' if c.get('host_sync_free') else 'some'} | {c['eager_ms']:.2f} ms | "
+            f"{graph} | {speed} |"
+        )
     return "\n".join(rows)
 
 
 def render_gpu_runs(src: dict) -> str:
     """Whole train.py runs on the GPU, seed 0 (gpu_check.json of the session)."""
     check = src["gpu"].get("gpu_check", {})
-    rows = [f"| run ({check.get('device', '?')}) | acc % | ECE | noisy acc % | train s / epoch | `time/total_s` | "
-            "process wall s |", "|---|---|---|---|---|---|---|"]
+    rows = [
+        f"| run ({check.get('device', '?')}) | acc % | ECE | noisy acc % | train s / epoch | `time/total_s` | "
+        "process wall s |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in check.get("runs", []):
-        rows.append(f"| {dataset_label(r['dataset'])}, {VARIANTS.get(r['variant'], r['variant'])} | "
-                    f"{100 * r['test/acc']:.2f} | {r['test/ece']:.4f} | {100 * r['noise/acc_mean']:.2f} | "
-                    f"{r['time/train_epoch_s']:.3f} | {r['time/total_s']:.2f} | {r['wall_s']:.1f} |")
+        rows.append(
+            f"| {dataset_label(r['dataset'])}, {VARIANTS.get(r['variant'], r['variant'])} | "
+            f"{100 * r['test/acc']:.2f} | {r['test/ece']:.4f} | {100 * r['noise/acc_mean']:.2f} | "
+            f"{r['time/train_epoch_s']:.3f} | {r['time/total_s']:.2f} | {r['wall_s']:.1f} |"
+        )
     return "\n".join(rows)
 
 
@@ -59,63 +78,87 @@ def render_gpu_graph_check(src: dict) -> str:
     if not g:
         return "not measured"
     steps = " and ".join(dict.fromkeys(str(n) for n in g["global_steps"]))
-    return (f"`graph_check.py` on the {g['device']}: {steps} training steps each way, "
-            f"largest parameter difference {g['max_abs_param_diff']:g}, every parameter "
-            f"{'finite' if g['finite'] else 'NOT finite'}; fits of {g['seconds'][0]:.2f} s eager and "
-            f"{g['seconds'][1]:.2f} s captured.")
+    return (
+        f"`graph_check.py` on the {g['device']}: {steps} training steps each way, "
+        f"largest parameter difference {g['max_abs_param_diff']:g}, every parameter "
+        f"{'finite' if g['finite'] else 'NOT finite'}; fits of {g['seconds'][0]:.2f} s eager and "
+        f"{g['seconds'][1]:.2f} s captured."
+    )
 
 
 def render_gpu_bench(src: dict) -> str:
     """Seconds per training epoch and test pass on the GPU, MNP eager and captured against MGP (bench_gpu.json)."""
     bench = src["gpu"].get("bench_gpu", {})
     cases = {(c["dataset"], c["model"]): c for c in bench.get("cases", [])}
-    rows = [f"| case ({bench.get('meta', {}).get('device', '?')}) | MNP train epoch s, eager → captured | MGP train epoch s | "
-            "MNP eager / captured | MGP / MNP, eager (target ≥ 3) | MGP / MNP, captured (target ≥ 3) | "
-            "MNP / MGP test pass s | MGP / MNP test (target ≥ 5) |", "|---|---|---|---|---|---|---|---|"]
+    rows = [
+        f"| case ({bench.get('meta', {}).get('device', '?')}) | MNP train epoch s, eager → captured | MGP train epoch s | "
+        "MNP eager / captured | MGP / MNP, eager (target ≥ 3) | MGP / MNP, captured (target ≥ 3) | "
+        "MNP / MGP test pass s | MGP / MNP test (target ≥ 5) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
 
     def mark(v: float, target: float) -> str:
         return f"{v:.2f} {'✓' if v >= target else '✗'}"
+
     for d, r in bench.get("ratios", {}).items():
         mnp, graph, mgp = cases[(d, "mnp")], cases[(d, "mnp_graph")], cases[(d, "mgp")]
         star = "*" if mnp["extrapolated"] else ""
-        rows.append(f"| {dataset_label(d)}{star} | {mnp['train_epoch_s']:.3f} → {graph['train_epoch_s']:.3f} | "
-                    f"{mgp['train_epoch_s']:.3f} | {r['mnp_over_mnp_graph_train']:.2f} | "
-                    f"{mark(r['mgp_over_mnp_train'], 3)} | {mark(r['mgp_over_mnp_graph_train'], 3)} | "
-                    f"{mnp['test_s']:.4f} / {mgp['test_s']:.4f} | {mark(r['mgp_over_mnp_test'], 5)} |")
+        rows.append(
+            f"| {dataset_label(d)}{star} | {mnp['train_epoch_s']:.3f} → {graph['train_epoch_s']:.3f} | "
+            f"{mgp['train_epoch_s']:.3f} | {r['mnp_over_mnp_graph_train']:.2f} | "
+            f"{mark(r['mgp_over_mnp_train'], 3)} | {mark(r['mgp_over_mnp_graph_train'], 3)} | "
+            f"{mnp['test_s']:.4f} / {mgp['test_s']:.4f} | {mark(r['mgp_over_mnp_test'], 5)} |"
+        )
     return "\n".join(rows)
 
 
 def render_gpu_noise_batching(src: dict) -> str:
     """The test pass with the noise protocol in calls of N rows on the GPU (noise_batching_gpu.json)."""
     nb = src["gpu"].get("noise_batching_gpu", {})
-    rows = [f"| `eval.noise_batch_rows` ({nb.get('device', '?')}) | test pass s | test acc % | noisy acc % |",
-            "|---|---|---|---|"]
+    rows = [
+        f"| `eval.noise_batch_rows` ({nb.get('device', '?')}) | test pass s | test acc % | noisy acc % |",
+        "|---|---|---|---|",
+    ]
     for r in nb.get("runs", []):
-        rows.append(f"| {r['noise_batch_rows'] or '0 (one call per level and subset)'} | {r['test_pass_s']:.2f} | "
-                    f"{100 * r['test_acc']:.2f} | {100 * r['noise_acc_mean']:.2f} |")
+        rows.append(
+            f"| {r['noise_batch_rows'] or '0 (one call per level and subset)'} | {r['test_pass_s']:.2f} | "
+            f"{100 * r['test_acc']:.2f} | {100 * r['noise_acc_mean']:.2f} |"
+        )
     return "\n".join(rows)
 
 
-def render_startup(src: dict) -> str:
-    """A short train.py run's wall time against time/total_s, before and after (benchmarks/startup_cpu.json)."""
-    s = src["startup"]
-    rows = ["| commit | process wall s | `time/total_s` | wall − total s | `time/startup_s` | `time/teardown_s` | runs |",
-            "|---|---|---|---|---|---|---|"]
+def render_startup(src: dict, key: str = "startup") -> str:
+    """A short train.py run's wall time against time/total_s, before and after (benchmarks/startup_cpu.json; with
+    ``key="startup_torchvision"`` the same checkout with and without torchvision installed)."""
+    s = src[key]
+    rows = [
+        "| commit | torchvision | process wall s | `time/total_s` | wall − total s | `time/startup_s` | "
+        "`time/teardown_s` | `import pytorch_lightning` s | runs |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for label in ("before", "after"):
         if (e := s.get(label)) is None:
             continue
         m = e["median"]
-        rows.append(f"| {e['commit']} ({label}) | {m['wall_s']:.1f} | {m['time/total_s']:.1f} | "
-                    f"{m['wall_minus_total_s']:.1f} | "
-                    + " | ".join(f"{m[k]:.2f}" if k in m else "–" for k in ("time/startup_s", "time/teardown_s"))
-                    + f" | {len(e['runs'])} |")
-    if imports := s.get("imports_s"):
-        rows.append("")
-        rows.append(f"Medians; load average {s['loadavg'][0]}–{s['loadavg'][1]} on {s['after']['cpus']} cores. In the same "
-                    f"window `python -c \"import torch\"` took {imports['torch']:.1f} s and `import pytorch_lightning` "
-                    f"{imports['pytorch_lightning']:.1f} s.")
+        vision = {True: "installed", False: "absent"}.get(e.get("torchvision"), "installed")
+        imports = (e.get("imports_s") or s.get("imports_s") or {}).get("pytorch_lightning")
+        rows.append(
+            f"| {e['commit']} ({label}) | {vision} | {m['wall_s']:.1f} | {m['time/total_s']:.1f} | "
+            f"{m['wall_minus_total_s']:.1f} | "
+            + " | ".join(f"{m[k]:.2f}" if k in m else "–" for k in ("time/startup_s", "time/teardown_s"))
+            + f" | {'–' if imports is None else f'{imports:.1f}'} | {len(e['runs'])} |"
+        )
+    rows.append("")
+    rows.append(f"Medians; load average {s['loadavg'][0]}–{s['loadavg'][1]} on {s['after']['cpus']} cores.")
     return "\n".join(rows)
 
 
-RENDERERS = {"step_capture": render_step_capture, "gpu_runs": render_gpu_runs, "gpu_graph_check": render_gpu_graph_check,
-             "gpu_bench": render_gpu_bench, "gpu_noise_batching": render_gpu_noise_batching, "startup": render_startup}
+RENDERERS = {
+    "step_capture": render_step_capture,
+    "gpu_runs": render_gpu_runs,
+    "gpu_graph_check": render_gpu_graph_check,
+    "gpu_bench": render_gpu_bench,
+    "gpu_noise_batching": render_gpu_noise_batching,
+    "startup": render_startup,
+    "startup_torchvision": lambda src: render_startup(src, "startup_torchvision"),
+}
