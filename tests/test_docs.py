@@ -380,5 +380,11 @@ def test_gpu_and_start_up_tables_come_from_the_measurement_files():
         "| PIE, MNP, defaults (`auto`: captured) | 94.12 | 0.0271 | 91.99 | 0.014 | 6.18 | 9.5 |"
         in docgen_speed.render_gpu_runs(src)
     )
-    assert "| abc (after) | 10.0 | 7.0 | 3.0 | 2.50 | 0.01 | 1 |" in docgen_speed.render_startup(src)
+    assert "| abc (after) | installed | 10.0 | – | 7.0 | 3.0 | 2.50 | – | – | 1 |" in docgen_speed.render_startup(src)
+    after = {**src["startup"]["after"], "torchvision": False, "imports_s": {"pytorch_lightning": 3.0}}
+    after["imports_cpu_s"], after["median"] = {"pytorch_lightning": 2.5}, {**after["median"], "cpu_s": 9.0}
+    legs = {"startup_torchvision": {"after": after, "loadavg": [1.0, 1.5]}}
+    assert "| abc (after) | absent | 10.0 | 9.00 | 7.0 | 3.0 | 2.50 | 3.00 | 2.50 | 1 |" in docgen_speed.render_startup(
+        legs, "startup_torchvision"
+    )
     assert set(docgen_speed.RENDERERS) <= set(docgen.RENDERERS)

@@ -132,24 +132,29 @@ def render_startup(src: dict, key: str = "startup") -> str:
     ``key="startup_torchvision"`` the same checkout with and without torchvision installed)."""
     s = src[key]
     rows = [
-        "| commit | torchvision | process wall s | `time/total_s` | wall − total s | `time/startup_s` | "
-        "`time/teardown_s` | `import pytorch_lightning` s | runs |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| commit | torchvision | process wall s | process CPU s | `time/total_s` | wall − total s | `time/startup_s` "
+        "| `import pytorch_lightning` wall s | its CPU s | runs |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
+
+    def cell(value) -> str:
+        return "–" if value is None else f"{value:.2f}"
+
     for label in ("before", "after"):
         if (e := s.get(label)) is None:
             continue
         m = e["median"]
         vision = {True: "installed", False: "absent"}.get(e.get("torchvision"), "installed")
-        imports = (e.get("imports_s") or s.get("imports_s") or {}).get("pytorch_lightning")
+        shared = s.get("imports_s") if label == "after" else None  # older files: one import timing, no legs
+        imports = (e.get("imports_s") or shared or {}).get("pytorch_lightning")
+        imports_cpu = (e.get("imports_cpu_s") or {}).get("pytorch_lightning")
         rows.append(
-            f"| {e['commit']} ({label}) | {vision} | {m['wall_s']:.1f} | {m['time/total_s']:.1f} | "
-            f"{m['wall_minus_total_s']:.1f} | "
-            + " | ".join(f"{m[k]:.2f}" if k in m else "–" for k in ("time/startup_s", "time/teardown_s"))
-            + f" | {'–' if imports is None else f'{imports:.1f}'} | {len(e['runs'])} |"
+            f"| {e['commit']} ({label}) | {vision} | {m['wall_s']:.1f} | {cell(m.get('cpu_s'))} | "
+            f"{m['time/total_s']:.1f} | {m['wall_minus_total_s']:.1f} | {cell(m.get('time/startup_s'))} | "
+            f"{cell(imports)} | {cell(imports_cpu)} | {len(e['runs'])} |"
         )
-    rows.append("")
-    rows.append(f"Medians; load average {s['loadavg'][0]}–{s['loadavg'][1]} on {s['after']['cpus']} cores.")
+    if load := s.get("loadavg"):
+        rows += ["", f"Medians; load average {load[0]}–{load[1]} on {s['after']['cpus']} cores."]
     return "\n".join(rows)
 
 
