@@ -216,3 +216,22 @@ def test_infer_scores_each_view_weighting_variant_on_the_same_checkpoints(tmp_pa
     ece = {c: float(r["val/noise/ece_mean"]) for c, r in rows.items()}
     powers = [ece[f"view_weighting=distance q=0.99 p={p:g}"] for p in select.POWERS]
     assert len(set(powers)) == len(powers) and ece["default"] not in powers, ece
+
+
+def test_a_trainer_setting_is_recorded_with_its_value(tmp_path):
+    """A decision over ``trainer.max_epochs`` (MGP's epochs) records each candidate's epochs, the default's too."""
+    for seed, (base, longer) in enumerate([(0.03, 0.02), (0.031, 0.025)]):
+        for variant, epochs, nll in ((None, 10, base), ("trainer.max_epochs=50", 50, longer)):
+            name = "default" if variant is None else variant
+            _fake_run(tmp_path, name, seed, {"val/nll": nll}, variant)
+            config = tmp_path / f"{name}_s{seed}" / "config.yaml"
+            config.write_text(yaml.safe_dump({"variant": variant, "trainer": {"max_epochs": epochs}}))
+    out = tmp_path / "d.csv"
+    args = ["decide", str(tmp_path), "--model", "mnp", "--dataset", "cub", "--decision", "epochs"]
+    assert select.main([*args, "--match", "trainer.max_epochs=", "--out", str(out)]) == 0
+    rows = {r["candidate"]: r for r in csv.DictReader(out.open())}
+    assert rows["default"]["setting"] == "trainer.max_epochs=10" and rows["default"]["chosen"] == "False"
+    assert (
+        rows["trainer.max_epochs=50"]["setting"] == "trainer.max_epochs=50"
+        and rows["trainer.max_epochs=50"]["chosen"] == "True"
+    )

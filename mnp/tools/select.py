@@ -168,13 +168,13 @@ def train_candidates(
 
 
 def overrides(run: Run) -> list[str]:
-    """The model and dataset keys the run's command line set (its .hydra/overrides.yaml; else its variant, whose
-    long names end in a hash)."""
+    """The model, dataset and trainer keys the run's command line set (its .hydra/overrides.yaml; else its variant,
+    whose long names end in a hash)."""
     import yaml
 
     path = run.path / ".hydra" / "overrides.yaml"
     items = yaml.safe_load(path.read_text()) if path.is_file() else (run.variant or "").split(",")
-    keys = [i.split("=", 1)[0] for i in items if "=" in i and i.startswith(("model.", "dataset."))]
+    keys = [i.split("=", 1)[0] for i in items if "=" in i and i.startswith(("model.", "dataset.", "trainer."))]
     return [modern_key(k) for k in keys]
 
 
