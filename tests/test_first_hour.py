@@ -225,27 +225,29 @@ def test_a_run_shortened_below_the_datasets_warmup_scales_it_in_one_line(tmp_pat
     """``-m model=mnp,mlp dataset=cub trainer.max_epochs=20`` used to fail MNP's job on its 100 warm-up epochs."""
     import logging
 
-    # (dataset, trainer.max_epochs) -> warm-up: 100 of Scene15's 300 epochs, 100 of Handwritten's 105, 100 of PIE's 350
+    # (model, dataset, trainer.max_epochs) -> (warm-up, lines logged): 100 of Scene15's 300 epochs, 100 of
+    # Handwritten's 105 for mnp_official (mnp's own Handwritten default has none: nothing to scale), 100 of PIE's 350
     cases = {
-        ("scene15", 20): 7,
-        ("scene15", 120): 100,
-        ("scene15", None): 100,
-        ("handwritten", 5): 4,
-        ("pie", 1): 0,
-        ("pie", 101): 100,
-        ("pie", 100): 29,
+        ("mnp", "scene15", 20): (7, 1),
+        ("mnp", "scene15", 120): (100, 0),
+        ("mnp", "scene15", None): (100, 0),
+        ("mnp_official", "handwritten", 5): (4, 1),
+        ("mnp", "handwritten", 5): (0, 0),
+        ("mnp", "pie", 1): (0, 1),
+        ("mnp", "pie", 101): (100, 0),
+        ("mnp", "pie", 100): (29, 1),
     }
-    for (dataset, epochs), warmup in cases.items():
+    for (model, dataset, epochs), (warmup, logged) in cases.items():
         cfg = compose_train(
-            tmp_path, ["model=mnp", f"dataset={dataset}"] + ([f"trainer.max_epochs={epochs}"] if epochs else [])
+            tmp_path, [f"model={model}", f"dataset={dataset}"] + ([f"trainer.max_epochs={epochs}"] if epochs else [])
         )
         caplog.clear()
         with caplog.at_level(logging.INFO, logger="mnp.core.validate"):
             resolve_auto(cfg)
         validate(cfg)
-        assert cfg.model.warmup.epochs == warmup, (dataset, epochs)
+        assert cfg.model.warmup.epochs == warmup, (model, dataset, epochs)
         lines = [r.getMessage() for r in caplog.records]
-        assert len(lines) == (warmup != 100), lines  # one line when it is scaled
+        assert len(lines) == logged, lines  # one line when it is scaled
     caplog.clear()
     cfg = compose_train(tmp_path, ["model=mnp", "dataset=scene15", "trainer.max_epochs=20"])
     with caplog.at_level(logging.INFO, logger="mnp.core.validate"):
