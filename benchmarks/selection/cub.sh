@@ -8,29 +8,25 @@
 set -euo pipefail
 stage=${1:?train, decide or views}; logs=${2:?log dir}
 export MNP_TORCH_THREADS=1
+source "$(dirname "$0")/lib.sh"
 screen=("" "model.attention.lengthscale_form=l2" "model.encoder.projection=none" "model.warmup.epochs=0" "model.warmup.lr=0.001"
         "model.memory.size=300" "model.memory.size=400" "model.aggregation.modality_mask=true"
         "model.loss.rbf_reduce=sum model.loss.lengthscale_penalty=half_sq model.loss.self_in_denominator=true")
 joint="model.warmup.epochs=0 model.memory.size=400 model.aggregation.modality_mask=true model.loss.rbf_reduce=sum model.loss.lengthscale_penalty=half_sq model.loss.self_in_denominator=true"
 out=results/decisions/mnp_cub.csv
 if [ "$stage" = train ]; then
-  for s in 0 1 2 3 4; do for c in "${screen[@]}" "$joint"; do
-    echo "experiment=select model=mnp dataset=cub seed=$s paths.log_dir=$logs $c"
-  done; done | xargs -P 2 -L 1 python train.py
+  screen_train cub "0 1 2 3 4" "${screen[@]}" "$joint"
   exit 0
 fi
-sel() { python -m mnp.tools.select decide "$logs" --model mnp --dataset cub --out $out "$@"; }
+sel() { decide cub "$@"; }
 # views (issue 31, docs/method.md §1.9): today's defaults and the two single-view switches, seeds 0-3 (the
 # machine's load allowed no more: 10-16 min a run), then one decision each
 if [ "$stage" = views ]; then
-  for s in 0 1 2 3; do for c in "" "model.loss.view_weight=1.0" "model.aggregation.view_dropout=0.25"; do
-    echo "experiment=select model=mnp dataset=cub seed=$s paths.log_dir=$logs $c"
-  done; done | xargs -P 2 -L 1 nice -n 10 python train.py
+  screen_train cub "0 1 2 3" "" "model.loss.view_weight=1.0" "model.aggregation.view_dropout=0.25"
   sel --decision view_loss_weight --match model.loss.view_weight= --criterion val/nll
   sel --decision view_dropout --match model.aggregation.view_dropout= --criterion val/nll
   # eq. 8′ again, on the chosen view dropout's checkpoints (replaces the decide stage's view_weighting rows)
-  python -m mnp.tools.select infer "$logs" --model mnp --dataset cub --decision view_weighting \
-    --base model.aggregation.view_dropout=0.25 --criterion val/noise/acc_mean --higher --out $out
+  weighting cub --base model.aggregation.view_dropout=0.25
   exit 0
 fi
 # stage 1: the screen (where a setting beats the defaults, stage 2 decides; the joint runs are not screen candidates:
@@ -44,6 +40,4 @@ for d in warmup_epochs:warmup.epochs warmup_lr:warmup.lr memory_size:memory.size
 # stage 2: the screen's winners together against the defaults
 sel --decision joint --match $joint_prefix
 # eq. 8′ on the chosen training setting's checkpoints
-python -m mnp.tools.select infer "$logs" --model mnp --dataset cub --decision view_weighting \
-  --base "$(ls $logs/select/runs | grep -m1 "mnp_cub_s0_$joint_prefix" | sed 's/^mnp_cub_s0_//')" \
-  --criterion val/noise/acc_mean --higher --out $out
+weighting cub --base "$(ls $logs/select/runs | grep -m1 "mnp_cub_s0_$joint_prefix" | sed 's/^mnp_cub_s0_//')"

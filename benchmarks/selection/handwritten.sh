@@ -8,17 +8,17 @@
 set -euo pipefail
 stage=${1:?train or decide}; logs=${2:?log dir}
 export MNP_TORCH_THREADS=1
+source "$(dirname "$0")/lib.sh"
 out=results/decisions/mnp_handwritten.csv
 joint="model.aggregation.modality_mask=false model.warmup.epochs=0"
 joint_variant="model.aggregation.modality_mask=false,model.warmup.epochs=0"
 if [ "$stage" = train ]; then
   python3 benchmarks/device/jobs.py select | grep "dataset=handwritten" | sed "s|$| paths.log_dir=$logs|" | \
     xargs -P 2 -L 1 python train.py
-  for s in 0 1 2 3 4; do echo "experiment=select model=mnp dataset=handwritten seed=$s paths.log_dir=$logs $joint"; done | \
-    xargs -P 2 -L 1 python train.py
+  screen_train handwritten "0 1 2 3 4" "$joint"
   exit 0
 fi
-sel() { python -m mnp.tools.select decide "$logs" --model mnp --dataset handwritten --out $out "$@"; }
+sel() { decide handwritten "$@"; }
 # stage 1: the screen (the joint runs are not its candidates)
 sel --decision warmup_lr --match model.warmup.lr= --exclude $joint_variant
 sel --decision lengthscale_form --match model.attention.lengthscale_form= --exclude $joint_variant
@@ -28,5 +28,4 @@ for d in modality_mask:aggregation.modality_mask warmup_epochs:warmup.epochs; do
 # stage 2: the screen's winners together against the defaults
 sel --decision joint --match $joint_variant
 # eq. 8′ on the chosen training setting's checkpoints (stage 2 chose the joint setting)
-python -m mnp.tools.select infer "$logs" --model mnp --dataset handwritten --decision view_weighting \
-  --base "$joint_variant" --criterion val/noise/acc_mean --higher --out $out
+weighting handwritten --base "$joint_variant"

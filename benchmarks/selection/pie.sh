@@ -7,19 +7,14 @@
 set -euo pipefail
 stage=${1:?train or decide}; logs=${2:?log dir}
 export MNP_TORCH_THREADS=1
+source "$(dirname "$0")/lib.sh"
 paper_rbf="model.loss.rbf_reduce=mean model.loss.lengthscale_penalty=norm model.loss.self_in_denominator=false"
-screen=("" "$paper_rbf" "model.warmup.lr=0.001" "model.aggregation.modality_mask=true")
 out=results/decisions/mnp_pie.csv
 if [ "$stage" = train ]; then
-  for s in 0 1 2; do for c in "${screen[@]}"; do
-    echo "experiment=select model=mnp dataset=pie seed=$s paths.log_dir=$logs $c"
-  done; done | xargs -P 2 -L 1 python train.py
+  screen_train pie "0 1 2" "" "$paper_rbf" "model.warmup.lr=0.001" "model.aggregation.modality_mask=true"
   exit 0
 fi
-sel() { python -m mnp.tools.select decide "$logs" --model mnp --dataset pie --out $out "$@"; }
-sel --decision rbf_reduce --match model.loss.rbf_reduce=
-sel --decision warmup_lr --match model.warmup.lr=
-sel --decision modality_mask --match model.aggregation.modality_mask=
-# eq. 8′ on the defaults' checkpoints (the screen kept every training default)
-python -m mnp.tools.select infer "$logs" --model mnp --dataset pie --decision view_weighting \
-  --criterion val/noise/acc_mean --higher --out $out
+decide pie --decision rbf_reduce --match model.loss.rbf_reduce=
+decide pie --decision warmup_lr --match model.warmup.lr=
+decide pie --decision modality_mask --match model.aggregation.modality_mask=
+weighting pie  # on the defaults' checkpoints (the screen kept every training default)

@@ -10,18 +10,14 @@
 set -euo pipefail
 stage=${1:?train or decide}; logs=${2:?log dir}
 export MNP_TORCH_THREADS=1
-screen=("" "model.aggregation.modality_mask=false" "model.warmup.lr=0.001" "model.aggregation.view_dropout=0.25")
+source "$(dirname "$0")/lib.sh"
 out=results/decisions/mnp_scene15.csv
 if [ "$stage" = train ]; then
-  for s in 0 1 2; do for c in "${screen[@]}"; do
-    echo "experiment=select model=mnp dataset=scene15 seed=$s paths.log_dir=$logs $c"
-  done; done | xargs -P 2 -L 1 python train.py
+  screen_train scene15 "0 1 2" "" "model.aggregation.modality_mask=false" "model.warmup.lr=0.001" \
+    "model.aggregation.view_dropout=0.25"
   exit 0
 fi
-sel() { python -m mnp.tools.select decide "$logs" --model mnp --dataset scene15 --out $out "$@"; }
-sel --decision modality_mask --match model.aggregation.modality_mask=
-sel --decision warmup_lr --match model.warmup.lr=
-sel --decision view_dropout --match model.aggregation.view_dropout=
-# eq. 8′ on the chosen training setting's checkpoints: the defaults' unless the screen changed one (then --base)
-python -m mnp.tools.select infer "$logs" --model mnp --dataset scene15 --decision view_weighting \
-  --criterion val/noise/acc_mean --higher --out $out
+decide scene15 --decision modality_mask --match model.aggregation.modality_mask=
+decide scene15 --decision warmup_lr --match model.warmup.lr=
+decide scene15 --decision view_dropout --match model.aggregation.view_dropout=
+weighting scene15  # on the chosen setting's checkpoints: the defaults' unless the screen changed one (then --base)

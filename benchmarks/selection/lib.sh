@@ -1,0 +1,19 @@
+# Shared by the per-dataset selection scripts (source it; they set logs, the run directory, and out, the record).
+# screen_train DATASET "SEEDS" CANDIDATE...: every candidate (a string of overrides; "" = the defaults) at every
+# seed as an experiment=select run, seed by seed, two jobs at a time
+screen_train() {
+  local dataset=$1 seeds=$2 s c; shift 2
+  for s in $seeds; do for c in "$@"; do
+    echo "experiment=select model=mnp dataset=$dataset seed=$s paths.log_dir=$logs${c:+ $c}"  # no trailing blank:
+    # xargs -L joins a line that ends in one to the next
+  done; done | xargs -P 2 -L 1 python train.py
+}
+# decide DATASET ARGS...: one decision record of mnp.tools.select (by val NLL unless ARGS say otherwise)
+decide() { local dataset=$1; shift; python -m mnp.tools.select decide "$logs" --model mnp --dataset "$dataset" --out "$out" "$@"; }
+# weighting DATASET ARGS...: eq. 8′'s q and p by val noisy accuracy on one setting's checkpoints (--base VARIANT;
+# default the defaults')
+weighting() {
+  local dataset=$1; shift
+  python -m mnp.tools.select infer "$logs" --model mnp --dataset "$dataset" --decision view_weighting \
+    --criterion val/noise/acc_mean --higher --out "$out" "$@"
+}

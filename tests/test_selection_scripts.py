@@ -1,0 +1,57 @@
+"""The selection scripts of benchmarks/selection/ (bash), run with a stand-in ``python`` that records its argument
+lists: every training job they launch is a valid experiment=select run, and every decision writes its dataset's
+record."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+
+from cfg_utils import ROOT, compose_train
+from mnp.core.validate import validate
+
+SCRIPTS = {"pie": 12, "scene15": 12}  # dataset -> training jobs of its train stage (candidates × seeds 0-2)
+
+
+def calls(tmp_path, dataset: str, stage: str) -> list[list[str]]:
+    """The ``python`` argument lists that ``benchmarks/selection/<dataset>.sh <stage>`` runs."""
+    shim, log = tmp_path / "bin", tmp_path / f"{dataset}_{stage}.log"
+    shim.mkdir(exist_ok=True)
+    (shim / "python").write_text(f'#!/bin/sh\necho "$@" >> {log}\n')
+    (shim / "python").chmod(0o755)
+    env = {**os.environ, "PATH": f"{shim}:{os.environ['PATH']}"}
+    script = ROOT / "benchmarks" / "selection" / f"{dataset}.sh"
+    subprocess.run(["bash", str(script), stage, str(tmp_path / "logs")], cwd=ROOT, env=env, check=True)
+    return [line.split() for line in log.read_text().splitlines()] if log.exists() else []
+
+
+@pytest.mark.parametrize("dataset", ["pie", "scene15"])
+def test_a_selection_script_trains_valid_selection_runs_and_decides_into_its_record(tmp_path, dataset):
+    jobs = calls(tmp_path, dataset, "train")
+    assert len(jobs) == SCRIPTS[dataset] and all(j[0] == "train.py" for j in jobs)
+    assert all(sum(a.startswith("seed=") for a in j) == 1 for j in jobs)  # one job a line
+    assert all(f"paths.log_dir={tmp_path / 'logs'}" in j for j in jobs)
+    for job in (j for j in jobs if "seed=0" in j):  # each candidate once
+        cfg = compose_train(tmp_path, [a for a in job[1:] if not a.startswith("paths.log_dir=")])
+        validate(cfg)
+        assert cfg.eval.split == "val" and cfg.dataset.name == dataset and cfg.model.name == "mnp"
+    variants = {" ".join(a for a in j[1:] if not a.startswith(("seed=", "paths."))) for j in jobs}
+    assert len(variants) == SCRIPTS[dataset] // 3  # every candidate at seeds 0-2
+    decisions = calls(tmp_path, dataset, "decide")
+    assert decisions and all(d[:3] == ["-m", "mnp.tools.select", d[2]] for d in decisions)
+    assert all(d[d.index("--out") + 1] == f"results/decisions/mnp_{dataset}.csv" for d in decisions)
+    assert [d[2] for d in decisions][-1] == "infer"  # eq. 8′ last, on the chosen setting's checkpoints
+
+
+@pytest.mark.parametrize("dataset", ["cub", "handwritten"])
+def test_the_older_selection_scripts_write_their_records(tmp_path, dataset):
+    if dataset == "cub":  # its views stage: three candidates at seeds 0-3, one line each (no "" joined to the next)
+        jobs = calls(tmp_path, dataset, "views")
+        trained = [j for j in jobs if j[0] == "train.py"]
+        assert len(trained) == 12 and len({" ".join(j) for j in trained}) == 12
+        assert all(sum(a.startswith("seed=") for a in j) == 1 for j in trained)
+    decisions = calls(tmp_path, dataset, "decide")
+    assert decisions and decisions[-1][2] == "infer"
+    assert all(d[d.index("--out") + 1] == f"results/decisions/mnp_{dataset}.csv" for d in decisions)
