@@ -218,6 +218,17 @@ def test_infer_scores_each_view_weighting_variant_on_the_same_checkpoints(tmp_pa
     assert len(set(powers)) == len(powers) and ece["default"] not in powers, ece
 
 
+@pytest.mark.slow
+def test_infer_refuses_a_checkpoint_short_of_the_runs_end(tmp_path, one_thread, capsys):
+    """A run of 3 epochs checkpointed every 2 keeps epoch 2 in last.ckpt: scoring it would not score the run."""
+    overrides = ["model=mnp", "experiment=select", "trainer.max_epochs=3", "callbacks.checkpoint.every_n_epochs=2"]
+    train(compose_train(tmp_path / "runs" / "mnp_synthetic_s0", [*overrides, "dataset.num_views=2", "seed=0"]))
+    out = tmp_path / "mnp_synthetic.csv"
+    args = ["infer", str(tmp_path / "runs"), "--model", "mnp", "--dataset", "synthetic", "--decision", "view_weighting"]
+    assert select.main([*args, "--out", str(out)]) != 0 and not out.exists()
+    assert "holds epoch 2 of the run's 3" in capsys.readouterr().err
+
+
 def test_a_trainer_setting_is_recorded_with_its_value(tmp_path):
     """A decision over ``trainer.max_epochs`` (MGP's epochs) records each candidate's epochs, the default's too."""
     for seed, (base, longer) in enumerate([(0.03, 0.02), (0.031, 0.025)]):

@@ -211,9 +211,15 @@ def infer_candidates(runs: list[Run], current: dict) -> dict[str, dict[int, dict
 
     out: dict[str, dict[int, dict[str, float]]] = {}
     for r in sorted(runs, key=lambda r: r.seed):
-        _, _, _, dm, model, _ = load_run(r.path / "checkpoints" / "last.ckpt")
+        run_cfg, _, _, dm, model, ckpt = load_run(r.path / "checkpoints" / "last.ckpt")
         if getattr(dm, "eval_split", "test") != "val":
             raise SelectionError(f"{r.path} does not evaluate on validation rows")
+        epochs = (run_cfg.get("trainer") or {}).get("max_epochs")
+        if epochs is not None and ckpt.get("epoch", epochs - 1) + 1 != epochs:
+            raise SelectionError(
+                f"{r.path}/checkpoints/last.ckpt holds epoch {ckpt['epoch'] + 1} of the run's {epochs}, so its scores "
+                "would not be the run's: train with callbacks.checkpoint.every_n_epochs a divisor of trainer.max_epochs"
+            )
         if not hasattr(model, "distance_ref"):
             model.register_buffer("distance_ref", torch.full((len(model.view_dims),), float("nan")))
         for name, settings in view_weighting_variants().items():
