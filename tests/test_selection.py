@@ -216,6 +216,14 @@ def test_infer_scores_each_view_weighting_variant_on_the_same_checkpoints(tmp_pa
     ece = {c: float(r["val/noise/ece_mean"]) for c, r in rows.items()}
     powers = [ece[f"view_weighting=distance q=0.99 p={p:g}"] for p in select.POWERS]
     assert len(set(powers)) == len(powers) and ece["default"] not in powers, ece
+    wide = tmp_path / "wide.csv"  # a grid of the caller's (scene15.sh widens it)
+    grid = ["--quantiles", "0.5", "0.99", "--powers", "4"]
+    assert select.main([*args, *grid, "--criterion", "val/noise/acc_mean", "--higher", "--out", str(wide)]) == 0
+    rows = {r["candidate"]: r for r in csv.DictReader(wide.open())}
+    assert set(rows) == {"default", "view_weighting=distance q=0.5 p=4", "view_weighting=distance q=0.99 p=4"}
+    assert rows["view_weighting=distance q=0.5 p=4"]["setting"].endswith(
+        "quantile=0.5,model.aggregation.view_weighting.power=4.0"
+    )
 
 
 @pytest.mark.slow

@@ -192,18 +192,21 @@ def _lookup(config: dict, key: str):
     return node
 
 
-def view_weighting_variants() -> dict[str, dict]:
+def view_weighting_variants(quantiles=QUANTILES, powers=POWERS) -> dict[str, dict]:
     """eq. 8 (``none``) and eq. 8′ over the grid of reference quantile q and power p."""
     out = {"view_weighting=none": {"mode": "none"}}
-    for q in QUANTILES:
-        for p in POWERS:
+    for q in quantiles:
+        for p in powers:
             out[f"view_weighting=distance q={q:g} p={p:g}"] = {"mode": "distance", "quantile": q, "power": p}
     return out
 
 
-def infer_candidates(runs: list[Run], current: dict) -> dict[str, dict[int, dict[str, float]]]:
-    """{candidate: {seed: val metrics}} of every view-weighting variant on the checkpoints of ``runs`` (one
-    trained setting); the variant equal to their own setting (``current``) is named ``default``."""
+def infer_candidates(
+    runs: list[Run], current: dict, variants: dict[str, dict]
+) -> dict[str, dict[int, dict[str, float]]]:
+    """{candidate: {seed: val metrics}} of every view-weighting variant (``variants``: name -> settings) on the
+    checkpoints of ``runs`` (one trained setting); the variant equal to their own setting (``current``) is named
+    ``default``."""
     import pytorch_lightning as pl
     import torch
 
@@ -222,7 +225,7 @@ def infer_candidates(runs: list[Run], current: dict) -> dict[str, dict[int, dict
             )
         if not hasattr(model, "distance_ref"):
             model.register_buffer("distance_ref", torch.full((len(model.view_dims),), float("nan")))
-        for name, settings in view_weighting_variants().items():
+        for name, settings in variants.items():
             model.spec = model.spec.replace(VIEW_WEIGHTING, **settings)
             if settings["mode"] == "distance":
                 model.update_distance_reference(dm.train_views)
@@ -260,6 +263,10 @@ def main(argv: list[str] | None = None) -> int:
         default="",
         help="infer: the variant whose checkpoints are scored (default: the defaults' runs, no variant)",
     )
+    ap.add_argument(
+        "--quantiles", type=float, nargs="+", default=list(QUANTILES), help="infer: eq. 8′'s reference quantiles q"
+    )
+    ap.add_argument("--powers", type=float, nargs="+", default=list(POWERS), help="infer: eq. 8′'s powers p")
     ap.add_argument("--criterion", default="val/nll", help="a val/ metric (default val/nll, lower is better)")
     ap.add_argument("--higher", action="store_true", help="a higher criterion is better (accuracies)")
     ap.add_argument("--status", default="decided", help="decided, or open (why) for a decision not settled yet")
@@ -279,10 +286,11 @@ def main(argv: list[str] | None = None) -> int:
             if not base:
                 raise SelectionError(f"no runs of variant {args.base or '(the defaults)'} to score")
             current = current_view_weighting(base)
-            candidates = infer_candidates(base, current)
+            variants = view_weighting_variants(args.quantiles, args.powers)
+            candidates = infer_candidates(base, current, variants)
             setting = {
                 name: ",".join(f"model.{VIEW_WEIGHTING}.{k}={v}" for k, v in values.items())
-                for name, values in [*view_weighting_variants().items(), (DEFAULT, current)]
+                for name, values in [*variants.items(), (DEFAULT, current)]
             }
         rows = decide(candidates, args.criterion, args.higher)
         for r in rows:
