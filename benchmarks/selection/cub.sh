@@ -5,10 +5,7 @@
 # 2-core CPU), then stage 2, the screen's winners together; decide: the records (stage 1, stage 2, then
 # eq. 8′'s view weighting on the chosen setting's checkpoints); views, run after decide: the single-view switches
 # and eq. 8′ once more on the chosen one's checkpoints (today's records).
-set -euo pipefail
-stage=${1:?train, decide or views}; logs=${2:?log dir}
-export MNP_TORCH_THREADS=1
-source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/lib.sh" "$@"
 screen=("" "model.attention.lengthscale_form=l2" "model.encoder.projection=none" "model.warmup.epochs=0" "model.warmup.lr=0.001"
         "model.memory.size=300" "model.memory.size=400" "model.aggregation.modality_mask=true"
         "model.loss.rbf_reduce=sum model.loss.lengthscale_penalty=half_sq model.loss.self_in_denominator=true")

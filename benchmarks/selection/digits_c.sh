@@ -5,10 +5,7 @@
 # train: seeds 0-4, two jobs at a time (2-6 min a run on this 2-core CPU, after a first run builds the features);
 # decide: by val NLL (the validation rows hold no OOD set, so OOD AUROC cannot decide). Eq. 8′ is not decided here:
 # Digits-C keeps the paper's eq. 8, and at 17 epochs experiment=select's last.ckpt (every 5) is not the end state.
-set -euo pipefail
-stage=${1:?train or decide}; logs=${2:?log dir}
-export MNP_TORCH_THREADS=1
-source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/lib.sh" "$@"
 out=results/decisions/mnp_digits_c.csv
 if [ "$stage" = train ]; then
   screen_train digits_c "0 1 2 3 4" "" "model.warmup.epochs=30 trainer.max_epochs=45"

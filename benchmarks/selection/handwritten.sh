@@ -5,10 +5,7 @@
 # together, two jobs at a time (2-6 min a run on this 2-core CPU; about 1 h 20 min in all); decide: the records by
 # val NLL (the screen, then stage 2 against the defaults), then eq. 8′'s view weighting on the chosen setting's
 # checkpoints (mnp.tools.select infer; about 20 min), as in cub.sh.
-set -euo pipefail
-stage=${1:?train or decide}; logs=${2:?log dir}
-export MNP_TORCH_THREADS=1
-source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/lib.sh" "$@"
 out=results/decisions/mnp_handwritten.csv
 joint="model.aggregation.modality_mask=false model.warmup.epochs=0"
 joint_variant="model.aggregation.modality_mask=false,model.warmup.epochs=0"

@@ -4,10 +4,7 @@
 # train: one training setting at a time against the defaults, seeds 0-2, two jobs at a time (about 8 min of one
 # CPU core a run; three seeds, not five as on CUB: the CPU budget of one session); decide: the records (the screen by val NLL, then eq. 8′'s view weighting on the chosen
 # setting's checkpoints by val noisy accuracy).
-set -euo pipefail
-stage=${1:?train or decide}; logs=${2:?log dir}
-export MNP_TORCH_THREADS=1
-source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/lib.sh" "$@"
 paper_rbf="model.loss.rbf_reduce=mean model.loss.lengthscale_penalty=norm model.loss.self_in_denominator=false"
 out=results/decisions/mnp_pie.csv
 if [ "$stage" = train ]; then

@@ -7,10 +7,7 @@
 # runs and resumes cut ones from their last checkpoint), two jobs at a time; decide: the screen by val NLL, then
 # eq. 8′'s view weighting (q, p) on the chosen setting's checkpoints by val noisy accuracy. On a GPU,
 # benchmarks/device/run.sh runs the wider screen of benchmarks/device/jobs.py in minutes.
-set -euo pipefail
-stage=${1:?train or decide}; logs=${2:?log dir}
-export MNP_TORCH_THREADS=1
-source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/lib.sh" "$@"
 out=results/decisions/mnp_scene15.csv
 if [ "$stage" = train ]; then
   screen_train scene15 "0 1 2" "" "model.aggregation.modality_mask=false" "model.warmup.lr=0.001" \
