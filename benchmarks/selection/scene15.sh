@@ -18,6 +18,6 @@ decide scene15 --decision modality_mask --match model.aggregation.modality_mask=
 decide scene15 --decision warmup_lr --match model.warmup.lr=
 decide scene15 --decision view_dropout --match model.aggregation.view_dropout=
 # on the chosen setting's checkpoints (the defaults' unless the screen changed one: then --base), over a wider grid
-# than elsewhere: at σ = 1 a noised Scene15 view sits at 8 times its clean median d² but still below the q = 0.99
+# than elsewhere: at σ = 1 a noised Scene15 view sits at 5.6 times the training rows' median d² but below the q = 0.99
 # reference (docs/diagnosis.md, benchmarks/view_conflict_scene15.json), so lower q and higher p are candidates
 weighting scene15 --quantiles 0.5 0.75 0.9 0.99 1 --powers 0.5 1 2 4
