@@ -59,10 +59,7 @@ def pair_conflict(r_star, s_star, u, q) -> torch.Tensor:
     """c (M, B): each view's smallest conflict with any single other view (a view that agrees with one other is
     not the odd one out)."""
     mu, var = unimodal_posteriors(r_star, s_star, u, q)
-    m_views = r_star.shape[0]
-    pair = ((mu[:, None] - mu[None]) ** 2 / (var[:, None] + var[None])).mean(-1)  # (M, M, B)
-    pair = pair.masked_fill(torch.eye(m_views, dtype=torch.bool, device=pair.device)[..., None], float("inf"))
-    return pair.min(1).values
+    return closest_other(((mu[:, None] - mu[None]) ** 2 / (var[:, None] + var[None])).mean(-1))
 
 
 def pred_conflict(decoder, r_star, s_star, u, q) -> torch.Tensor:
@@ -70,10 +67,13 @@ def pred_conflict(decoder, r_star, s_star, u, q) -> torch.Tensor:
     probabilities decoded from view m's posterior mean (the views' latents need not be aligned; their classes are)."""
     mu, _ = unimodal_posteriors(r_star, s_star, u, q)
     p = decoder(mu)[0].float().softmax(-1)  # (M, B, K)
-    m_views = p.shape[0]
-    pair = 1.0 - (p[:, None] * p[None]).clamp_min(0).sqrt().sum(-1)  # (M, M, B)
-    pair = pair.clamp_min(1e-12).masked_fill(torch.eye(m_views, dtype=torch.bool)[..., None], float("inf"))
-    return pair.min(1).values
+    return closest_other((1.0 - (p[:, None] * p[None]).clamp_min(0).sqrt().sum(-1)).clamp_min(1e-12))
+
+
+def closest_other(pair: torch.Tensor) -> torch.Tensor:
+    """(M, B): each view's smallest value of a pairwise (M, M, B) table over the other views."""
+    eye = torch.eye(pair.shape[0], dtype=torch.bool, device=pair.device)[..., None]
+    return pair.masked_fill(eye, float("inf")).min(1).values
 
 
 @torch.no_grad()
