@@ -25,7 +25,7 @@ import pytorch_lightning as pl
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from mnp.core.pipeline import load_run  # noqa: E402
+from mnp.core.pipeline import load_finished_run  # noqa: E402
 from mnp.tools.select import view_weighting_variants  # noqa: E402
 
 KEPT = ("test/acc", "test/ece", "noise/acc_mean", "missing/acc_subsets_mean")
@@ -38,7 +38,7 @@ def variants() -> dict[str, dict]:
 
 def evaluate_variants(run_dir: Path) -> dict:
     """{variant: metrics} of one run's last.ckpt under every variant."""
-    _, model_name, dataset, dm, model, _ = load_run(run_dir / "checkpoints" / "last.ckpt")
+    _, model_name, dataset, dm, model, _ = load_finished_run(run_dir)
     if model_name != "mnp":
         raise ValueError(f"{run_dir} is a {model_name} run; view_weighting is a switch of mnp")
     dm.setup("test")

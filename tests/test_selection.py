@@ -72,13 +72,20 @@ def test_select_run_records_validation_metrics_and_no_test_metric(tmp_path, one_
 
 
 def _fake_run(
-    root, name: str, seed: int, metrics: dict, variant: str | None = None, split: str = "val", memory_size: int = 200
+    root,
+    name: str,
+    seed: int,
+    metrics: dict,
+    variant: str | None = None,
+    split: str = "val",
+    memory_size: int = 200,
+    model: str = "mnp",
 ):
     d = root / f"{name}_s{seed}"
     d.mkdir(parents=True)
     (d / "metrics.json").write_text(
         json.dumps(
-            {"model": "mnp", "dataset": "cub", "seed": seed, "experiment": "select", "eval_split": split, **metrics}
+            {"model": model, "dataset": "cub", "seed": seed, "experiment": "select", "eval_split": split, **metrics}
         )
     )
     (d / "config.yaml").write_text(yaml.safe_dump({"variant": variant, "model": {"memory": {"size": memory_size}}}))
@@ -173,6 +180,28 @@ def test_select_refuses_test_metrics_and_test_split_runs(tmp_path, capsys):
     assert err.startswith("error: ") and "evaluated on the test split" in err and len(err.strip().splitlines()) == 1
 
 
+def test_decide_weighs_a_rival_models_defaults_against_a_base_variant(tmp_path):
+    """``--base`` makes a decided variant the reference; ``--rival`` adds another model's defaults as a candidate,
+    while the runs of the old defaults (no variant) and the rival's own variants are not candidates. A run from
+    before the parts names its variant with flat keys (``model.memory_size``): today's key finds it."""
+    joint = "model.memory.size=300"
+    for seed, (old, new, rival, rival_variant) in enumerate([(0.9, 0.40, 0.50, 0.1), (0.9, 0.42, 0.49, 0.1)]):
+        _fake_run(tmp_path, "old", seed, {"val/nll": old})
+        _fake_run(tmp_path, "joint", seed, {"val/nll": new}, variant="model.memory_size=300", memory_size=300)
+        _fake_run(tmp_path, "official", seed, {"val/nll": rival}, model="mnp_official")
+        _fake_run(tmp_path, "official_v", seed, {"val/nll": rival_variant}, variant=joint, model="mnp_official")
+    out = tmp_path / "d.csv"
+    args = ["decide", str(tmp_path), "--model", "mnp", "--dataset", "cub", "--decision", "configuration"]
+    assert select.main([*args, "--base", joint, "--rival", "mnp_official", "--out", str(out)]) == 0
+    rows = {r["candidate"]: r for r in csv.DictReader(out.open())}
+    assert set(rows) == {"default", "model=mnp_official"}
+    assert rows["default"]["setting"] == "model.memory.size=300" and rows["default"]["chosen"] == "True"
+    assert rows["model=mnp_official"]["setting"] == "model=mnp_official"
+    assert float(rows["model=mnp_official"]["score"]) == pytest.approx(0.495)
+    assert float(rows["model=mnp_official"]["diff_vs_default"]) == pytest.approx(0.085)
+    assert select.main([*args, "--rival", "tmc", "--out", str(out)]) == 2  # no runs of that model: one line
+
+
 def test_decide_uses_the_seeds_all_candidates_share(tmp_path):
     rows = select.decide(
         {"default": {0: {"val/nll": 1.0}, 1: {"val/nll": 3.0}}, "x=1": {1: {"val/nll": 2.0}}}, "val/nll", False
@@ -235,6 +264,12 @@ def test_infer_refuses_a_checkpoint_short_of_the_runs_end(tmp_path, one_thread, 
     args = ["infer", str(tmp_path / "runs"), "--model", "mnp", "--dataset", "synthetic", "--decision", "view_weighting"]
     assert select.main([*args, "--out", str(out)]) != 0 and not out.exists()
     assert "holds epoch 2 of the run's 3" in capsys.readouterr().err
+    # the shared guard of select infer, benchmarks/view_weighting.py and benchmarks/research/view_conflict.py
+    from mnp.core.errors import UnfinishedRun
+    from mnp.core.pipeline import load_finished_run
+
+    with pytest.raises(UnfinishedRun, match="holds epoch 2 of the run's 3"):
+        load_finished_run(tmp_path / "runs" / "mnp_synthetic_s0")
 
 
 def test_a_trainer_setting_is_recorded_with_its_value(tmp_path):

@@ -58,3 +58,17 @@ def test_the_older_selection_scripts_write_their_records(tmp_path, dataset):
     decisions = calls(tmp_path, dataset, "decide")
     assert decisions and decisions[-1][2] == "infer"
     assert all(d[d.index("--out") + 1] == f"results/decisions/mnp_{dataset}.csv" for d in decisions)
+
+
+@pytest.mark.parametrize("dataset, seeds", [("cub", 4), ("handwritten", 5), ("pie", 3)])
+def test_the_official_stage_weighs_the_authors_configuration_against_the_defaults(tmp_path, dataset, seeds):
+    jobs = calls(tmp_path, dataset, "official")
+    trained = [j for j in jobs if j[0] == "train.py"]
+    assert len(trained) == seeds and len({" ".join(j) for j in trained}) == seeds
+    cfg = compose_train(tmp_path, [a for a in trained[0][1:] if not a.startswith("paths.log_dir=")])
+    validate(cfg)
+    assert cfg.eval.split == "val" and cfg.model.name == "mnp_official" and cfg.dataset.name == dataset
+    (decision,) = [j for j in jobs if j[0] == "-m"]
+    assert decision[decision.index("--decision") + 1] == "configuration"
+    assert decision[decision.index("--rival") + 1] == "mnp_official"
+    assert decision[decision.index("--out") + 1] == f"results/decisions/mnp_{dataset}.csv"

@@ -32,12 +32,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from mnp.aggregation import mba_posterior, unimodal_posteriors  # noqa: E402
-from mnp.core.pipeline import load_run  # noqa: E402
-from mnp.core.protocols import add_noise  # noqa: E402
+from mnp.core.pipeline import load_finished_run  # noqa: E402
+from mnp.core.protocols import add_noise, default_noise_levels, sigma_key  # noqa: E402
 from mnp.decoder import sample_logits  # noqa: E402
 from mnp.view_weighting import log_proximity, nearest_sq_dist  # noqa: E402
 
-SIGMAS = (0.01, 0.02154, 0.04642, 0.1, 0.2154, 0.4642, 1.0, 2.154, 4.642, 10.0)
+SIGMAS = tuple(default_noise_levels())  # the evaluation protocol's σ, labelled as its metrics are (sigma_key)
 CHUNK = 1024
 D_QUANTILES = (0.5, 0.75, 0.9, 0.99, 1.0)  # eq. 8′'s grid, wider than mnp.tools.select's (lower q, higher p)
 
@@ -143,7 +143,7 @@ def variants(d_ref, c_ref, settings):
 
 
 def evaluate(run_dir: Path) -> dict:
-    _, _, dataset, dm, model, _ = load_run(run_dir / "checkpoints" / "last.ckpt")
+    _, _, dataset, dm, model, _ = load_finished_run(run_dir)
     if dm.eval_split != "val":
         raise SystemExit(f"error: {run_dir} is not an experiment=select run (it evaluates on test rows)")
     model.eval()
@@ -158,7 +158,7 @@ def evaluate(run_dir: Path) -> dict:
     subsets = model.noise_subsets
     out: dict[str, dict[str, list[float]]] = {}
     diag: dict[str, dict[str, list[float]]] = {}
-    cases = [("clean", None, 0.0)] + [(f"{s:g}", sub, s) for s in SIGMAS for sub in subsets]
+    cases = [("clean", None, 0.0)] + [(sigma_key(s), sub, s) for s in SIGMAS for sub in subsets]
     for label, sub, sigma in cases:
         g = torch.Generator().manual_seed(0)
         xs = val if sub is None else add_noise(val, sub, sigma, g)
@@ -181,7 +181,7 @@ def evaluate(run_dir: Path) -> dict:
         out.setdefault("oracle (noised views removed)", {}).setdefault(label, []).append(acc)
     summary = {n: {k: float(np.mean(v)) for k, v in by.items()} for n, by in out.items()}
     for n in summary:
-        summary[n]["noise_mean"] = float(np.mean([summary[n][f"{s:g}"] for s in SIGMAS]))
+        summary[n]["noise_mean"] = float(np.mean([summary[n][sigma_key(s)] for s in SIGMAS]))
     where = {n: {k: float(np.mean(v)) for k, v in by.items()} for n, by in diag.items()}
     return {"run": str(run_dir), "dataset": dataset, "variants": summary, "distance_ratio": where}
 

@@ -21,3 +21,12 @@ weighting() {
   python -m mnp.tools.select infer "$logs" --model mnp --dataset "$dataset" --decision view_weighting \
     --criterion val/noise/acc_mean --higher --out "$out" "$@"
 }
+# official DATASET "SEEDS" [decide ARGS...]: the authors' whole configuration (model=mnp_official at its defaults)
+# as one more candidate against today's mnp defaults (--base VARIANT where a decided variant holds them): its
+# experiment=select runs, two jobs at a time, then the decision `configuration` by val NLL
+official() {
+  local dataset=$1 seeds=$2 s; shift 2
+  for s in $seeds; do echo "experiment=select model=mnp_official dataset=$dataset seed=$s paths.log_dir=$logs"; done |
+    xargs -P 2 -L 1 python train.py
+  decide "$dataset" --decision configuration --rival mnp_official "$@"
+}

@@ -11,6 +11,10 @@ class StoppedEarly(RuntimeError):
     """Training ended before ``trainer.max_epochs`` (``trainer.max_time``, a callback): not a finished run."""
 
 
+class UnfinishedRun(ValueError):
+    """A run directory whose last.ckpt does not hold the run's end state (:func:`mnp.core.pipeline.load_finished_run`)."""
+
+
 USER_ERRORS = (
     ValueError,
     KeyError,

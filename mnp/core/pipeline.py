@@ -44,7 +44,7 @@ from mnp.core.checkpointing import (
     resume_checkpoint,
 )
 from mnp.core.csv_history import CsvHistory
-from mnp.core.errors import StoppedEarly
+from mnp.core.errors import StoppedEarly, UnfinishedRun
 from mnp.core.oom import explains_memory
 from mnp.core.outputs import split_record, write_json, write_npz
 from mnp.core.progress import progress_callbacks
@@ -300,6 +300,22 @@ def load_run(ckpt_path: str | Path, data_dir: str | None = None, eval_overrides=
         )
     model.configure_evaluation(protocol)
     return run_cfg, model_name, dataset_name, dm, model, ckpt
+
+
+def load_finished_run(run_dir: str | Path, data_dir: str | None = None, eval_overrides=None):
+    """:func:`load_run` of ``run_dir/checkpoints/last.ckpt``, refused when that checkpoint holds an earlier epoch
+    than the run's ``trainer.max_epochs`` (checkpointed every n epochs, n not a divisor): its scores would not be
+    the run's."""
+    path = Path(run_dir) / "checkpoints" / "last.ckpt"
+    loaded = load_run(path, data_dir, eval_overrides)
+    run_cfg, ckpt = loaded[0], loaded[-1]
+    epochs = (run_cfg.get("trainer") or {}).get("max_epochs")
+    if epochs is not None and ckpt.get("epoch", epochs - 1) + 1 != epochs:
+        raise UnfinishedRun(
+            f"{path} holds epoch {ckpt['epoch'] + 1} of the run's {epochs}, so its scores would not be the run's: "
+            "train with callbacks.checkpoint.every_n_epochs a divisor of trainer.max_epochs"
+        )
+    return loaded
 
 
 @explains_memory

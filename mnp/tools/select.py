@@ -11,7 +11,8 @@ test split, or a criterion that is not a ``val/`` metric, is refused.
         --criterion val/noise/acc_mean --higher --out results/decisions/mnp_cub.csv
 
 ``decide`` compares the runs whose variant contains a ``--match`` string with the runs of today's defaults (no
-variant, the candidate ``default``). ``infer`` scores inference-only settings (eq. 8′'s view weighting, over
+variant, or the variant ``--base`` names: the candidate ``default``); ``--rival MODEL`` adds another model's
+defaults on the same dataset as the candidate ``model=MODEL`` (a whole configuration, e.g. ``mnp_official``). ``infer`` scores inference-only settings (eq. 8′'s view weighting, over
 ``distance_quantile`` × ``distance_power``) on the checkpoints of the defaults' selection runs. Each writes one
 row per candidate (mean of every ``val/`` metric over the seeds the candidates share, the criterion's paired
 difference to ``default`` and its paired t-test p-value) with a ``chosen`` flag, replacing that decision's
@@ -28,7 +29,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
-from mnp.core.migrations import modern_key, nest_flat
+from mnp.core.errors import UnfinishedRun
+from mnp.core.migrations import modern_key, modern_variant, nest_flat
 from mnp.parts import ViewWeightingPart
 from mnp.tools.report_runs import Run, load
 from mnp.tools.stats import paired_test
@@ -156,14 +158,33 @@ def _cell(v) -> str:
 
 
 def train_candidates(
-    runs: list[Run], matches: list[str], excludes: list[str] = ()
+    runs: list[Run], matches: list[str], excludes: list[str] = (), base: str = ""
 ) -> dict[str, dict[int, dict[str, float]]]:
-    """{candidate: {seed: val metrics}}: the defaults' runs and those whose variant contains a match and no exclude."""
+    """{candidate: {seed: val metrics}}: the runs of variant ``base`` (the defaults', no variant, unless named) as
+    ``default``, and those whose variant contains a match and no exclude."""
     out: dict[str, dict[int, dict[str, float]]] = {}
     for r in runs:
-        name = r.variant or DEFAULT
-        if name == DEFAULT or (any(m in name for m in matches) and not any(x in name for x in excludes)):
+        name = variant_of(r)
+        if name == modern_variant(base):
+            out.setdefault(DEFAULT, {})[r.seed] = val_metrics(r.metrics)
+        elif name and any(m in name for m in matches) and not any(x in name for x in excludes):
             out.setdefault(name, {})[r.seed] = val_metrics(r.metrics)
+    return out
+
+
+def variant_of(run: Run) -> str:
+    """The run's variant with today's keys (a run from before the parts says ``model.view_dropout=...``)."""
+    return modern_variant(run.variant) if run.variant else ""
+
+
+def rival_candidates(dirs: list[str | Path], rivals: list[str], dataset: str) -> dict[str, dict[int, dict[str, float]]]:
+    """{``model=<rival>``: {seed: val metrics}}: each rival model's own defaults (runs with no variant)."""
+    out: dict[str, dict[int, dict[str, float]]] = {}
+    for rival in rivals:
+        runs = [r for r in validation_runs(dirs, rival, dataset) if not r.variant]
+        if not runs:
+            raise SelectionError(f"no experiment=select runs of model={rival} (its defaults) on {dataset}")
+        out[f"model={rival}"] = {r.seed: val_metrics(r.metrics) for r in runs}
     return out
 
 
@@ -178,11 +199,14 @@ def overrides(run: Run) -> list[str]:
     return [modern_key(k) for k in keys]
 
 
-def settings(candidates: list[str], runs: list[Run]) -> dict[str, str]:
-    """Each candidate's values, from its runs' resolved config, of every key that some candidate overrides."""
-    by_name = {(r.variant or DEFAULT): r for r in runs}
-    keys = sorted({k for c in candidates if c != DEFAULT for k in overrides(by_name[c])})
-    return {c: ",".join(f"{k}={_lookup(by_name[c].config, k)}" for k in keys) for c in candidates}
+def settings(candidates: list[str], runs: list[Run], base: str = "") -> dict[str, str]:
+    """Each candidate's values, from its runs' resolved config, of every key that some candidate (or the base
+    variant) overrides; a rival model's candidate is its name."""
+    by_name = {(DEFAULT if variant_of(r) == modern_variant(base) else variant_of(r)): r for r in runs}
+    own = [c for c in candidates if not c.startswith("model=")]
+    keys = sorted({k for c in own if c != DEFAULT or base for k in overrides(by_name[c])})
+    out = {c: ",".join(f"{k}={_lookup(by_name[c].config, k)}" for k in keys) for c in own}
+    return out | {c: c for c in candidates if c.startswith("model=")}
 
 
 def _lookup(config: dict, key: str):
@@ -210,19 +234,13 @@ def infer_candidates(
     import pytorch_lightning as pl
     import torch
 
-    from mnp.core.pipeline import load_run
+    from mnp.core.pipeline import load_finished_run
 
     out: dict[str, dict[int, dict[str, float]]] = {}
     for r in sorted(runs, key=lambda r: r.seed):
-        run_cfg, _, _, dm, model, ckpt = load_run(r.path / "checkpoints" / "last.ckpt")
+        _, _, _, dm, model, _ = load_finished_run(r.path)
         if getattr(dm, "eval_split", "test") != "val":
             raise SelectionError(f"{r.path} does not evaluate on validation rows")
-        epochs = (run_cfg.get("trainer") or {}).get("max_epochs")
-        if epochs is not None and ckpt.get("epoch", epochs - 1) + 1 != epochs:
-            raise SelectionError(
-                f"{r.path}/checkpoints/last.ckpt holds epoch {ckpt['epoch'] + 1} of the run's {epochs}, so its scores "
-                "would not be the run's: train with callbacks.checkpoint.every_n_epochs a divisor of trainer.max_epochs"
-            )
         if not hasattr(model, "distance_ref"):
             model.register_buffer("distance_ref", torch.full((len(model.view_dims),), float("nan")))
         for name, settings in variants.items():
@@ -258,10 +276,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--decision", required=True, help="the setting decided, e.g. memory_size")
     ap.add_argument("--match", action="append", default=[], help="decide: variants containing this are candidates")
     ap.add_argument("--exclude", action="append", default=[], help="decide: variants containing this are not")
+    ap.add_argument("--rival", action="append", default=[], help="decide: another model whose defaults are a candidate")
     ap.add_argument(
         "--base",
         default="",
-        help="infer: the variant whose checkpoints are scored (default: the defaults' runs, no variant)",
+        help="the variant that is today's defaults (decide: the reference; infer: the checkpoints scored); "
+        "default: the runs with no variant",
     )
     ap.add_argument(
         "--quantiles", type=float, nargs="+", default=list(QUANTILES), help="infer: eq. 8′'s reference quantiles q"
@@ -277,12 +297,13 @@ def main(argv: list[str] | None = None) -> int:
         check_criterion(args.criterion)
         runs = validation_runs(args.dirs, args.model, args.dataset)
         if args.mode == "decide":
-            if not args.match:
-                raise SelectionError("decide needs --match: which variants are this decision's candidates")
-            candidates = train_candidates(runs, args.match, args.exclude)
-            setting = settings(list(candidates), runs)
+            if not args.match and not args.rival:
+                raise SelectionError("decide needs --match or --rival: which runs are this decision's candidates")
+            candidates = train_candidates(runs, args.match, args.exclude, args.base)
+            candidates |= rival_candidates(args.dirs, args.rival, args.dataset)
+            setting = settings(list(candidates), runs, args.base)
         else:
-            base = [r for r in runs if (r.variant or "") == args.base]
+            base = [r for r in runs if variant_of(r) == modern_variant(args.base)]
             if not base:
                 raise SelectionError(f"no runs of variant {args.base or '(the defaults)'} to score")
             current = current_view_weighting(base)
@@ -295,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = decide(candidates, args.criterion, args.higher)
         for r in rows:
             r["setting"] = setting.get(r["candidate"], "")
-    except (SelectionError, FileNotFoundError) as e:
+    except (SelectionError, UnfinishedRun, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     write_decision(args.out, args.model, args.dataset, args.decision, rows, args.status, args.note)
