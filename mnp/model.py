@@ -254,9 +254,8 @@ class MNP(MNPTraining, Routine):
         mu, var = self.aggregation(
             r_star, s_star, u, q, self._view_weights(scores, present)
         )  # eq. 8 (8′ when weighted)
-        logits = sample_logits(
-            self.decoder, mu, var, self.spec.decoder.num_samples, self.spec.decoder.sigma_as_std, self.sample_generator
-        )
+        dec = self.spec.decoder
+        logits = sample_logits(self.decoder, mu, var, dec.prediction_samples, dec.sigma_as_std, self.sample_generator)
         probs = logits.float().softmax(-1)
         return probs, metrics.expected_entropy(probs)
 

@@ -167,13 +167,20 @@ class MemoryPart:
 
 @dataclass(frozen=True)
 class DecoderPart:
-    """The logit decoder and its Monte Carlo prediction (eqs. 11–13): S = ``num_samples``; ``sigma_as_std``
+    """The logit decoder and its Monte Carlo prediction (eqs. 11–13): S = ``num_samples``; ``eval_samples``: S of
+    the prediction alone (eq. 12 at evaluation; null: ``num_samples``, the paper's one S); ``sigma_as_std``
     (official bug: σ²_z used as the std); ``train`` false: never updated (official)."""
 
     num_samples: int = 5
+    eval_samples: int | None = None
     sigma_as_std: bool = False
     train: bool = True
-    domains: ClassVar[dict] = dict(num_samples=COUNT)
+    domains: ClassVar[dict] = dict(num_samples=COUNT, eval_samples=optional(COUNT))
+
+    @property
+    def prediction_samples(self) -> int:
+        """S of eq. 12's Monte Carlo prediction (S z-samples, S logit samples each)."""
+        return self.eval_samples or self.num_samples
 
     def __post_init__(self):
         _check(self, "decoder")

@@ -18,8 +18,9 @@ from mnp.decoder import sample_logits
 
 def view_softmaxes(aggregation, decoder, decoder_part, r_star, s_star, u, q, generator=None) -> list[Tensor]:
     """M per-sample softmaxes (S·S, B, K), view m's from its unimodal posterior alone (the test loop's
-    ``view_predictions`` hook, mnp.core.per_view); ``decoder_part``: the decoder's settings (``num_samples``,
+    ``view_predictions`` hook, mnp.core.per_view); ``decoder_part``: the decoder's settings (``prediction_samples``,
     ``sigma_as_std``)."""
     mu_m, var_m = aggregation.unimodal(r_star, s_star, u, q)  # (M, B, d)
-    logits = sample_logits(decoder, mu_m, var_m, decoder_part.num_samples, decoder_part.sigma_as_std, generator)
+    s = decoder_part.prediction_samples
+    logits = sample_logits(decoder, mu_m, var_m, s, decoder_part.sigma_as_std, generator)
     return list(logits.float().softmax(-1).unbind(1))  # (S·S, M, B, K) -> M × (S·S, B, K)

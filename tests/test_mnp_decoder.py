@@ -56,3 +56,31 @@ def test_predict_returns_per_sample_softmaxes_and_expected_entropy():
     assert probs.shape == (9, 20, 4) and torch.allclose(probs.sum(-1), torch.ones(9, 20), atol=1e-5)
     assert torch.allclose(unc, metrics.expected_entropy(probs))
     assert (model.extra_scores(probs)["entropy"] >= unc - 1e-6).all()  # H[E p] ≥ E H[p]
+
+
+def test_eval_samples_sets_the_predictions_monte_carlo_size_and_leaves_training_alone():
+    """``decoder.eval_samples`` is S of eq. 12 at evaluation only: the prediction and the per-view predictions
+    draw S·S softmaxes, their Monte Carlo mean settles as S grows (its spread over draws falls like 1/S), and the
+    training loss, which decodes with ``num_samples``, is the same draw for draw."""
+    torch.manual_seed(0)
+    model = flat_mnp(num_classes=4, view_dims=[3, 5], d_e=16, memory_size=8, num_samples=3)
+    y = torch.arange(4).repeat(5)
+    views = [torch.randn(20, 3), torch.randn(20, 5)]
+    model.init_memory(views, y)
+    torch.manual_seed(1)
+    loss_paper = model.training_loss(views, y)[0]
+    model.spec = model.spec.replace("decoder", eval_samples=7)
+    torch.manual_seed(1)
+    assert torch.equal(model.training_loss(views, y)[0], loss_paper)
+    model.eval()
+    probs, _ = model.predict(views)
+    assert probs.shape == (49, 20, 4) and all(p.shape == (49, 20, 4) for p in model.view_predictions(views))
+    spread = {}
+    for s in (1, 20):
+        model.spec = model.spec.replace("decoder", eval_samples=s)
+        means = []
+        for seed in range(8):
+            torch.manual_seed(seed)
+            means.append(model.predict(views)[0].mean(0))
+        spread[s] = torch.stack(means).std(0).mean().item()
+    assert spread[20] < spread[1] / 5, spread

@@ -253,6 +253,13 @@ def test_infer_scores_each_view_weighting_variant_on_the_same_checkpoints(tmp_pa
     assert rows["view_weighting=distance q=0.5 p=4"]["setting"].endswith(
         "quantile=0.5,model.aggregation.view_weighting.power=4.0"
     )
+    samples = tmp_path / "samples.csv"  # the decoder's S at prediction, on the same checkpoints
+    assert select.main([*args, "--samples", "1", "5", "12", "--criterion", "val/nll", "--out", str(samples)]) == 0
+    rows = {r["candidate"]: r for r in csv.DictReader(samples.open())}
+    assert set(rows) == {"default", "eval_samples=1", "eval_samples=12"}  # S = 5, num_samples, is the default
+    assert rows["eval_samples=12"]["setting"] == "model.decoder.eval_samples=12"
+    assert rows["default"]["setting"] == "model.decoder.eval_samples=5"
+    assert len({rows[c]["val/nll"] for c in rows}) == 3  # each S is applied
 
 
 @pytest.mark.slow

@@ -43,6 +43,7 @@ FLAT = {
     "view_dropout": ("aggregation", "view_dropout"),
     "sigma_as_std": ("decoder", "sigma_as_std"),
     "num_samples": ("decoder", "num_samples"),
+    "eval_samples": ("decoder", "eval_samples"),
     "train_decoder": ("decoder", "train"),
     "ty_loss": ("loss", "ty"),
     "view_loss_weight": ("loss", "view_weight"),

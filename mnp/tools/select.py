@@ -12,8 +12,9 @@ test split, or a criterion that is not a ``val/`` metric, is refused.
 
 ``decide`` compares the runs whose variant contains a ``--match`` string with the runs of today's defaults (no
 variant, or the variant ``--base`` names: the candidate ``default``); ``--rival MODEL`` adds another model's
-defaults on the same dataset as the candidate ``model=MODEL`` (a whole configuration, e.g. ``mnp_official``). ``infer`` scores inference-only settings (eq. 8′'s view weighting, over
-``distance_quantile`` × ``distance_power``) on the checkpoints of the defaults' selection runs. Each writes one
+defaults on the same dataset as the candidate ``model=MODEL`` (a whole configuration, e.g. ``mnp_official``). ``infer`` scores inference-only settings on the checkpoints of the defaults' selection runs: eq. 8′'s
+view weighting over ``distance_quantile`` × ``distance_power``, or with ``--samples`` the decoder's S at
+prediction (``decoder.eval_samples``). Each writes one
 row per candidate (mean of every ``val/`` metric over the seeds the candidates share, the criterion's paired
 difference to ``default`` and its paired t-test p-value) with a ``chosen`` flag, replacing that decision's
 earlier rows in ``--out``. The candidate with the best mean criterion is chosen; a tie keeps ``default``.
@@ -31,12 +32,13 @@ from pathlib import Path
 import numpy as np
 from mnp.core.errors import UnfinishedRun
 from mnp.core.migrations import modern_key, modern_variant, nest_flat
-from mnp.parts import ViewWeightingPart
+from mnp.parts import DecoderPart, ViewWeightingPart
 from mnp.tools.report_runs import Run, load
 from mnp.tools.stats import paired_test
 
 DEFAULT = "default"
-VIEW_WEIGHTING = "aggregation.view_weighting"  # the part the infer mode varies
+VIEW_WEIGHTING = "aggregation.view_weighting"  # the parts the infer mode varies
+DECODER = "decoder"
 FIELDS = [
     "model",
     "dataset",
@@ -225,10 +227,15 @@ def view_weighting_variants(quantiles=QUANTILES, powers=POWERS) -> dict[str, dic
     return out
 
 
+def sample_variants(counts: list[int]) -> dict[str, dict]:
+    """The decoder's S at prediction (eq. 12 by Monte Carlo: S z-samples × S logit samples)."""
+    return {f"eval_samples={n}": {"eval_samples": n} for n in counts}
+
+
 def infer_candidates(
-    runs: list[Run], current: dict, variants: dict[str, dict]
+    runs: list[Run], current: dict, variants: dict[str, dict], part: str = VIEW_WEIGHTING
 ) -> dict[str, dict[int, dict[str, float]]]:
-    """{candidate: {seed: val metrics}} of every view-weighting variant (``variants``: name -> settings) on the
+    """{candidate: {seed: val metrics}} of every variant of ``part`` (``variants``: name -> settings) on the
     checkpoints of ``runs`` (one trained setting); the variant equal to their own setting (``current``) is named
     ``default``."""
     import pytorch_lightning as pl
@@ -244,8 +251,8 @@ def infer_candidates(
         if not hasattr(model, "distance_ref"):
             model.register_buffer("distance_ref", torch.full((len(model.view_dims),), float("nan")))
         for name, settings in variants.items():
-            model.spec = model.spec.replace(VIEW_WEIGHTING, **settings)
-            if settings["mode"] == "distance":
+            model.spec = model.spec.replace(part, **settings)
+            if settings.get("mode") == "distance":
                 model.update_distance_reference(dm.train_views)
             pl.Trainer(
                 logger=False,
@@ -265,6 +272,12 @@ def current_view_weighting(runs: list[Run]) -> dict:
     model = nest_flat(next((r.config.get("model") or {} for r in runs), {}))
     current = {**asdict(ViewWeightingPart()), **(model.get("aggregation") or {}).get("view_weighting", {})}
     return {"mode": "none"} if current["mode"] == "none" else current
+
+
+def current_samples(runs: list[Run]) -> dict:
+    """The decoder's S at prediction in ``runs``' own config (``eval_samples``, else ``num_samples``)."""
+    decoder = nest_flat(next((r.config.get("model") or {} for r in runs), {})).get("decoder") or {}
+    return {"eval_samples": decoder.get("eval_samples") or decoder.get("num_samples", DecoderPart.num_samples)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -287,6 +300,9 @@ def main(argv: list[str] | None = None) -> int:
         "--quantiles", type=float, nargs="+", default=list(QUANTILES), help="infer: eq. 8′'s reference quantiles q"
     )
     ap.add_argument("--powers", type=float, nargs="+", default=list(POWERS), help="infer: eq. 8′'s powers p")
+    ap.add_argument(
+        "--samples", type=int, nargs="+", help="infer: score the decoder's S at prediction (eval_samples) instead"
+    )
     ap.add_argument("--criterion", default="val/nll", help="a val/ metric (default val/nll, lower is better)")
     ap.add_argument("--higher", action="store_true", help="a higher criterion is better (accuracies)")
     ap.add_argument("--status", default="decided", help="decided, or open (why) for a decision not settled yet")
@@ -306,11 +322,14 @@ def main(argv: list[str] | None = None) -> int:
             base = [r for r in runs if variant_of(r) == modern_variant(args.base)]
             if not base:
                 raise SelectionError(f"no runs of variant {args.base or '(the defaults)'} to score")
-            current = current_view_weighting(base)
-            variants = view_weighting_variants(args.quantiles, args.powers)
-            candidates = infer_candidates(base, current, variants)
+            if args.samples:
+                part, current, variants = DECODER, current_samples(base), sample_variants(args.samples)
+            else:
+                part, current = VIEW_WEIGHTING, current_view_weighting(base)
+                variants = view_weighting_variants(args.quantiles, args.powers)
+            candidates = infer_candidates(base, current, variants, part)
             setting = {
-                name: ",".join(f"model.{VIEW_WEIGHTING}.{k}={v}" for k, v in values.items())
+                name: ",".join(f"model.{part}.{k}={v}" for k, v in values.items())
                 for name, values in [*variants.items(), (DEFAULT, current)]
             }
         rows = decide(candidates, args.criterion, args.higher)
