@@ -72,3 +72,11 @@ def test_the_official_stage_weighs_the_authors_configuration_against_the_default
     assert decision[decision.index("--decision") + 1] == "configuration"
     assert decision[decision.index("--rival") + 1] == "mnp_official"
     assert decision[decision.index("--out") + 1] == f"results/decisions/mnp_{dataset}.csv"
+
+
+@pytest.mark.parametrize("dataset", ["cub", "handwritten", "pie"])
+def test_the_samples_stage_scores_the_decoders_s_on_checkpoints(tmp_path, dataset):
+    (decision,) = calls(tmp_path, dataset, "samples")
+    assert decision[2] == "infer" and decision[decision.index("--decision") + 1] == "eval_samples"
+    assert decision[decision.index("--samples") + 1 : decision.index("--samples") + 4] == ["5", "10", "20"]
+    assert decision[decision.index("--out") + 1] == f"results/decisions/mnp_{dataset}.csv"

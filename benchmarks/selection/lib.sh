@@ -30,3 +30,10 @@ official() {
     xargs -P 2 -L 1 python train.py
   decide "$dataset" --decision configuration --rival mnp_official "$@"
 }
+# samples DATASET ARGS...: the decoder's S at prediction (decoder.eval_samples, issue 31's calibration candidate) by
+# val NLL on one setting's checkpoints (--base VARIANT; default the defaults')
+samples() {
+  local dataset=$1; shift
+  python -m mnp.tools.select infer "$logs" --model mnp --dataset "$dataset" --decision eval_samples \
+    --samples 5 10 20 --criterion val/nll --out "$out" "$@"
+}
