@@ -100,6 +100,21 @@ def test_claims_section_states_each_paired_test(tmp_path):
     assert "† a legacy aggregate" in text
 
 
+def test_verdicts_answer_each_question_by_the_test_against_the_best_baseline(tmp_path):
+    """The best baseline by mean is the rival (a legacy cell too); its claim's verdict is the answer."""
+    from scipy import stats as st
+
+    text = docgen.RENDERERS["verdicts"](committed_like(tmp_path))
+    rows = {r.split(" | ")[1]: r for r in text.splitlines() if r.startswith("| PIE |")}
+    acc = [[v[0] for v in RUNS[(m, "pie")]] for m in ("mnp", "mcd")]
+    assert rows["the most accurate"].endswith(
+        f"| MCD 91.00 [88.52, 93.48] | **yes** (p = {st.ttest_rel(*acc).pvalue:.3f}; Δ +4.12, 3 seeds) |"
+    )
+    assert rows["the best calibrated (ECE)"].endswith("| MGP 0.020† | untested†: MGP ahead by mean (Δ +0.010) |")
+    assert rows["the most robust (noisy accuracy)"].endswith("| MGP 91.00† | untested†: MGP ahead by mean (Δ -0.90) |")
+    assert "the best NLL" not in rows and "† a legacy aggregate" in text  # no NLL in these runs
+
+
 def test_committed_results_are_derived_from_their_runs():
     """Each committed results.csv is what its runs.csv gives, plus legacy cells; without runs.csv it holds
     legacy cells only (none may claim a source it lacks)."""

@@ -258,7 +258,7 @@ def test_infer_scores_each_view_weighting_variant_on_the_same_checkpoints(tmp_pa
     rows = {r["candidate"]: r for r in csv.DictReader(samples.open())}
     assert set(rows) == {"default", "eval_samples=1", "eval_samples=12"}  # S = 5, num_samples, is the default
     assert rows["eval_samples=12"]["setting"] == "model.decoder.eval_samples=12"
-    assert rows["default"]["setting"] == "model.decoder.eval_samples=5"
+    assert rows["default"]["setting"] == "model.decoder.eval_samples=null"  # as conf/ holds it: num_samples, S = 5
     assert len({rows[c]["val/nll"] for c in rows}) == 3  # each S is applied
 
 

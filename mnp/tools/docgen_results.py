@@ -11,6 +11,7 @@ from __future__ import annotations
 from mnp.tools.report_paper import paper_values
 from mnp.tools.report_records import CLAIM_METRICS, UNTESTED
 from mnp.tools.report_runs import LEGACY, dataset_label, model_label
+from mnp.tools.stats import higher_is_better
 
 DATASETS = ["handwritten", "cub", "pie", "scene15"]
 MAIN = [("test/acc", "acc %", 100, 2), ("test/ece", "ECE", 1, 3), ("noise/acc_mean", "noisy acc %", 100, 2)]
@@ -118,18 +119,25 @@ def render_digits_c(src: dict) -> str:
     return _legend(rows)
 
 
-def claim_text(r: dict) -> str:
-    """``holds (p = 0.004; Δ +1.20, 5 seeds)``, ``untested (Δ +0.80)†``, ``too few seeds (Δ +0.80, 1 seed)``."""
+def test_text(r: dict) -> str:
+    """``p = 0.004; Δ +1.20, 5 seeds`` (``Δ +0.80`` for a legacy aggregate, ``Δ +0.80, 1 seed`` without a test)."""
     _, scale, digits = UNITS[r["metric"]]
     delta = f"Δ {r['difference'] * scale:+.{digits}f}"
     if r["verdict"] == UNTESTED:
-        return f"untested ({delta})†"
+        return delta
     seeds = f"{r['n']} seed{'s' if r['n'] != 1 else ''}"
     if r["p_value"] is None:
-        return f"{r['verdict']} ({delta}, {seeds})"
+        return f"{delta}, {seeds}"
     p = r["p_value"]
     p = "p = 0" if p == 0 else "p < 0.001" if p < 0.001 else f"p = {p:.3f}"
-    return f"{r['verdict']} ({p}; {delta}, {seeds})"
+    return f"{p}; {delta}, {seeds}"
+
+
+def claim_text(r: dict) -> str:
+    """``holds (p = 0.004; Δ +1.20, 5 seeds)``, ``untested (Δ +0.80)†``, ``too few seeds (Δ +0.80, 1 seed)``."""
+    if r["verdict"] == UNTESTED:
+        return f"untested ({test_text(r)})†"
+    return f"{r['verdict']} ({test_text(r)})"
 
 
 def render_claims(src: dict) -> str:
@@ -150,6 +158,44 @@ def render_claims(src: dict) -> str:
     counts = {v: sum(r["verdict"] == v for r in found) for v in dict.fromkeys(r["verdict"] for r in found)}
     summary = f"{len(found)} claims: " + ", ".join(f"{v} {n}" for v, n in counts.items()) + "."
     return _legend([summary, ""] + rows)
+
+
+QUESTIONS = [
+    ("test/acc", "the most accurate"),
+    ("test/ece", "the best calibrated (ECE)"),
+    ("noise/acc_mean", "the most robust (noisy accuracy)"),
+    ("test/nll", "the best NLL"),
+]
+
+
+def render_verdicts(src: dict) -> str:
+    """Per dataset and question, `mnp` against the baseline with the best mean (the runner-up where `mnp` is best):
+    the paired test of that claim decides the answer."""
+    res, by = src["paper_main"], {(r["dataset"], r["baseline"], r["metric"]): r for r in src["claims"]}
+    rows = ["| dataset | is MNP … | MNP | best baseline | answer |", "|---|---|---|---|---|"]
+    for d in DATASETS:
+        for k, question in QUESTIONS:
+            _, scale, digits = UNITS[k]
+            sign = 1 if higher_is_better(k) else -1
+            means = {m: res[(m, "", d, k)]["mean"] for m in BASELINES if (m, "", d, k) in res}
+            if (mnp := res.get(("mnp", "", d, k))) is None or not means:
+                continue
+            best = max(means, key=lambda m: sign * means[m])
+            claim = by.get((d, best, k))
+            if claim is None:
+                continue
+            ahead = sign * (mnp["mean"] - means[best]) > 0
+            answer = {
+                "holds": "**yes**",
+                "does not hold": f"**no**: {model_label(best)} is ahead",
+                "not significant": f"level with {model_label(best)}",
+            }.get(claim["verdict"], f"untested†: {'MNP' if ahead else model_label(best)} ahead by mean")
+            rows.append(
+                f"| {dataset_label(d)} | {question} | {ci_cell(mnp, scale, digits, count=False)} | "
+                f"{model_label(best)} {ci_cell(res[(best, '', d, k)], scale, digits, count=False)} | "
+                f"{answer} ({test_text(claim)}) |"
+            )
+    return _legend(rows)
 
 
 CALIBRATION = [
@@ -191,4 +237,5 @@ RENDERERS = {
     "digits_c": render_digits_c,
     "claims": render_claims,
     "calibration": render_calibration,
+    "verdicts": render_verdicts,
 }

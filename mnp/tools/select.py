@@ -274,10 +274,13 @@ def current_view_weighting(runs: list[Run]) -> dict:
     return {"mode": "none"} if current["mode"] == "none" else current
 
 
-def current_samples(runs: list[Run]) -> dict:
-    """The decoder's S at prediction in ``runs``' own config (``eval_samples``, else ``num_samples``)."""
+def current_samples(runs: list[Run]) -> tuple[dict, dict]:
+    """The decoder's S at prediction in ``runs``' own config: the S it uses (``eval_samples``, else ``num_samples``),
+    which names the variant ``default``, and the setting as the config holds it (``null`` when unset)."""
     decoder = nest_flat(next((r.config.get("model") or {} for r in runs), {})).get("decoder") or {}
-    return {"eval_samples": decoder.get("eval_samples") or decoder.get("num_samples", DecoderPart.num_samples)}
+    held = decoder.get("eval_samples")
+    used = held or decoder.get("num_samples", DecoderPart.num_samples)
+    return {"eval_samples": used}, {"eval_samples": "null" if held is None else held}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -323,14 +326,15 @@ def main(argv: list[str] | None = None) -> int:
             if not base:
                 raise SelectionError(f"no runs of variant {args.base or '(the defaults)'} to score")
             if args.samples:
-                part, current, variants = DECODER, current_samples(base), sample_variants(args.samples)
+                part, variants = DECODER, sample_variants(args.samples)
+                current, held = current_samples(base)
             else:
-                part, current = VIEW_WEIGHTING, current_view_weighting(base)
-                variants = view_weighting_variants(args.quantiles, args.powers)
+                part, variants = VIEW_WEIGHTING, view_weighting_variants(args.quantiles, args.powers)
+                current = held = current_view_weighting(base)
             candidates = infer_candidates(base, current, variants, part)
             setting = {
                 name: ",".join(f"model.{part}.{k}={v}" for k, v in values.items())
-                for name, values in [*variants.items(), (DEFAULT, current)]
+                for name, values in [*variants.items(), (DEFAULT, held)]
             }
         rows = decide(candidates, args.criterion, args.higher)
         for r in rows:
