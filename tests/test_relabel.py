@@ -60,6 +60,20 @@ def test_variant_is_the_drift_from_todays_defaults_with_the_runs_values():
     assert variant_of(saved(), "mnp", "cub", 1) == "dataset.seed=0"  # the seed's own data split differs
 
 
+def test_a_switch_added_after_the_run_counts_at_its_built_in_default_not_the_datasets():
+    """CUB's view dropout (0.25) came after runs that lacked the key: they ran without it (the built-in 0.0), so
+    they are a variant of today's CUB defaults, not default runs; where today's default is the built-in one, a
+    run lacking the key stays a default run."""
+    assert defaults("mnp", "cub", 0)["model"]["aggregation"]["view_dropout"] == 0.25  # the premise
+    cfg = saved()
+    del cfg["model"]["aggregation"]["view_dropout"]
+    assert variant_of(cfg, "mnp", "cub", 0) == "model.aggregation.view_dropout=0.0"
+    pie = copy.deepcopy(defaults("mnp", "pie", 0))
+    assert pie["model"]["aggregation"]["view_dropout"] == 0.0
+    del pie["model"]["aggregation"]["view_dropout"]
+    assert variant_of(pie, "mnp", "pie", 0) is None
+
+
 def test_a_run_saved_before_the_parts_is_labelled_by_its_settings_not_its_key_names():
     """A config.yaml with MNP's flat keys (written before mnp.parts) is today's default run when its settings are."""
     cfg = saved()

@@ -13,12 +13,14 @@ directories), and its experiment is the one whose directory holds it
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
+from collections.abc import Mapping
 from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from mnp.core.migrations import upgrade_run_config
+from mnp.core.migrations import MNP_TARGET, upgrade_run_config
 from mnp.core.rundir import flatten, config_drift
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
@@ -48,11 +50,36 @@ def defaults(model: str, dataset: str, seed: int) -> dict:
     return {k: OmegaConf.to_container(cfg[k], resolve=True) for k in RESULT_GROUPS if k in cfg}
 
 
+def with_built_in_defaults(config: dict, current: dict) -> dict:
+    """An MNP run's saved config with the part settings it lacks, of those today's ``current`` config has, at their
+    built-in defaults. A switch added after the run keeps the old behaviour at its built-in default, so that is the
+    value the run used, whatever default a dataset has set since (``decoder.eval_samples``: a run without it drew
+    ``num_samples``)."""
+    model = config.get("model")
+    if not isinstance(model, Mapping) or model.get("_target_") != MNP_TARGET:
+        return config
+    from mnp.parts import PARTS
+
+    today = current.get("model") or {}
+    parts = {n: _under(dataclasses.asdict(c()), model.get(n), today.get(n)) for n, c in PARTS.items() if n in today}
+    return {**config, "model": {**model, **parts}}
+
+
+def _under(built_in: dict, saved, today) -> dict:
+    """``saved`` (a part's node) with the keys it lacks and ``today`` has taken from ``built_in``, nested alike."""
+    saved = saved if isinstance(saved, Mapping) else {}
+    today = today if isinstance(today, Mapping) else {}
+    out = {k: built_in[k] for k in today if k in built_in and k not in saved}
+    for k, v in saved.items():
+        out[k] = _under(built_in[k], v, today.get(k)) if isinstance(built_in.get(k), dict) else v
+    return out
+
+
 def variant_of(config: dict, model: str, dataset: str, seed: int) -> str | None:
     """``"k=v,..."`` of the result keys where ``config`` (a run's saved one) differs from today's
     defaults, with the run's values; ``None`` when it is a default run."""
     current = defaults(model, dataset, seed)
-    config = upgrade_run_config(config)  # a run from before MNP's parts: its flat keys nested
+    config = with_built_in_defaults(upgrade_run_config(config), current)  # flat keys nested; later switches
     saved = {k: config[k] for k in current if k in config}
     flat = flatten(saved)
     return ",".join(f"{k}={flat[k]}" for k in config_drift(saved, current)) or None
