@@ -42,6 +42,7 @@ Examples:
   python evaluate.py ckpt_path=logs/default/runs/mnp_pie_s0/checkpoints/last.ckpt
   python evaluate.py ckpt_path=/abs/path/last.ckpt data_dir=/data/mnp        data moved to another directory
   python evaluate.py ckpt_path=last.ckpt +eval.noise_levels=[0.5,1,2]          another noise protocol (+eval.<key>)
+  python evaluate.py ckpt_path=last.ckpt +model.decoder.eval_samples=20        MNP's inference-only settings (+model.<key>)
 """
 
 

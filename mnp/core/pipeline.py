@@ -45,6 +45,7 @@ from mnp.core.checkpointing import (
 )
 from mnp.core.csv_history import CsvHistory
 from mnp.core.errors import StoppedEarly, UnfinishedRun
+from mnp.core.inference_settings import apply_inference_settings, inference_settings
 from mnp.core.oom import explains_memory
 from mnp.core.outputs import split_record, write_json, write_npz
 from mnp.core.progress import progress_callbacks
@@ -265,12 +266,15 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         finish_wandb()
 
 
-def load_run(ckpt_path: str | Path, data_dir: str | None = None, eval_overrides=None):
+def load_run(ckpt_path: str | Path, data_dir: str | None = None, eval_overrides=None, model_overrides=None):
     """Rebuild a finished run from its checkpoint alone: ``(run_cfg, model_name, dataset_name, dm, model, ckpt)``.
 
     ``data_dir`` points the run's dataset at another data directory; ``eval_overrides`` merge into its
-    ``eval`` config. The datamodule is set up and the model carries the checkpoint's weights and memory.
+    ``eval`` config; ``model_overrides``, inference-only MNP settings (:mod:`mnp.core.inference_settings`), into
+    its model and its ``model`` config. The datamodule is set up and the model carries the checkpoint's weights
+    and memory.
     """
+    settings = inference_settings(model_overrides)  # refused before anything is loaded
     ckpt_path = Path(ckpt_path)
     ckpt = load_checkpoint(ckpt_path)
     if CFG_KEY not in ckpt:
@@ -287,6 +291,8 @@ def load_run(ckpt_path: str | Path, data_dir: str | None = None, eval_overrides=
             )
     if eval_overrides is not None:
         run_cfg.eval = OmegaConf.merge(run_cfg.get("eval") or {}, eval_overrides)
+    if settings:
+        run_cfg.model = OmegaConf.merge(run_cfg.model, model_overrides)
     check_stored(run_cfg, ckpt_path)
     pl.seed_everything(int(run_cfg.get("seed", 0)), workers=True, verbose=False)
     protocol = eval_protocol(run_cfg)
@@ -298,6 +304,7 @@ def load_run(ckpt_path: str | Path, data_dir: str | None = None, eval_overrides=
             f"checkpoint {ckpt_path} was trained on view dims {model.view_dims} and "
             f"{model.num_classes} classes, but the data has {dm.view_dims} and {dm.num_classes}"
         )
+    apply_inference_settings(model, settings, getattr(dm, "train_views", None))
     model.configure_evaluation(protocol)
     return run_cfg, model_name, dataset_name, dm, model, ckpt
 
@@ -328,12 +335,15 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
 
 def _evaluate(cfg: DictConfig) -> dict[str, Any]:
     t0 = time.perf_counter()
-    ev = cfg.get("eval")  # the +eval.* overrides, checked before anything is loaded
+    ev = cfg.get("eval")  # the +eval.* and +model.* overrides, checked before anything is loaded
     check_eval(OmegaConf.to_container(ev, resolve=True) if OmegaConf.is_config(ev) else ev or {})
+    inference_settings(cfg.get("model"))
     ckpt_path = Path(cfg.ckpt_path)
-    out_dir = Path(cfg.output_dir or eval_dir(str(ckpt_path), cfg.get("eval"), cfg.get("data_dir")))
+    out_dir = Path(cfg.output_dir or eval_dir(str(ckpt_path), cfg.get("eval"), cfg.get("data_dir"), cfg.get("model")))
     data_dir = os.path.abspath(os.path.expanduser(cfg.data_dir)) if cfg.get("data_dir") else None
-    run_cfg, model_name, dataset_name, dm, model, ckpt = load_run(ckpt_path, data_dir, cfg.get("eval"))
+    run_cfg, model_name, dataset_name, dm, model, ckpt = load_run(
+        ckpt_path, data_dir, cfg.get("eval"), cfg.get("model")
+    )
     warn_if_data_changed(run_cfg, dm.data_files(), ckpt_path, dm.read_sha256)
     check_eval_output(out_dir, ckpt_path, OmegaConf.to_container(run_cfg, resolve=True))
     check_writable(out_dir)

@@ -109,7 +109,7 @@ def run_suffix(overrides: Iterable[str]) -> str:
 
 def register_resolver() -> None:
     """The configs' resolvers: ``${mnp_run_suffix:${hydra.overrides.task}}`` in conf/hydra/default.yaml,
-    ``${mnp_eval_dir:${ckpt_path},${eval},${data_dir}}`` in conf/evaluate.yaml, ``${mnp_pending_record:}`` in conf/train.yaml,
+    ``${mnp_eval_dir:${ckpt_path},${eval},${data_dir},${model}}`` in conf/evaluate.yaml, ``${mnp_pending_record:}`` in conf/train.yaml,
     ``${mnp_gpu_jobs:}`` in conf/launcher/gpu_joblib.yaml (mnp.core.resources) and ``${mnp_warmup:W,E}`` in
     conf/model_dataset/."""
     if not OmegaConf.has_resolver(RESOLVER):
@@ -134,11 +134,12 @@ def scaled_warmup(warmup: int, of: int, *, _root_) -> int:
     return max(min(round(warmup * epochs / of), epochs - 1), 0)
 
 
-def eval_dir(ckpt_path: str, evaluation=None, data_dir: str | None = None) -> str:
+def eval_dir(ckpt_path: str, evaluation=None, data_dir: str | None = None, model=None) -> str:
     """``<run dir>/eval`` for ``<run dir>/checkpoints/<name>.ckpt`` (else ``eval`` beside the file),
     absolute: an evaluation writes nothing outside the run it evaluates. Evaluations with ``+eval.*``
-    settings (``evaluation``) or another ``data_dir`` each get their own, ``eval_<settings>``
-    (``eval_noise_levels=[0.5]``), so one never writes over another."""
+    settings (``evaluation``), ``+model.*`` settings (``model``) or another ``data_dir`` each get their own,
+    ``eval_<settings>`` (``eval_noise_levels=[0.5]``, ``eval_model.decoder.eval_samples=20``), so one never writes
+    over another."""
     ckpt = Path(str(ckpt_path)).expanduser().absolute()
     if ckpt.is_dir():  # a run directory or its checkpoints/ (refused by evaluate.py): its eval stays inside it
         ckpt = ckpt / LAST_CKPT if ckpt.name == "checkpoints" else ckpt / "checkpoints" / LAST_CKPT
@@ -146,6 +147,9 @@ def eval_dir(ckpt_path: str, evaluation=None, data_dir: str | None = None) -> st
     if OmegaConf.is_config(evaluation):
         evaluation = OmegaConf.to_container(evaluation, resolve=True)
     parts = sorted(f"{k}={v}".replace(" ", "") for k, v in flatten(evaluation or {}).items())
+    if OmegaConf.is_config(model):
+        model = OmegaConf.to_container(model, resolve=True)
+    parts += sorted(f"model.{k}={v}".replace(" ", "") for k, v in flatten(model or {}).items())
     parts += [f"data_dir={data_dir}"] if data_dir else []
     return str(run / ("eval_" + short_name(parts) if parts else "eval"))
 

@@ -239,8 +239,8 @@ def infer_candidates(
     checkpoints of ``runs`` (one trained setting); the variant equal to their own setting (``current``) is named
     ``default``."""
     import pytorch_lightning as pl
-    import torch
 
+    from mnp.core.inference_settings import apply_inference_settings
     from mnp.core.pipeline import load_finished_run
 
     out: dict[str, dict[int, dict[str, float]]] = {}
@@ -248,12 +248,8 @@ def infer_candidates(
         _, _, _, dm, model, _ = load_finished_run(r.path)
         if getattr(dm, "eval_split", "test") != "val":
             raise SelectionError(f"{r.path} does not evaluate on validation rows")
-        if not hasattr(model, "distance_ref"):
-            model.register_buffer("distance_ref", torch.full((len(model.view_dims),), float("nan")))
         for name, settings in variants.items():
-            model.spec = model.spec.replace(part, **settings)
-            if settings.get("mode") == "distance":
-                model.update_distance_reference(dm.train_views)
+            apply_inference_settings(model, {part: settings}, dm.train_views)
             pl.Trainer(
                 logger=False,
                 enable_progress_bar=False,
