@@ -56,14 +56,14 @@ def compare(old: list[float], new: list[float]) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("dirs", nargs="+", help="run directories of the unseen seeds")
+    ap.add_argument("dirs", nargs="+", help="run directories of the unseen seeds (or their evaluate.py outputs)")
     ap.add_argument("--runs", type=Path, required=True, help="the committed runs.csv")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
     cells = committed(args.runs)
     new: dict[tuple[str, str, str], list[float]] = {}
     seeds: dict[tuple[str, str], list[int]] = {}
-    for run in load(args.dirs)[0]:
+    for run in load(args.dirs, evaluations=True)[0]:  # a directory given may be a run re-scored by evaluate.py
         seeds.setdefault((run.model, run.dataset), []).append(run.seed)
         for m in METRICS:
             if m in run.metrics:

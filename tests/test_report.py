@@ -263,6 +263,16 @@ def test_variants_duplicates_and_evaluate_outputs(tmp_path):
     assert acc == {"MNP (fifo)": ["<u>81.00 [68.29, 93.71]</u> (2)"], "MNP (mse)": ["**91.00 [78.29, 103.71]** (2)"]}
     rows = read_csv(tmp_path / "out" / "results.csv")
     assert float(rows[("mnp", "pie", "test/acc", "ablation_context", "mse")]["mean"]) == pytest.approx(0.91)
+    # with evaluations=True the evaluate.py output counts as its run re-scored: it replaces seed 0 of "mse"
+    import time
+
+    time.sleep(0.01)
+    rescored = write_run(
+        root / "eval", "ablation_context", "mnp", "pie", 0, 0.5, 0.05, variant="mse", extra={"checkpoint": "c"}
+    )
+    runs, _ = load([root], evaluations=True)
+    mse = {r.seed: r.metrics["test/acc"] for r in runs if r.variant == "mse"}
+    assert mse == {0: 0.5, 1: 0.92, 5: 0.0} and len(runs) == 5 and rescored.exists()
 
 
 def test_ood_table_columns_in_paper_order(tmp_path):

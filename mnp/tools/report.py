@@ -70,20 +70,22 @@ def report(
     models: list[str] | None = None,
     seeds: list[int] | None = None,
     relabel: bool = False,
+    evaluations: bool = False,
     update: bool = False,
     from_runs: str | Path | None = None,
     figure_formats: tuple[str, ...] = ("png",),
 ) -> dict:
     """Write runs.csv, results.csv (derived from it), claims.csv, results.md/.tex (and plots) for the runs under
     ``dirs``; returns what was found. ``models`` / ``seeds`` keep only those runs (a switch against the defaults
-    on the same seeds); ``relabel``: label runs by today's defaults (:mod:`mnp.tools.relabel`); ``update``: the
+    on the same seeds); ``relabel``: label runs by today's defaults (:mod:`mnp.tools.relabel`); ``evaluations``:
+    evaluate.py's outputs under ``dirs`` count as their runs re-scored (:func:`mnp.tools.report_runs.load`); ``update``: the
     runs replace the rows of the same experiment, model, dataset, variant and seed in ``out``'s runs.csv and the
     other rows stay (re-running some jobs without the run directories of the rest); ``from_runs``: a runs.csv to
     derive everything from (no run directories). Both keep ``out``'s legacy cells (see
     :mod:`mnp.tools.report_records`). ``figure_formats``: each plot in these (png, pdf, svg)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    runs, jobs = load(dirs, relabel=relabel) if dirs else ([], [])
+    runs, jobs = load(dirs, relabel=relabel, evaluations=evaluations) if dirs else ([], [])
     runs = [r for r in runs if (models is None or r.model in models) and (seeds is None or r.seed in seeds)]
     records, previous = records_of(runs), {}
     if from_runs is not None:
@@ -198,6 +200,12 @@ def main(argv: list[str] | None = None) -> int:
         "experiment = the directory that holds the run (mnp.tools.relabel)",
     )
     ap.add_argument(
+        "--evaluations",
+        action="store_true",
+        help="count evaluate.py's outputs under the directories as their runs re-scored (e.g. +model.decoder."
+        "eval_samples=10, a default decided after the run); left out otherwise",
+    )
+    ap.add_argument(
         "--wandb-project",
         metavar="NAME",
         help="also log the aggregate table to this wandb project as a run of its own (job_type=report; "
@@ -218,6 +226,7 @@ def main(argv: list[str] | None = None) -> int:
             models=args.models,
             seeds=args.seeds,
             relabel=args.relabel,
+            evaluations=args.evaluations,
             update=args.update,
             from_runs=args.from_runs,
             figure_formats=figure_formats(args.figure_format),

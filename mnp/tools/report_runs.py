@@ -165,13 +165,14 @@ def _read_record(path: Path, jobs: list[Job]) -> dict | None:
     return record
 
 
-def load(dirs: Iterable[str | Path], relabel: bool = False) -> tuple[list[Run], list[Job]]:
+def load(dirs: Iterable[str | Path], relabel: bool = False, evaluations: bool = False) -> tuple[list[Run], list[Job]]:
     """Every run (metrics.json) and every failed, skipped or interrupted job under ``dirs``; a metrics.json,
     config.yaml, failed.json or skipped.json that cannot be read or holds no job's record is an ``unreadable`` job,
     with a warning.
 
     ``metrics.json`` written by ``evaluate.py`` (it has a ``checkpoint`` key) is not a sweep job
-    and is left out. A ``dataset=custom`` run's dataset is its file's stem (:func:`mnp.core.naming.data_label`).
+    and is left out, unless ``evaluations``: then it is its run re-scored (``+model.*``, a default decided after
+    the run) and counts as the run, labelled by its own config.yaml. A ``dataset=custom`` run's dataset is its file's stem (:func:`mnp.core.naming.data_label`).
     A job found twice (the same experiment, model, variant, dataset and seed) counts once: the most recent file wins. ``relabel``: each run's experiment and variant from where it
     lives and how its saved config differs from today's defaults (:mod:`mnp.tools.relabel`).
     """
@@ -183,7 +184,7 @@ def load(dirs: Iterable[str | Path], relabel: bool = False) -> tuple[list[Run], 
             raise FileNotFoundError(f"{d} is not a directory")
         for mpath in sorted(d.rglob("metrics.json")):
             m = _read_record(mpath, jobs)
-            if m is None or "checkpoint" in m:
+            if m is None or ("checkpoint" in m and not evaluations):
                 continue
             if "model" not in m or "dataset" not in m:
                 jobs.append(_unreadable(mpath, "names no model and dataset, so it is not a run's metrics"))
