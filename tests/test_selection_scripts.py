@@ -60,7 +60,7 @@ def test_the_older_selection_scripts_write_their_records(tmp_path, dataset):
     assert all(d[d.index("--out") + 1] == f"results/decisions/mnp_{dataset}.csv" for d in decisions)
 
 
-@pytest.mark.parametrize("dataset, seeds", [("cub", 4), ("handwritten", 5), ("pie", 3)])
+@pytest.mark.parametrize("dataset, seeds", [("cub", 4), ("handwritten", 5), ("pie", 3), ("scene15", 3)])
 def test_the_official_stage_weighs_the_authors_configuration_against_the_defaults(tmp_path, dataset, seeds):
     jobs = calls(tmp_path, dataset, "official")
     trained = [j for j in jobs if j[0] == "train.py"]
@@ -74,9 +74,24 @@ def test_the_official_stage_weighs_the_authors_configuration_against_the_default
     assert decision[decision.index("--out") + 1] == f"results/decisions/mnp_{dataset}.csv"
 
 
-@pytest.mark.parametrize("dataset", ["cub", "handwritten", "pie"])
+@pytest.mark.parametrize("dataset", ["cub", "handwritten", "pie", "scene15"])
 def test_the_samples_stage_scores_the_decoders_s_on_checkpoints(tmp_path, dataset):
     (decision,) = calls(tmp_path, dataset, "samples")
     assert decision[2] == "infer" and decision[decision.index("--decision") + 1] == "eval_samples"
     assert decision[decision.index("--samples") + 1 : decision.index("--samples") + 4] == ["5", "10", "20"]
     assert decision[decision.index("--out") + 1] == f"results/decisions/mnp_{dataset}.csv"
+
+
+def test_scene15_takes_the_screens_chosen_variant_as_the_base(tmp_path):
+    chosen = "model.aggregation.view_dropout=0.25"
+    for stage in ("decide", "samples"):
+        shim, log = tmp_path / "bin", tmp_path / f"{stage}.log"
+        shim.mkdir(exist_ok=True)
+        (shim / "python").write_text(f'#!/bin/sh\necho "$@" >> {log}\n')
+        (shim / "python").chmod(0o755)
+        env = {**os.environ, "PATH": f"{shim}:{os.environ['PATH']}"}
+        script = ROOT / "benchmarks" / "selection" / "scene15.sh"
+        subprocess.run(["bash", str(script), stage, str(tmp_path / "logs"), chosen], cwd=ROOT, env=env, check=True)
+        last = log.read_text().splitlines()[-1].split()
+        assert last[2] == "infer" and last[last.index("--base") + 1] == chosen
+    assert "--base" not in calls(tmp_path, "scene15", "samples")[0]  # no CHOSEN: the defaults' checkpoints

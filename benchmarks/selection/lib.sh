@@ -1,7 +1,7 @@
 # Shared by the per-dataset selection scripts: `source "$(dirname "$0")/lib.sh" "$@"` reads their arguments (STAGE
 # LOG_DIR) into stage and logs; each script sets out, its decision record.
 set -euo pipefail
-stage=${1:?the stage: train or decide, as the script header says}; logs=${2:?the log directory}
+stage=${1:?the stage: train or decide, as the script header says}; logs=${2:?the log directory}  # $3: the chosen variant, where a script takes one
 export MNP_TORCH_THREADS=1
 # screen_train DATASET "SEEDS" CANDIDATE...: every candidate (a string of overrides; "" = the defaults) at every
 # seed as an experiment=select run, seed by seed, two jobs at a time
