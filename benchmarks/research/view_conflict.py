@@ -118,7 +118,7 @@ def weights(log_kappas: list[torch.Tensor]) -> torch.Tensor | None:
 def accuracy(model, parts, w, y, generator) -> float:
     mu, var = mba_posterior(*parts, w)
     spec = model.spec.decoder
-    logits = sample_logits(model.decoder, mu, var, spec.num_samples, spec.sigma_as_std, generator)
+    logits = sample_logits(model.decoder, mu, var, spec.prediction_samples, spec.sigma_as_std, generator)
     return float((logits.float().softmax(-1).mean(0).argmax(-1) == y).float().mean())
 
 

@@ -335,9 +335,8 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
 
 def _evaluate(cfg: DictConfig) -> dict[str, Any]:
     t0 = time.perf_counter()
-    ev = cfg.get("eval")  # the +eval.* and +model.* overrides, checked before anything is loaded
+    ev = cfg.get("eval")  # the +eval.* overrides, checked before anything is loaded (+model.*: by load_run, first)
     check_eval(OmegaConf.to_container(ev, resolve=True) if OmegaConf.is_config(ev) else ev or {})
-    inference_settings(cfg.get("model"))
     ckpt_path = Path(cfg.ckpt_path)
     out_dir = Path(cfg.output_dir or eval_dir(str(ckpt_path), cfg.get("eval"), cfg.get("data_dir"), cfg.get("model")))
     data_dir = os.path.abspath(os.path.expanduser(cfg.data_dir)) if cfg.get("data_dir") else None

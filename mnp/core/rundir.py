@@ -144,14 +144,16 @@ def eval_dir(ckpt_path: str, evaluation=None, data_dir: str | None = None, model
     if ckpt.is_dir():  # a run directory or its checkpoints/ (refused by evaluate.py): its eval stays inside it
         ckpt = ckpt / LAST_CKPT if ckpt.name == "checkpoints" else ckpt / "checkpoints" / LAST_CKPT
     run = ckpt.parent.parent if ckpt.parent.name == "checkpoints" else ckpt.parent
-    if OmegaConf.is_config(evaluation):
-        evaluation = OmegaConf.to_container(evaluation, resolve=True)
-    parts = sorted(f"{k}={v}".replace(" ", "") for k, v in flatten(evaluation or {}).items())
-    if OmegaConf.is_config(model):
-        model = OmegaConf.to_container(model, resolve=True)
-    parts += sorted(f"model.{k}={v}".replace(" ", "") for k, v in flatten(model or {}).items())
+    parts = _setting_names(evaluation) + _setting_names(model, "model.")
     parts += [f"data_dir={data_dir}"] if data_dir else []
     return str(run / ("eval_" + short_name(parts) if parts else "eval"))
+
+
+def _setting_names(node, prefix: str = "") -> list[str]:
+    """``["<prefix>key=value", ...]`` of a (nested) override node, sorted, without blanks."""
+    if OmegaConf.is_config(node):
+        node = OmegaConf.to_container(node, resolve=True)
+    return sorted(f"{prefix}{k}={v}".replace(" ", "") for k, v in flatten(node or {}).items())
 
 
 class EvalOutputConflict(ValueError):

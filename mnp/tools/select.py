@@ -71,9 +71,10 @@ def check_criterion(criterion: str) -> None:
         )
 
 
-def validation_runs(dirs: list[str | Path], model: str, dataset: str) -> list[Run]:
-    """The runs of ``model`` on ``dataset`` under ``dirs``; any of them evaluated on the test split is refused."""
-    runs = [r for r in load(dirs)[0] if r.model == model and r.dataset == dataset]
+def validation_runs(loaded: list[Run], model: str, dataset: str) -> list[Run]:
+    """The runs of ``model`` on ``dataset`` among ``loaded`` (:func:`mnp.tools.report_runs.load`'s); any of them
+    evaluated on the test split is refused."""
+    runs = [r for r in loaded if r.model == model and r.dataset == dataset]
     for r in runs:
         if r.metrics.get("eval_split") != "val":
             raise SelectionError(
@@ -179,11 +180,11 @@ def variant_of(run: Run) -> str:
     return modern_variant(run.variant) if run.variant else ""
 
 
-def rival_candidates(dirs: list[str | Path], rivals: list[str], dataset: str) -> dict[str, dict[int, dict[str, float]]]:
+def rival_candidates(loaded: list[Run], rivals: list[str], dataset: str) -> dict[str, dict[int, dict[str, float]]]:
     """{``model=<rival>``: {seed: val metrics}}: each rival model's own defaults (runs with no variant)."""
     out: dict[str, dict[int, dict[str, float]]] = {}
     for rival in rivals:
-        runs = [r for r in validation_runs(dirs, rival, dataset) if not r.variant]
+        runs = [r for r in validation_runs(loaded, rival, dataset) if not r.variant]
         if not runs:
             raise SelectionError(f"no experiment=select runs of model={rival} (its defaults) on {dataset}")
         out[f"model={rival}"] = {r.seed: val_metrics(r.metrics) for r in runs}
@@ -310,12 +311,13 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:
         check_criterion(args.criterion)
-        runs = validation_runs(args.dirs, args.model, args.dataset)
+        loaded = load(args.dirs)[0]
+        runs = validation_runs(loaded, args.model, args.dataset)
         if args.mode == "decide":
             if not args.match and not args.rival:
                 raise SelectionError("decide needs --match or --rival: which runs are this decision's candidates")
             candidates = train_candidates(runs, args.match, args.exclude, args.base)
-            candidates |= rival_candidates(args.dirs, args.rival, args.dataset)
+            candidates |= rival_candidates(loaded, args.rival, args.dataset)
             setting = settings(list(candidates), runs, args.base)
         else:
             base = [r for r in runs if variant_of(r) == modern_variant(args.base)]
