@@ -43,6 +43,47 @@ def test_device_final_jobs_cover_every_cell_seed_by_seed_without_repeats():
     assert all(j.startswith("experiment=paper_main ") for j in jobs)
 
 
+def test_device_selection_trains_only_the_decisions_still_open(tmp_path):
+    """jobs.py select follows results/decisions/open.csv: a dataset's screen while one of its training decisions is
+    open, mnp_official's runs while `configuration` is, nothing for inference-only or closed decisions."""
+    import jobs
+
+    def select(*rows):
+        path = tmp_path / "open.csv"
+        path.write_text("model,dataset,decision\n" + "".join(f"mnp,{d},{k}\n" for d, k in rows))
+        return jobs.select_jobs(path)
+
+    screen = select(("scene15", "modality_mask"), ("pie", "eval_samples"), ("pie", "view_weighting"))
+    assert screen == [j for s in jobs.SEEDS_SELECT for j in jobs.screen_jobs("scene15", [s])]
+    assert len(screen) == 5 * (1 + len(jobs.SCREENS["scene15"]))
+    assert select(("handwritten", "configuration")) == [
+        f"experiment=select model=mnp_official dataset=handwritten seed={s}" for s in range(5)
+    ]
+    assert select(("cub", "eval_samples")) == [] and jobs.select_jobs(tmp_path / "absent.csv") == []
+    today = jobs.open_decisions()
+    assert set(today) <= set(jobs.SCREENS) | {"cub"}  # CUB's decisions run on the CPU (benchmarks/selection/cub.sh)
+
+
+def test_device_decisions_use_the_cpu_records_names_and_match_one_candidate_each():
+    """decide.py names each decision as the committed records do, and each --match picks exactly its candidate."""
+    import csv
+    import decide
+    import jobs
+
+    for dataset, screen in jobs.SCREENS.items():
+        calls = decide.decision_calls("logs/select", dataset, "x.csv", rival_ran=True)
+        decided = [c[c.index("--decision") + 1] for c in calls]
+        assert decided == [*screen, "configuration", "view_weighting", "eval_samples"]
+        for call in calls[: len(screen)]:
+            match = call[call.index("--match") + 1]
+            assert [n for n, cand in screen.items() if match in cand] == [call[call.index("--decision") + 1]]
+        assert "--rival" in calls[len(screen)] and "--samples" in calls[-1]
+        assert "configuration" not in str(decide.decision_calls("logs/select", dataset, "x.csv", rival_ran=False))
+    records = (ROOT / "results" / "decisions").glob("mnp_*.csv")
+    names = {r["decision"] for path in records for r in csv.DictReader(path.open())}
+    assert {n for screen in jobs.SCREENS.values() for n in screen} <= names  # the CPU's records' names
+
+
 @pytest.mark.slow
 def test_gpu_check_records_each_step_and_skips_what_the_deadline_leaves_no_time_for(tmp_path):
     import json

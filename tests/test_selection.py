@@ -213,18 +213,20 @@ def test_decide_uses_the_seeds_all_candidates_share(tmp_path):
 
 @pytest.mark.slow
 def test_device_selection_jobs_compose_and_validate(tmp_path):
-    """Every job of benchmarks/device/jobs.py select is a valid selection run, one per (dataset, candidate)."""
+    """Every job of benchmarks/device/jobs.py's screens and rival runs is a valid selection run on validation rows."""
     import sys
 
     sys.path.insert(0, str(ROOT / "benchmarks" / "device"))
-    from jobs import select_jobs
+    from jobs import RIVAL, SCREENS, screen_jobs
 
-    jobs = [j for j in select_jobs() if j.split("seed=")[1].startswith("0")]
+    jobs = [job for d in SCREENS for job in screen_jobs(d, [0])] + [
+        f"experiment=select model={RIVAL} dataset=pie seed=0"
+    ]
     assert len(jobs) == len(set(jobs)) > 10
     for job in jobs:
         cfg = compose_train(tmp_path, job.split())
         validate(cfg)
-        assert cfg.eval.split == "val" and cfg.dataset.val_fraction == 0.2 and cfg.model.name == "mnp"
+        assert cfg.eval.split == "val" and cfg.dataset.val_fraction == 0.2 and cfg.model.name in ("mnp", RIVAL)
 
 
 @pytest.mark.slow

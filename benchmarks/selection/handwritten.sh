@@ -14,7 +14,7 @@ joint_variant="model.aggregation.modality_mask=false,model.warmup.epochs=0"
 if [ "$stage" = samples ]; then samples handwritten --base "$joint_variant"; exit 0; fi
 if [ "$stage" = official ]; then official handwritten "0 1 2 3 4" --base "$joint_variant"; exit 0; fi
 if [ "$stage" = train ]; then
-  python3 benchmarks/device/jobs.py select | grep "dataset=handwritten" | sed "s|$| paths.log_dir=$logs|" | \
+  python3 benchmarks/device/jobs.py screen handwritten | sed "s|$| paths.log_dir=$logs|" | \
     xargs -P 2 -L 1 python train.py
   screen_train handwritten "0 1 2 3 4" "$joint"
   exit 0

@@ -8,7 +8,7 @@
 # eq. 8′'s view weighting (q, p) on the chosen setting's checkpoints by val noisy accuracy; samples, then official:
 # the decoder's S at prediction on those checkpoints, and mnp_official's whole configuration against them, seeds
 # 0-2. CHOSEN: the screen's chosen variant (e.g. model.aggregation.view_dropout=0.25), if it chose one. On a GPU,
-# benchmarks/device/run.sh runs the wider screen of benchmarks/device/jobs.py in minutes.
+# benchmarks/device/run.sh runs the wider screen of benchmarks/device/jobs.py (while open.csv lists these) in minutes.
 source "$(dirname "$0")/lib.sh" "$@"
 out=results/decisions/mnp_scene15.csv
 chosen=(${3:+--base "$3"})
