@@ -19,7 +19,7 @@ import torch
 import mnp
 from mnp.core.validate import ConfigError, check_types
 from mnp.model import MNP
-from mnp.core.migrations import FLAT, nest_flat
+from mnp.core.migrations import FLAT, nest_flat, under_built_in
 from mnp.parts import PARTS, AggregationPart, MemoryPart, MNPSpec, ViewWeightingPart, as_part, plain
 
 OLD = Path(__file__).parent / "data" / "mnp_flat_checkpoint"
@@ -71,6 +71,30 @@ def test_nest_flat_moves_each_key_into_its_part_and_keeps_the_rest():
     }
     new = {"memory": {"size": 400}, "optim": {"lr": 0.01}}
     assert nest_flat(new) == new  # already nested: unchanged
+
+
+def test_a_saved_node_is_read_over_its_parts_built_in_defaults_nested_alike():
+    """What a run used: its saved settings, and the built-in default of each setting it lacks; ``keep`` limits the
+    filled keys to today's node."""
+    built_in = dataclasses.asdict(AggregationPart())
+    saved = {"modality_mask": False, "view_weighting": {"mode": "distance"}}
+    used = under_built_in(built_in, saved)
+    assert used == {
+        **built_in,
+        "modality_mask": False,
+        "view_weighting": {**built_in["view_weighting"], "mode": "distance"},
+    }
+    assert (
+        AggregationPart(**{**used, "view_weighting": ViewWeightingPart(**used["view_weighting"])}).modality_mask
+        is False
+    )
+    today = {"view_dropout": 0.25, "view_weighting": {"power": 2.0}}
+    assert under_built_in(built_in, saved, today) == {
+        "modality_mask": False,
+        "view_dropout": built_in["view_dropout"],
+        "view_weighting": {"mode": "distance", "power": built_in["view_weighting"]["power"]},
+    }
+    assert under_built_in(built_in, None, {}) == {}
 
 
 def test_a_part_takes_its_node_a_part_or_nothing():

@@ -104,6 +104,18 @@ def modern_variant(variant: str) -> str:
     return ",".join(modern_key(k) + eq + v for k, eq, v in (item.partition("=") for item in variant.split(",")))
 
 
+def under_built_in(built_in: Mapping, saved, keep: Mapping | None = None) -> dict:
+    """``saved`` (a part's node in a run's config) over ``built_in`` (the part's defaults, nested alike): the settings
+    the run used, since a switch added after it keeps the old behaviour at its built-in default. ``keep``: fill only
+    the keys it has (today's node, nested alike)."""
+    saved = saved if isinstance(saved, Mapping) else {}
+    out = {k: v for k, v in built_in.items() if k not in saved and (keep is None or k in keep)}
+    for k, v in saved.items():
+        inner = None if keep is None else keep.get(k) if isinstance(keep.get(k), Mapping) else {}
+        out[k] = under_built_in(built_in[k], v, inner) if isinstance(built_in.get(k), Mapping) else v
+    return out
+
+
 def upgrade_run_config(config: dict) -> dict:
     """A run's saved config with an MNP ``model`` node of before the parts nested (other models: as it is)."""
     model = config.get("model") if isinstance(config, dict) else None

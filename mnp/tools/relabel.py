@@ -20,7 +20,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from mnp.core.migrations import MNP_TARGET, upgrade_run_config
+from mnp.core.migrations import MNP_TARGET, under_built_in, upgrade_run_config
 from mnp.core.rundir import flatten, config_drift
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
@@ -61,18 +61,12 @@ def with_built_in_defaults(config: dict, current: dict) -> dict:
     from mnp.parts import PARTS
 
     today = current.get("model") or {}
-    parts = {n: _under(dataclasses.asdict(c()), model.get(n), today.get(n)) for n, c in PARTS.items() if n in today}
+    parts = {
+        n: under_built_in(dataclasses.asdict(c()), model.get(n), today.get(n) or {})
+        for n, c in PARTS.items()
+        if n in today
+    }
     return {**config, "model": {**model, **parts}}
-
-
-def _under(built_in: dict, saved, today) -> dict:
-    """``saved`` (a part's node) with the keys it lacks and ``today`` has taken from ``built_in``, nested alike."""
-    saved = saved if isinstance(saved, Mapping) else {}
-    today = today if isinstance(today, Mapping) else {}
-    out = {k: built_in[k] for k in today if k in built_in and k not in saved}
-    for k, v in saved.items():
-        out[k] = _under(built_in[k], v, today.get(k)) if isinstance(built_in.get(k), dict) else v
-    return out
 
 
 def variant_of(config: dict, model: str, dataset: str, seed: int) -> str | None:

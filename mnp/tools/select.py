@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 from mnp.core.errors import UnfinishedRun
-from mnp.core.migrations import modern_key, modern_variant, nest_flat
+from mnp.core.migrations import modern_key, modern_variant, nest_flat, under_built_in
 from mnp.parts import DecoderPart, ViewWeightingPart
 from mnp.tools.report_runs import Run, load
 from mnp.tools.stats import paired_test
@@ -267,16 +267,18 @@ def infer_candidates(
 def current_view_weighting(runs: list[Run]) -> dict:
     """The view weighting of ``runs``' own config (a config from before the parts read through nest_flat)."""
     model = nest_flat(next((r.config.get("model") or {} for r in runs), {}))
-    current = {**asdict(ViewWeightingPart()), **(model.get("aggregation") or {}).get("view_weighting", {})}
+    current = under_built_in(asdict(ViewWeightingPart()), (model.get("aggregation") or {}).get("view_weighting"))
     return {"mode": "none"} if current["mode"] == "none" else current
 
 
 def current_samples(runs: list[Run]) -> tuple[dict, dict]:
     """The decoder's S at prediction in ``runs``' own config: the S it uses (``eval_samples``, else ``num_samples``),
     which names the variant ``default``, and the setting as the config holds it (``null`` when unset)."""
-    decoder = nest_flat(next((r.config.get("model") or {} for r in runs), {})).get("decoder") or {}
-    held = decoder.get("eval_samples")
-    used = held or decoder.get("num_samples", DecoderPart.num_samples)
+    decoder = under_built_in(
+        asdict(DecoderPart()), nest_flat(next((r.config.get("model") or {} for r in runs), {})).get("decoder")
+    )
+    held = decoder["eval_samples"]
+    used = held or decoder["num_samples"]
     return {"eval_samples": used}, {"eval_samples": "null" if held is None else held}
 
 
