@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 from mnp.core.errors import UnfinishedRun
+from mnp.core.rundir import flatten
 from mnp.core.migrations import modern_key, modern_variant, nest_flat, under_built_in
 from mnp.parts import DecoderPart, ViewWeightingPart
 from mnp.tools.report_runs import Run, load
@@ -202,14 +203,29 @@ def overrides(run: Run) -> list[str]:
     return [modern_key(k) for k in keys]
 
 
-def settings(candidates: list[str], runs: list[Run], base: str = "") -> dict[str, str]:
+def settings(candidates: list[str], runs: list[Run], base: str = "", rivals: list[Run] = ()) -> dict[str, str]:
     """Each candidate's values, from its runs' resolved config, of every key that some candidate (or the base
-    variant) overrides; a rival model's candidate is its name."""
+    variant) overrides; a rival model's candidate, every model and dataset key where its config differs from the
+    base's (:func:`rival_setting`)."""
     by_name = {(DEFAULT if variant_of(r) == modern_variant(base) else variant_of(r)): r for r in runs}
     own = [c for c in candidates if not c.startswith("model=")]
     keys = sorted({k for c in own if c != DEFAULT or base for k in overrides(by_name[c])})
     out = {c: ",".join(f"{k}={_lookup(by_name[c].config, k)}" for k in keys) for c in own}
-    return out | {c: c for c in candidates if c.startswith("model=")}
+    rival_runs = {f"model={r.model}": r for r in rivals}
+    return out | {c: rival_setting(rival_runs[c], by_name[DEFAULT]) for c in candidates if c.startswith("model=")}
+
+
+# keys that change only how the test split is read: a validation score cannot have chosen them
+TEST_ONLY = ("dataset.scale_test_separately",)
+
+
+def rival_setting(rival: Run, base: Run) -> str:
+    """What adopting a rival model's configuration sets: each model and dataset key whose value in the rival run's
+    config differs from the base run's (the model's name and the test-only keys aside)."""
+    mine, theirs = (flatten({g: r.config.get(g) or {} for g in ("model", "dataset")}) for r in (base, rival))
+    skip = {"model.name", *TEST_ONLY}
+    keys = sorted(k for k in mine.keys() | theirs.keys() if k not in skip and mine.get(k) != theirs.get(k))
+    return ",".join(f"{k}={theirs.get(k)}" for k in keys)
 
 
 def _lookup(config: dict, key: str):
@@ -305,6 +321,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--samples", type=int, nargs="+", help="infer: score the decoder's S at prediction (eval_samples) instead"
     )
+    ap.add_argument(
+        "--from-model",
+        help="infer: score this model's runs for --model's record (the configuration its decision `configuration` "
+        "chose, e.g. mnp_official)",
+    )
     ap.add_argument("--criterion", default="val/nll", help="a val/ metric (default val/nll, lower is better)")
     ap.add_argument("--higher", action="store_true", help="a higher criterion is better (accuracies)")
     ap.add_argument("--status", default="decided", help="decided, or open (why) for a decision not settled yet")
@@ -314,13 +335,16 @@ def main(argv: list[str] | None = None) -> int:
     try:
         check_criterion(args.criterion)
         loaded = load(args.dirs)[0]
-        runs = validation_runs(loaded, args.model, args.dataset)
+        if args.from_model and args.mode == "decide":
+            raise SelectionError("--from-model names the runs infer scores; decide compares --model's runs")
+        runs = validation_runs(loaded, args.from_model or args.model, args.dataset)
         if args.mode == "decide":
             if not args.match and not args.rival:
                 raise SelectionError("decide needs --match or --rival: which runs are this decision's candidates")
             candidates = train_candidates(runs, args.match, args.exclude, args.base)
             candidates |= rival_candidates(loaded, args.rival, args.dataset)
-            setting = settings(list(candidates), runs, args.base)
+            rivals = [r for m in args.rival for r in validation_runs(loaded, m, args.dataset) if not r.variant]
+            setting = settings(list(candidates), runs, args.base, rivals)
         else:
             base = [r for r in runs if variant_of(r) == modern_variant(args.base)]
             if not base:
