@@ -15,6 +15,7 @@ from scipy import stats
 from datamodules import TensorDataModule
 
 from mnp.core.pipeline import train
+from mnp.tools.report_runs import load
 from mnp.core.protocols import validation_names
 from mnp.core.validate import ConfigError, validate
 from mnp.tools import select
@@ -196,10 +197,30 @@ def test_decide_weighs_a_rival_models_defaults_against_a_base_variant(tmp_path):
     rows = {r["candidate"]: r for r in csv.DictReader(out.open())}
     assert set(rows) == {"default", "model=mnp_official"}
     assert rows["default"]["setting"] == "model.memory.size=300" and rows["default"]["chosen"] == "True"
-    assert rows["model=mnp_official"]["setting"] == "model=mnp_official"
+    # what adopting the rival sets: each key where its config differs from the base's (the rival's memory size)
+    assert rows["model=mnp_official"]["setting"] == "model.memory.size=200"
     assert float(rows["model=mnp_official"]["score"]) == pytest.approx(0.495)
     assert float(rows["model=mnp_official"]["diff_vs_default"]) == pytest.approx(0.085)
     assert select.main([*args, "--rival", "tmc", "--out", str(out)]) == 2  # no runs of that model: one line
+
+
+def test_a_rivals_setting_is_every_key_it_differs_in_but_its_name_and_the_test_only_ones(tmp_path):
+    for name, model, cfg in [
+        ("base", "mnp", {"name": "mnp", "decoder": {"train": True}, "memory": {"size": 300}}),
+        ("official", "mnp_official", {"name": "mnp_official", "decoder": {"train": False}, "memory": {"size": 300}}),
+    ]:
+        _fake_run(tmp_path, name, 0, {"val/nll": 0.5}, model=model)
+        data = {"full_batches": name == "official", "scale_test_separately": name == "official", "val_fraction": 0.2}
+        (tmp_path / f"{name}_s0" / "config.yaml").write_text(yaml.safe_dump({"model": cfg, "dataset": data}))
+    base, official = (r for r in sorted(load([str(tmp_path)])[0], key=lambda r: r.model))
+    assert select.rival_setting(official, base) == "dataset.full_batches=True,model.decoder.train=False"
+
+
+def test_infer_from_model_is_refused_by_decide(tmp_path, capsys):
+    _fake_run(tmp_path, "base", 0, {"val/nll": 0.5})
+    args = ["decide", str(tmp_path), "--model", "mnp", "--dataset", "cub", "--decision", "d", "--match", "x"]
+    assert select.main([*args, "--from-model", "mnp_official", "--out", str(tmp_path / "o.csv")]) == 2
+    assert "--from-model names the runs infer scores" in capsys.readouterr().err
 
 
 def test_decide_uses_the_seeds_all_candidates_share(tmp_path):
@@ -262,6 +283,21 @@ def test_infer_scores_each_view_weighting_variant_on_the_same_checkpoints(tmp_pa
     assert rows["eval_samples=12"]["setting"] == "model.decoder.eval_samples=12"
     assert rows["default"]["setting"] == "model.decoder.eval_samples=null"  # as conf/ holds it: num_samples, S = 5
     assert len({rows[c]["val/nll"] for c in rows}) == 3  # each S is applied
+    # --from-model: another model's record (mnp_official chose by its `configuration`), scored on these runs
+    other = [a if a != "mnp" else "mnp_official" for a in args]
+    mine = tmp_path / "from.csv"
+    assert (
+        select.main([*other, "--samples", "12", "--criterion", "val/nll", "--out", str(mine)]) == 2
+    )  # none of its own
+    assert (
+        select.main(
+            [*other, "--from-model", "mnp", "--samples", "5", "12", "--criterion", "val/nll", "--out", str(mine)]
+        )
+        == 0
+    )
+    scored = {r["candidate"]: r for r in csv.DictReader(mine.open())}
+    assert {r["model"] for r in scored.values()} == {"mnp_official"}
+    assert scored["eval_samples=12"]["val/nll"] == rows["eval_samples=12"]["val/nll"]  # the same runs, the same score
 
 
 @pytest.mark.slow
