@@ -52,6 +52,20 @@ def test_conf_holds_every_chosen_setting(path, tmp_path):
             for k in key.split("."):
                 node = node[k]
             expected = yaml.safe_load(value)
+            if isinstance(expected, str):  # PyYAML reads 1e-07 (no dot) as a string
+                try:
+                    expected = float(expected)
+                except ValueError:
+                    pass
             assert node == pytest.approx(expected) if isinstance(expected, float) else node == expected, (
                 f"{path.name}: decision {r['decision']} chose {key}={value}, conf/ composes {node!r}"
             )
+
+
+def test_the_open_decisions_render_as_a_table_or_as_none_left():
+    from mnp.tools.docgen_decisions import render_decisions_open
+
+    assert render_decisions_open({"decisions_open": []}).startswith("None: every default")
+    row = dict(model="mnp", dataset="scene15", decision="x", today="1", chosen_before_on="test", what_it_needs="runs")
+    table = render_decisions_open({"decisions_open": [row]}).splitlines()
+    assert len(table) == 3 and table[2] == "| MNP | Scene15 | x | 1 | test | runs |"

@@ -204,9 +204,9 @@ def test_decide_weighs_a_rival_models_defaults_against_a_base_variant(tmp_path):
     assert select.main([*args, "--rival", "tmc", "--out", str(out)]) == 2  # no runs of that model: one line
 
 
-def test_a_rivals_setting_is_every_key_it_differs_in_but_its_name_and_the_test_only_ones(tmp_path):
+def test_a_rivals_setting_is_every_training_key_it_differs_in_not_its_name_nor_test_or_inference_keys(tmp_path):
     for name, model, cfg in [
-        ("base", "mnp", {"name": "mnp", "decoder": {"train": True}, "memory": {"size": 300}}),
+        ("base", "mnp", {"name": "mnp", "decoder": {"train": True, "eval_samples": 20}, "memory": {"size": 300}}),
         ("official", "mnp_official", {"name": "mnp_official", "decoder": {"train": False}, "memory": {"size": 300}}),
     ]:
         _fake_run(tmp_path, name, 0, {"val/nll": 0.5}, model=model)

@@ -84,6 +84,8 @@ def render_decisions(src: dict) -> str:
 
 def render_decisions_open(src: dict) -> str:
     """The defaults not yet decided on validation rows (results/decisions/open.csv), and what each needs."""
+    if not src["decisions_open"]:
+        return "None: every default of `conf/` that is not the paper's own choice has a decision record above."
     lines = [
         "| model | dataset | setting | today | chosen before on | what deciding it needs |",
         "|---|---|---|---|---|---|",

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 from mnp.core.errors import UnfinishedRun
+from mnp.core.inference_settings import INFERENCE_ONLY
 from mnp.core.rundir import flatten
 from mnp.core.migrations import modern_key, modern_variant, nest_flat, under_built_in
 from mnp.parts import DecoderPart, ViewWeightingPart
@@ -221,9 +222,11 @@ TEST_ONLY = ("dataset.scale_test_separately",)
 
 def rival_setting(rival: Run, base: Run) -> str:
     """What adopting a rival model's configuration sets: each model and dataset key whose value in the rival run's
-    config differs from the base run's (the model's name and the test-only keys aside)."""
+    config differs from the base run's. The model's name, the test-only keys and the inference-only ones aside:
+    those are decided afterwards on the chosen configuration's checkpoints (``infer --from-model``)."""
     mine, theirs = (flatten({g: r.config.get(g) or {} for g in ("model", "dataset")}) for r in (base, rival))
-    skip = {"model.name", *TEST_ONLY}
+    inference = {f"model.{part}.{key}" for part, keys in INFERENCE_ONLY.items() for key in keys}
+    skip = {"model.name", *TEST_ONLY, *inference}
     keys = sorted(k for k in mine.keys() | theirs.keys() if k not in skip and mine.get(k) != theirs.get(k))
     return ",".join(f"{k}={theirs.get(k)}" for k in keys)
 
