@@ -89,7 +89,8 @@ def _fake_run(
             {"model": model, "dataset": "cub", "seed": seed, "experiment": "select", "eval_split": split, **metrics}
         )
     )
-    (d / "config.yaml").write_text(yaml.safe_dump({"variant": variant, "model": {"memory": {"size": memory_size}}}))
+    config = {"variant": variant, "model": {"memory": {"size": memory_size}}, "dataset": {"seed": seed}}
+    (d / "config.yaml").write_text(yaml.safe_dump(config))
 
 
 def _sweep(tmp_path, nll: dict[str, list[float]]):
@@ -197,7 +198,8 @@ def test_decide_weighs_a_rival_models_defaults_against_a_base_variant(tmp_path):
     rows = {r["candidate"]: r for r in csv.DictReader(out.open())}
     assert set(rows) == {"default", "model=mnp_official"}
     assert rows["default"]["setting"] == "model.memory.size=300" and rows["default"]["chosen"] == "True"
-    # what adopting the rival sets: each key where its config differs from the base's (the rival's memory size)
+    # what adopting the rival sets: each key where its config differs from the base's run of the same seed (the
+    # rival's memory size; not dataset.seed)
     assert rows["model=mnp_official"]["setting"] == "model.memory.size=200"
     assert float(rows["model=mnp_official"]["score"]) == pytest.approx(0.495)
     assert float(rows["model=mnp_official"]["diff_vs_default"]) == pytest.approx(0.085)

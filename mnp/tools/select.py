@@ -182,14 +182,14 @@ def variant_of(run: Run) -> str:
     return modern_variant(run.variant) if run.variant else ""
 
 
-def rival_candidates(loaded: list[Run], rivals: list[str], dataset: str) -> dict[str, dict[int, dict[str, float]]]:
-    """{``model=<rival>``: {seed: val metrics}}: each rival model's own defaults (runs with no variant)."""
-    out: dict[str, dict[int, dict[str, float]]] = {}
+def rival_runs(loaded: list[Run], rivals: list[str], dataset: str) -> dict[str, list[Run]]:
+    """{``model=<rival>``: its runs at its own defaults (no variant)} for each rival model."""
+    out = {}
     for rival in rivals:
         runs = [r for r in validation_runs(loaded, rival, dataset) if not r.variant]
         if not runs:
             raise SelectionError(f"no experiment=select runs of model={rival} (its defaults) on {dataset}")
-        out[f"model={rival}"] = {r.seed: val_metrics(r.metrics) for r in runs}
+        out[f"model={rival}"] = runs
     return out
 
 
@@ -204,7 +204,9 @@ def overrides(run: Run) -> list[str]:
     return [modern_key(k) for k in keys]
 
 
-def settings(candidates: list[str], runs: list[Run], base: str = "", rivals: list[Run] = ()) -> dict[str, str]:
+def settings(
+    candidates: list[str], runs: list[Run], base: str = "", rivals: dict[str, list[Run]] | None = None
+) -> dict[str, str]:
     """Each candidate's values, from its runs' resolved config, of every key that some candidate (or the base
     variant) overrides; a rival model's candidate, every model and dataset key where its config differs from the
     base's (:func:`rival_setting`)."""
@@ -212,8 +214,9 @@ def settings(candidates: list[str], runs: list[Run], base: str = "", rivals: lis
     own = [c for c in candidates if not c.startswith("model=")]
     keys = sorted({k for c in own if c != DEFAULT or base for k in overrides(by_name[c])})
     out = {c: ",".join(f"{k}={_lookup(by_name[c].config, k)}" for k in keys) for c in own}
-    rival_runs = {f"model={r.model}": r for r in rivals}
-    return out | {c: rival_setting(rival_runs[c], by_name[DEFAULT]) for c in candidates if c.startswith("model=")}
+    ref = by_name.get(DEFAULT)  # a rival is compared with the reference run of the same seed (dataset.seed differs)
+    same_seed = {c: next(r for r in rs if r.seed == ref.seed) for c, rs in (rivals or {}).items()} if ref else {}
+    return out | {c: rival_setting(same_seed[c], ref) for c in candidates if c.startswith("model=")}
 
 
 # keys that change only how the test split is read: a validation score cannot have chosen them
@@ -345,8 +348,8 @@ def main(argv: list[str] | None = None) -> int:
             if not args.match and not args.rival:
                 raise SelectionError("decide needs --match or --rival: which runs are this decision's candidates")
             candidates = train_candidates(runs, args.match, args.exclude, args.base)
-            candidates |= rival_candidates(loaded, args.rival, args.dataset)
-            rivals = [r for m in args.rival for r in validation_runs(loaded, m, args.dataset) if not r.variant]
+            rivals = rival_runs(loaded, args.rival, args.dataset)
+            candidates |= {name: {r.seed: val_metrics(r.metrics) for r in rs} for name, rs in rivals.items()}
             setting = settings(list(candidates), runs, args.base, rivals)
         else:
             base = [r for r in runs if variant_of(r) == modern_variant(args.base)]
