@@ -97,6 +97,9 @@ class MultiViewDataModule(pl.LightningDataModule):
     """Splits, validation, held-out-class OOD and train-only scaling for multi-view features."""
 
     name = "multiview"
+    # settings that change only how the test split is read (the training and validation rows stay as they are), so
+    # no validation score can choose them: the selection protocol leaves them out of a rival's setting
+    TEST_ONLY = ("scale_test_separately",)
 
     def __init__(
         self,

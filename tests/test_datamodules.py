@@ -84,6 +84,18 @@ def test_minmax_statistics_come_from_the_training_split_only(real_file):
         assert te.min() == 0 and te.max() == 1
 
 
+@pytest.mark.parametrize("key", FeatureDataModule.TEST_ONLY)
+def test_a_test_only_setting_leaves_training_and_validation_rows_alone(real_file, key):
+    """What the selection protocol relies on to leave these keys out of a rival's setting (mnp.tools.select)."""
+    plain, flipped = (real_dm(real_file, "pie", val_fraction=0.2, **{key: v}) for v in (False, True))
+    for dm in (plain, flipped):
+        dm.setup()
+    for part in ("train_views", "val_views"):
+        for a, b in zip(getattr(plain, part), getattr(flipped, part)):
+            assert torch.equal(a, b)
+    assert any(not torch.equal(a, b) for a, b in zip(plain.test_views, flipped.test_views))
+
+
 def test_standard_scaling_from_train_is_scene15s_default(real_file):
     dm = real_dm(real_file, "scene15")  # docs/method.md §2: standard scaling for scene15
     dm.setup()

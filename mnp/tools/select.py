@@ -30,6 +30,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
+from datamodules.base import MultiViewDataModule
 from mnp.core.errors import UnfinishedRun
 from mnp.core.inference_settings import INFERENCE_ONLY
 from mnp.core.rundir import flatten
@@ -219,17 +220,13 @@ def settings(
     return out | {c: rival_setting(same_seed[c], ref) for c in candidates if c.startswith("model=")}
 
 
-# keys that change only how the test split is read: a validation score cannot have chosen them
-TEST_ONLY = ("dataset.scale_test_separately",)
-
-
 def rival_setting(rival: Run, base: Run) -> str:
     """What adopting a rival model's configuration sets: each model and dataset key whose value in the rival run's
     config differs from the base run's. The model's name, the test-only keys and the inference-only ones aside:
     those are decided afterwards on the chosen configuration's checkpoints (``infer --from-model``)."""
     mine, theirs = (flatten({g: r.config.get(g) or {} for g in ("model", "dataset")}) for r in (base, rival))
     inference = {f"model.{part}.{key}" for part, keys in INFERENCE_ONLY.items() for key in keys}
-    skip = {"model.name", *TEST_ONLY, *inference}
+    skip = {"model.name", *(f"dataset.{k}" for k in MultiViewDataModule.TEST_ONLY), *inference}
     keys = sorted(k for k in mine.keys() | theirs.keys() if k not in skip and mine.get(k) != theirs.get(k))
     return ",".join(f"{k}={theirs.get(k)}" for k in keys)
 
