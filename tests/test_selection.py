@@ -285,6 +285,11 @@ def test_infer_scores_each_view_weighting_variant_on_the_same_checkpoints(tmp_pa
     assert rows["eval_samples=12"]["setting"] == "model.decoder.eval_samples=12"
     assert rows["default"]["setting"] == "model.decoder.eval_samples=null"  # as conf/ holds it: num_samples, S = 5
     assert len({rows[c]["val/nll"] for c in rows}) == 3  # each S is applied
+    unlisted = tmp_path / "unlisted.csv"  # the runs' own S (5) not among those asked: scored as the default anyway
+    assert select.main([*args, "--samples", "1", "12", "--criterion", "val/nll", "--out", str(unlisted)]) == 0
+    again = {r["candidate"]: r for r in csv.DictReader(unlisted.open())}
+    assert set(again) == set(rows) and again["default"]["setting"] == "model.decoder.eval_samples=null"
+    assert all(again[c]["val/nll"] == rows[c]["val/nll"] for c in rows)  # the same checkpoints, the same scores
     # --from-model: another model's record (mnp_official chose by its `configuration`), scored on these runs
     other = [a if a != "mnp" else "mnp_official" for a in args]
     mine = tmp_path / "from.csv"

@@ -256,13 +256,15 @@ def infer_candidates(
     runs: list[Run], current: dict, variants: dict[str, dict], part: str = VIEW_WEIGHTING
 ) -> dict[str, dict[int, dict[str, float]]]:
     """{candidate: {seed: val metrics}} of every variant of ``part`` (``variants``: name -> settings) on the
-    checkpoints of ``runs`` (one trained setting); the variant equal to their own setting (``current``) is named
-    ``default``."""
+    checkpoints of ``runs`` (one trained setting); their own setting (``current``) is named ``default``, and is
+    scored too when no variant equals it."""
     import pytorch_lightning as pl
 
     from mnp.core.inference_settings import apply_inference_settings
     from mnp.core.pipeline import load_finished_run
 
+    if not any(all(current.get(k) == v for k, v in settings.items()) for settings in variants.values()):
+        variants = {DEFAULT: current} | variants  # the runs' own setting is always the reference, listed or not
     out: dict[str, dict[int, dict[str, float]]] = {}
     for r in sorted(runs, key=lambda r: r.seed):
         _, _, _, dm, model, _ = load_finished_run(r.path)
