@@ -69,3 +69,32 @@ def test_the_open_decisions_render_as_a_table_or_as_none_left():
     row = dict(model="mnp", dataset="scene15", decision="x", today="1", chosen_before_on="test", what_it_needs="runs")
     table = render_decisions_open({"decisions_open": [row]}).splitlines()
     assert len(table) == 3 and table[2] == "| MNP | Scene15 | x | 1 | test | runs |"
+
+
+@pytest.mark.parametrize("path", RECORDS, ids=[p.stem for p in RECORDS])
+def test_each_choice_follows_its_declared_rule(path):
+    """Re-derived from the record alone: the chosen row is the best mean among default and the candidates the rule
+    admits (with ``best mean, p < P vs default`` only those better at paired p < P); a tie keeps default."""
+    with path.open() as f:
+        rows = list(csv.DictReader(f))
+    for decision in {r["decision"] for r in rows}:
+        own = [r for r in rows if r["decision"] == decision]
+        (rule,) = {r["rule"] for r in own}
+        assert rule == "best mean" or rule.startswith("best mean, p < "), rule
+        limit = float(rule.split("p < ")[1].split()[0]) if "p < " in rule else None
+        admitted = [r for r in own if r["candidate"] == "default" or limit is None or float(r["p_vs_default"]) < limit]
+        pick = max if own[0]["goal"] == "max" else min
+        best = pick(float(r["score"]) for r in admitted)
+        winners = [r["candidate"] for r in admitted if float(r["score"]) == best]
+        expected = "default" if "default" in winners else winners[0]
+        assert [r["candidate"] for r in own if r["chosen"] == "True"] == [expected], f"{path.name}: {decision}"
+
+
+def test_a_rule_other_than_the_best_mean_is_shown_beside_the_criterion():
+    from mnp.tools.docgen_decisions import render_decisions
+
+    row = dict(model="mnp", dataset="cub", decision="tau", candidate="x=1", setting="model.loss.tau=1", n="5")
+    row |= dict(criterion="val/nll", goal="min", diff_vs_default="-0.01", p_vs_default="0.2", chosen="False")
+    row |= dict(status="decided", rule="best mean, p < 0.05 vs default")
+    assert "| val/nll (min; p < 0.05 vs default) |" in render_decisions({"decisions": [row]})
+    assert "| val/nll (min) |" in render_decisions({"decisions": [row | {"rule": "best mean"}]})

@@ -154,6 +154,26 @@ def test_decide_keeps_default_on_a_tie_and_other_decisions_rows(tmp_path):
     assert [r["decision"] for r in written] == ["b", "b", "a", "a"] and written[-1]["note"] == "again"
 
 
+def test_require_p_keeps_default_unless_a_candidate_wins_below_it():
+    """The declared rule: the best mean alone does not replace default; a paired t-test below P does."""
+    default = {s: {"val/nll": v} for s, v in enumerate([0.50, 0.52, 0.47, 0.55])}
+    noisy = {s: {"val/nll": v} for s, v in enumerate([0.40, 0.60, 0.40, 0.56])}  # lower mean, erratic
+    steady = {s: {"val/nll": v - 0.01} for s, v in enumerate([0.50, 0.52, 0.47, 0.55])}  # 0.01 lower on every seed
+    d = np.array([-0.10, 0.08, -0.07, 0.01])
+    p_noisy = 2 * stats.t.sf(abs(d.mean() / (d.std(ddof=1) / 2)), 3)  # the paired t-test by hand
+    assert p_noisy > 0.05
+    candidates = {"default": default, "x=noisy": noisy}
+    assert [r["candidate"] for r in select.decide(candidates, "val/nll", False) if r["chosen"]] == ["x=noisy"]
+    rows = select.decide(candidates, "val/nll", False, require_p=0.05)
+    assert [r["candidate"] for r in rows if r["chosen"]] == ["default"]
+    assert {r["rule"] for r in rows} == {"best mean, p < 0.05 vs default"}
+    assert float(rows[1]["p_vs_default"]) == pytest.approx(p_noisy, rel=1e-6)
+    rows = select.decide(candidates | {"x=steady": steady}, "val/nll", False, require_p=0.05)
+    assert [r["candidate"] for r in rows if r["chosen"]] == ["x=steady"]  # p = 0: it replaces default
+    with pytest.raises(select.SelectionError, match="require-p"):
+        select.decide(candidates, "val/nll", False, require_p=0)
+
+
 def test_select_refuses_test_metrics_and_test_split_runs(tmp_path, capsys):
     with pytest.raises(select.SelectionError, match="never chosen on test rows"):
         select.decide({"default": {0: {"test/acc": 1.0}}, "x=1": {0: {"test/acc": 0.0}}}, "test/acc", True)

@@ -41,6 +41,12 @@ def _num(row: dict, key: str, scale: float, digits: int) -> str:
     return f"{float(value) * scale:.{digits}f}" if value not in ("", None) else "–"
 
 
+def _rule(row: dict) -> str:
+    """The choice rule when it is not the best mean (records before the ``rule`` column: the best mean)."""
+    rule = row.get("rule") or "best mean"
+    return "" if rule == "best mean" else "; " + rule.removeprefix("best mean, ")
+
+
 def render_decisions(src: dict) -> str:
     """One table row per candidate: its setting, validation metrics, criterion, paired test, and the choice."""
     head = [
@@ -70,7 +76,7 @@ def render_decisions(src: dict) -> str:
                     r["decision"] + status,
                     f"`{setting}`" + (" (reference: the defaults then)" if r["candidate"] == "default" else ""),
                     *(_num(r, key, scale, digits) for key, _, scale, digits in COLUMNS),
-                    f"{r['criterion']} ({r['goal']})",
+                    f"{r['criterion']} ({r['goal']}{_rule(r)})",
                     "–" if r["candidate"] == "default" else f"{float(r['diff_vs_default']):+.4f}",
                     "–" if r["candidate"] == "default" or p in ("", "nan") else f"{float(p):.2g}",
                     r["n"],

@@ -17,7 +17,9 @@ view weighting over ``distance_quantile`` × ``distance_power``, or with ``--sam
 prediction (``decoder.eval_samples``). Each writes one
 row per candidate (mean of every ``val/`` metric over the seeds the candidates share, the criterion's paired
 difference to ``default`` and its paired t-test p-value) with a ``chosen`` flag, replacing that decision's
-earlier rows in ``--out``. The candidate with the best mean criterion is chosen; a tie keeps ``default``.
+earlier rows in ``--out``. The candidate with the best mean criterion is chosen; a tie keeps ``default``. With
+``--require-p P`` (a rule declared before the runs are seen) only candidates better than ``default`` at paired
+p < P may replace it; the record's ``rule`` column states which rule chose.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ FIELDS = [
     "n",
     "criterion",
     "goal",
+    "rule",
     "score",
     "diff_vs_default",
     "p_vs_default",
@@ -95,9 +98,23 @@ def val_metrics(metrics: dict) -> dict[str, float]:
     }
 
 
-def decide(candidates: dict[str, dict[int, dict[str, float]]], criterion: str, higher: bool) -> list[dict]:
-    """One row per candidate ({name: {seed: val metrics}}) over the seeds every candidate has, the chosen flagged."""
+BEST_MEAN = "best mean"
+
+
+def rule_name(require_p: float | None) -> str:
+    """The declared choice rule: the best mean criterion, or with ``require_p`` only a candidate better than
+    ``default`` at paired p below it may replace ``default``."""
+    return BEST_MEAN if require_p is None else f"{BEST_MEAN}, p < {require_p:g} vs default"
+
+
+def decide(
+    candidates: dict[str, dict[int, dict[str, float]]], criterion: str, higher: bool, require_p: float | None = None
+) -> list[dict]:
+    """One row per candidate ({name: {seed: val metrics}}) over the seeds every candidate has, the chosen flagged
+    under the rule :func:`rule_name` states."""
     check_criterion(criterion)
+    if require_p is not None and not 0 < require_p <= 1:
+        raise SelectionError(f"--require-p must lie in (0, 1], got {require_p}")
     if DEFAULT not in candidates or len(candidates) < 2:
         raise SelectionError(
             f"a decision needs the '{DEFAULT}' candidate and at least one other, got {sorted(candidates) or 'none'}"
@@ -124,14 +141,16 @@ def decide(candidates: dict[str, dict[int, dict[str, float]]], criterion: str, h
                 "n": len(seeds),
                 "criterion": criterion,
                 "goal": "max" if higher else "min",
+                "rule": rule_name(require_p),
                 "score": float(np.mean(values)),
                 "diff_vs_default": test.difference,
                 "p_vs_default": math.nan if test.p_value is None else test.p_value,
                 **means,
             }
         )
-    best = (max if higher else min)(r["score"] for r in rows)
-    winners = [r["candidate"] for r in rows if r["score"] == best]
+    eligible = [r for r in rows if r["candidate"] == DEFAULT or require_p is None or r["p_vs_default"] < require_p]
+    best = (max if higher else min)(r["score"] for r in eligible)  # nan p (one seed): never below require_p
+    winners = [r["candidate"] for r in eligible if r["score"] == best]
     chosen = DEFAULT if DEFAULT in winners else winners[0]
     for r in rows:
         r["chosen"] = r["candidate"] == chosen
@@ -333,6 +352,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--criterion", default="val/nll", help="a val/ metric (default val/nll, lower is better)")
     ap.add_argument("--higher", action="store_true", help="a higher criterion is better (accuracies)")
+    ap.add_argument(
+        "--require-p",
+        type=float,
+        help="declared rule: a candidate replaces default only when its paired p against default is below this "
+        "(default: the best mean wins)",
+    )
     ap.add_argument("--status", default="decided", help="decided, or open (why) for a decision not settled yet")
     ap.add_argument("--note", default="")
     ap.add_argument("--out", type=Path, required=True)
@@ -365,7 +390,7 @@ def main(argv: list[str] | None = None) -> int:
                 name: ",".join(f"model.{part}.{k}={v}" for k, v in values.items())
                 for name, values in [*variants.items(), (DEFAULT, held)]
             }
-        rows = decide(candidates, args.criterion, args.higher)
+        rows = decide(candidates, args.criterion, args.higher, args.require_p)
         for r in rows:
             r["setting"] = setting.get(r["candidate"], "")
     except (SelectionError, UnfinishedRun, FileNotFoundError) as e:
