@@ -188,18 +188,15 @@ def test_mnp_on_scene15_trains_exactly_as_mnp_official(tmp_path):
     """Its decision `configuration` adopted the authors' configuration: the two composed configs differ only in the
     model's name, the test-only keys and the inference-only keys decided on its checkpoints (eq. 8′ and S), so
     their paper_main cells are the same training read two ways."""
-    from datamodules.base import MultiViewDataModule
-    from mnp.core.inference_settings import INFERENCE_ONLY
     from mnp.core.rundir import flatten
+    from mnp.tools.select import untrained_keys
 
     mine, theirs = (
         flatten(OmegaConf.to_container(compose_train(tmp_path, [f"model={m}", "dataset=scene15"]), resolve=True))
         for m in ("mnp", "mnp_official")
     )
     differing = {k for k in mine.keys() | theirs.keys() if mine.get(k) != theirs.get(k)}
-    allowed = {"model.name", *(f"dataset.{k}" for k in MultiViewDataModule.TEST_ONLY)}
-    allowed |= {f"model.{part}.{key}" for part, keys in INFERENCE_ONLY.items() for key in keys}
-    assert differing - allowed == set() and "model.aggregation.view_weighting.mode" in differing, differing
+    assert differing - untrained_keys() == set() and "model.aggregation.view_weighting.mode" in differing, differing
 
 
 # ---------------------------------------------------------------------------- unconstrained l and σ_f

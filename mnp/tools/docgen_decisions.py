@@ -8,6 +8,7 @@ import csv
 import json
 from pathlib import Path
 
+from mnp.tools.decision_record import BEST_MEAN
 from mnp.tools.report_runs import dataset_label, model_label
 
 COLUMNS = [
@@ -43,8 +44,8 @@ def _num(row: dict, key: str, scale: float, digits: int) -> str:
 
 def _rule(row: dict) -> str:
     """The choice rule when it is not the best mean (records before the ``rule`` column: the best mean)."""
-    rule = row.get("rule") or "best mean"
-    return "" if rule == "best mean" else "; " + rule.removeprefix("best mean, ")
+    rule = row.get("rule") or BEST_MEAN
+    return "" if rule == BEST_MEAN else "; " + rule.removeprefix(f"{BEST_MEAN}, ")
 
 
 def render_decisions(src: dict) -> str:

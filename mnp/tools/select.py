@@ -108,13 +108,19 @@ def settings(
     return out | {c: rival_setting(same_seed[c], ref) for c in candidates if c.startswith("model=")}
 
 
+def untrained_keys() -> set[str]:
+    """The config keys no training reads: the model's name, the test-only dataset keys and the inference-only model
+    keys (flattened, as :func:`mnp.core.rundir.flatten` names them)."""
+    inference = {f"model.{part}.{key}" for part, keys in INFERENCE_ONLY.items() for key in keys}
+    return {"model.name", *(f"dataset.{k}" for k in MultiViewDataModule.TEST_ONLY), *inference}
+
+
 def rival_setting(rival: Run, base: Run) -> str:
     """What adopting a rival model's configuration sets: each model and dataset key whose value in the rival run's
     config differs from the base run's. The model's name, the test-only keys and the inference-only ones aside:
     those are decided afterwards on the chosen configuration's checkpoints (``infer --from-model``)."""
     mine, theirs = (flatten({g: r.config.get(g) or {} for g in ("model", "dataset")}) for r in (base, rival))
-    inference = {f"model.{part}.{key}" for part, keys in INFERENCE_ONLY.items() for key in keys}
-    skip = {"model.name", *(f"dataset.{k}" for k in MultiViewDataModule.TEST_ONLY), *inference}
+    skip = untrained_keys()
     keys = sorted(k for k in mine.keys() | theirs.keys() if k not in skip and mine.get(k) != theirs.get(k))
     return ",".join(f"{k}={theirs.get(k)}" for k in keys)
 
