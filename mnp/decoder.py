@@ -10,19 +10,27 @@ from mnp.encoders import LEAKY_SLOPE, Norm, positive_scale
 
 
 class Decoder(nn.Module):
-    """FC(d_e -> d_e/2, LeakyReLU) -> norm -> FC(2K): the logit mean and scale 0.01 + 0.99·softplus."""
+    """FC(d_e -> d_e/2, LeakyReLU) -> norm -> FC(2K): the logit mean and scale f + (1 - f)·softplus, f =
+    ``scale_floor`` (0.01 in the paper's code: the least logit noise a prediction keeps, eq. 11)."""
 
     def __init__(
-        self, d_e: int, num_classes: int, norm: str = "layer", norm_eps: float = 1e-5, bn_momentum: float = 0.1
+        self,
+        d_e: int,
+        num_classes: int,
+        norm: str = "layer",
+        norm_eps: float = 1e-5,
+        bn_momentum: float = 0.1,
+        scale_floor: float = 0.01,
     ):
         super().__init__()
+        self.scale_floor = scale_floor
         self.fc1 = nn.Linear(d_e, d_e // 2)
         self.norm = Norm(norm, d_e // 2, norm_eps, bn_momentum)
         self.fc2 = nn.Linear(d_e // 2, 2 * num_classes)
 
     def forward(self, z: Tensor) -> tuple[Tensor, Tensor]:
         loc, raw_scale = self.fc2(self.norm(F.leaky_relu(self.fc1(z), LEAKY_SLOPE))).chunk(2, dim=-1)
-        return loc, positive_scale(raw_scale)
+        return loc, positive_scale(raw_scale, self.scale_floor)
 
 
 def sample_logits(

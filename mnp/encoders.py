@@ -18,9 +18,10 @@ NORMS = ("layer", "batch")
 PRIORS = ("separate", "shared")
 
 
-def positive_scale(h: Tensor) -> Tensor:
-    """0.01 + 0.99·softplus(h): the positive variance of s, q and the logit scale."""
-    return 0.01 + 0.99 * F.softplus(h)
+def positive_scale(h: Tensor, floor: float = 0.01) -> Tensor:
+    """floor + (1 - floor)·softplus(h), 0.01 + 0.99·softplus(h) in the paper's code: the positive variance of s, q
+    and the logit scale (whose floor is a switch, ``decoder.scale_floor``)."""
+    return floor + (1.0 - floor) * F.softplus(h)
 
 
 class Norm(nn.Module):

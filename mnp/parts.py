@@ -169,13 +169,17 @@ class MemoryPart:
 class DecoderPart:
     """The logit decoder and its Monte Carlo prediction (eqs. 11–13): S = ``num_samples``; ``eval_samples``: S of
     the prediction alone (eq. 12 at evaluation; null: ``num_samples``, the paper's one S); ``sigma_as_std``
-    (official bug: σ²_z used as the std); ``train`` false: never updated (official)."""
+    (official bug: σ²_z used as the std); ``train`` false: never updated (official); ``scale_floor``: the least
+    scale of the logit noise (eq. 11; paper's code: 0.01)."""
 
     num_samples: int = 5
     eval_samples: int | None = None
     sigma_as_std: bool = False
     train: bool = True
-    domains: ClassVar[dict] = dict(num_samples=COUNT, eval_samples=optional(COUNT))
+    scale_floor: float = 0.01
+    domains: ClassVar[dict] = dict(
+        num_samples=COUNT, eval_samples=optional(COUNT), scale_floor=Domain(0, 1, low_open=True, high_open=True)
+    )
 
     @property
     def prediction_samples(self) -> int:
@@ -186,7 +190,7 @@ class DecoderPart:
         _check(self, "decoder")
 
     def build(self, d_e: int, num_classes: int, encoder: EncoderPart) -> Decoder:
-        decoder = Decoder(d_e, num_classes, encoder.norm, encoder.norm_eps, encoder.bn_momentum)
+        decoder = Decoder(d_e, num_classes, encoder.norm, encoder.norm_eps, encoder.bn_momentum, self.scale_floor)
         return decoder if self.train else decoder.requires_grad_(False)
 
 

@@ -84,3 +84,54 @@ def test_eval_samples_sets_the_predictions_monte_carlo_size_and_leaves_training_
             means.append(model.predict(views)[0].mean(0))
         spread[s] = torch.stack(means).std(0).mean().item()
     assert spread[20] < spread[1] / 5, spread
+
+
+@pytest.mark.parametrize("floor", [0.01, 0.3, 0.9])
+def test_logit_scale_never_falls_below_its_floor(floor):
+    """decoder.scale_floor f: scale = f + (1 - f)·softplus(h), so it tends to f as h -> -inf and the logit samples
+    of a fixed z then have variance f² (eq. 11); f = 0.01 is the paper's code, bit for bit."""
+    torch.manual_seed(0)
+    dec = Decoder(8, 3, scale_floor=floor)
+    z = torch.randn(50, 8)
+    h = dec.fc2(dec.norm(torch.nn.functional.leaky_relu(dec.fc1(z), 0.3)))[..., 3:]
+    assert torch.equal(dec(z)[1], floor + (1 - floor) * torch.nn.functional.softplus(h))
+    if floor == 0.01:
+        assert torch.equal(dec(z)[1], 0.01 + 0.99 * torch.nn.functional.softplus(h))
+    assert (dec(z)[1] >= floor).all()
+    with torch.no_grad():  # the scale half of the last layer driven to -inf: the scale is the floor itself
+        dec.fc2.weight[3:].zero_()
+        dec.fc2.bias[3:].fill_(-40.0)
+    loc, scale = dec(z[:1])
+    assert torch.allclose(scale, torch.full_like(scale, floor))
+    logits = sample_logits(dec, z[:1], None, 100)  # 10,000 draws around the deterministic loc
+    assert torch.allclose(logits.var(0), torch.full_like(loc, floor**2), rtol=0.05)
+
+
+def test_a_higher_floor_softens_the_prediction():
+    """Where the network asks for almost no logit noise (the over-confident regime: the scale head's raw output
+    far below 0), a higher floor still draws noisy logits, so the Monte Carlo prediction E[softmax] is less
+    confident (eq. 12): the calibration candidate's mechanism."""
+    torch.manual_seed(0)
+    low = Decoder(8, 3, scale_floor=0.01)
+    high = Decoder(8, 3, scale_floor=0.9)
+    high.load_state_dict(low.state_dict())
+    z = torch.randn(1, 200, 8)
+    with torch.no_grad():
+        for dec in (low, high):
+            dec.fc2.bias[:3] = torch.tensor([3.0, 0.0, -3.0])  # a confident mean
+            dec.fc2.weight[3:].mul_(0.1)
+            dec.fc2.bias[3:] = -6.0  # softplus(h) about 0.0025: the scale is about the floor
+    conf = [
+        sample_logits(d, z, None, 20, generator=torch.Generator().manual_seed(1)).softmax(-1).mean(0).amax(-1)
+        for d in (low, high)
+    ]
+    assert (conf[1] < conf[0]).float().mean() > 0.95
+
+
+@pytest.mark.parametrize("floor", [0.0, 1.0, -0.1])
+def test_scale_floor_outside_the_open_unit_interval_is_refused(floor):
+    from mnp.parts import DecoderPart
+
+    with pytest.raises(ValueError, match="scale_floor") as e:
+        DecoderPart(scale_floor=floor)
+    assert "\n" not in str(e.value)

@@ -44,6 +44,7 @@ FLAT = {
     "sigma_as_std": ("decoder", "sigma_as_std"),
     "num_samples": ("decoder", "num_samples"),
     "eval_samples": ("decoder", "eval_samples"),
+    "scale_floor": ("decoder", "scale_floor"),
     "train_decoder": ("decoder", "train"),
     "ty_loss": ("loss", "ty"),
     "view_loss_weight": ("loss", "view_weight"),
