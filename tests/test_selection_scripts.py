@@ -92,3 +92,18 @@ def test_scene15_weighs_the_authors_configuration_then_scores_inference_on_its_c
     assert configuration[configuration.index("--base") + 1] == "model.aggregation.view_dropout=0.25"
     for last in (decisions[-1], calls(tmp_path, "scene15", "samples")[0]):
         assert last[2] == "infer" and last[last.index("--from-model") + 1] == "mnp_official"
+
+
+def test_cubs_calibration_stage_screens_three_candidates_and_decides_each_by_val_ece_at_p_005(tmp_path):
+    jobs = calls(tmp_path, "cub", "calibration")
+    trained = [j for j in jobs if j[0] == "train.py"]
+    assert len(trained) == 20 and len({" ".join(j) for j in trained}) == 20  # 4 settings x seeds 0-4
+    for job in (j for j in trained if "seed=0" in j):
+        cfg = compose_train(tmp_path, [a for a in job[1:] if not a.startswith("paths.log_dir=")])
+        validate(cfg)
+        assert cfg.eval.split == "val" and cfg.model.name == "mnp"
+    decisions = [j for j in jobs if j[0] == "-m"]
+    assert [d[d.index("--decision") + 1] for d in decisions] == ["scale_floor", "loss_alpha", "train_samples"]
+    for d in decisions:
+        assert d[d.index("--criterion") + 1] == "val/ece" and d[d.index("--require-p") + 1] == "0.05"
+        assert d[d.index("--out") + 1] == "results/decisions/mnp_cub.csv"

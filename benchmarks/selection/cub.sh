@@ -1,18 +1,26 @@
 #!/bin/bash
 # MNP's defaults on CUB under the selection protocol (docs/method.md §5.4), as run for results/decisions/mnp_cub.csv.
-# usage: bash benchmarks/selection/cub.sh [train|decide|views|official|samples] LOG_DIR   (from the repo root; MNP_DATA_DIR set)
+# usage: bash benchmarks/selection/cub.sh [train|decide|views|official|samples|calibration] LOG_DIR   (from the repo root; MNP_DATA_DIR set)
 # train: stage 1, one setting at a time around the defaults, seeds 0-4, two jobs at a time (about 45 min of a
 # 2-core CPU), then stage 2, the screen's winners together; decide: the records (stage 1, stage 2, then
 # eq. 8′'s view weighting on the chosen setting's checkpoints); views, run after decide: the single-view switches
 # and eq. 8′ once more on the chosen one's checkpoints (today's records); official, run after views in its log
 # directory: mnp_official's whole configuration against the chosen view dropout, seeds 0-3; samples, there too:
-# the decoder's S at prediction on the view dropout's checkpoints.
+# the decoder's S at prediction on the view dropout's checkpoints; calibration, in a log directory of its own: issue 31's
+# MNP-specific calibration candidates (the logit-scale floor, the lengthscale penalty α, the training S) against
+# today's defaults, seeds 0-4, each decided by val ECE under the declared rule p < 0.05 (docs/method.md §5.4).
 source "$(dirname "$0")/lib.sh" "$@"
 screen=("" "model.attention.lengthscale_form=l2" "model.encoder.projection=none" "model.warmup.epochs=0" "model.warmup.lr=0.001"
         "model.memory.size=300" "model.memory.size=400" "model.aggregation.modality_mask=true"
         "model.loss.rbf_reduce=sum model.loss.lengthscale_penalty=half_sq model.loss.self_in_denominator=true")
 joint="model.warmup.epochs=0 model.memory.size=400 model.aggregation.modality_mask=true model.loss.rbf_reduce=sum model.loss.lengthscale_penalty=half_sq model.loss.self_in_denominator=true"
 out=results/decisions/mnp_cub.csv
+if [ "$stage" = calibration ]; then
+  screen_train cub "0 1 2 3 4" "" "model.decoder.scale_floor=0.5" "model.loss.alpha=0.3" "model.decoder.num_samples=10"
+  for d in scale_floor:decoder.scale_floor loss_alpha:loss.alpha train_samples:decoder.num_samples; do
+    decide cub --decision ${d%%:*} --match model.${d#*:}= --criterion val/ece --require-p 0.05; done
+  exit 0
+fi
 if [ "$stage" = samples ]; then samples cub --base model.aggregation.view_dropout=0.25; exit 0; fi
 if [ "$stage" = official ]; then official cub "0 1 2 3" --base model.aggregation.view_dropout=0.25; exit 0; fi
 if [ "$stage" = train ]; then
