@@ -107,3 +107,18 @@ def test_cubs_calibration_stage_screens_three_candidates_and_decides_each_by_val
     for d in decisions:
         assert d[d.index("--criterion") + 1] == "val/ece" and d[d.index("--require-p") + 1] == "0.05"
         assert d[d.index("--out") + 1] == "results/decisions/mnp_cub.csv"
+
+
+def test_cubs_confirm_stage_replicates_the_closest_miss_on_fresh_seeds(tmp_path):
+    jobs = calls(tmp_path, "cub", "confirm")
+    trained = [j for j in jobs if j[0] == "train.py"]
+    assert sorted(a for j in trained for a in j if a.startswith("seed=")) == [
+        f"seed={s}" for s in (5, 5, 6, 6, 7, 7, 8, 8, 9, 9)
+    ]
+    assert {" ".join(a for a in j[1:] if a.startswith("model.")) for j in trained} == {"", "model.loss.alpha=0.3"}
+    (decision,) = [j for j in jobs if j[0] == "-m"]
+    assert decision[decision.index("--decision") + 1] == "loss_alpha_replication"
+    assert (
+        decision[decision.index("--criterion") + 1] == "val/ece"
+        and decision[decision.index("--require-p") + 1] == "0.05"
+    )
