@@ -14,6 +14,12 @@ screen_train() {
 }
 # decide DATASET ARGS...: one decision record of mnp.tools.select (by val NLL unless ARGS say otherwise)
 decide() { local dataset=$1; shift; python -m mnp.tools.select decide "$logs" --model mnp --dataset "$dataset" --out "$out" "$@"; }
+# calibration_decide DATASET DECISION SETTING ARGS...: one of issue 31's calibration decisions, the variants whose
+# overrides contain model.SETTING against the defaults by val ECE under the rule declared before the runs, p < 0.05
+calibration_decide() {
+  local dataset=$1 decision=$2 setting=$3; shift 3
+  decide "$dataset" --decision "$decision" --match "model.$setting" --criterion val/ece --require-p 0.05 "$@"
+}
 # weighting DATASET ARGS...: eq. 8′'s q and p by val noisy accuracy on one setting's checkpoints (--base VARIANT;
 # default the defaults')
 weighting() {
