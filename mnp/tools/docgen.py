@@ -30,7 +30,7 @@ import sys
 from pathlib import Path
 
 from mnp.core.migrations import modern_variant
-from mnp.tools import docgen_decisions, docgen_results, docgen_speed, noise_figure
+from mnp.tools import docgen_ceiling, docgen_decisions, docgen_results, docgen_speed, noise_figure
 from mnp.tools.docgen_results import DATASETS, MAIN
 from mnp.tools.report_records import claims, read_runs
 from mnp.tools.report_runs import dataset_label, model_label, read_cells, read_results
@@ -240,6 +240,7 @@ RENDERERS = {
     "noise_curves": render_noise_curves,
     "view_weighting": render_view_weighting,
     **docgen_results.RENDERERS,
+    **docgen_ceiling.RENDERERS,
     **docgen_speed.RENDERERS,
     **docgen_decisions.RENDERERS,
 }
@@ -257,11 +258,12 @@ def sources(root: Path = ROOT) -> dict:
     }
     cal_dir = root / "results" / "calibration"
     has_cal = (cal_dir / "runs.csv").is_file()
+    cal_records = read_runs(cal_dir / "runs.csv") if has_cal else {}
     return {
+        "records": records,
+        "calibration_records": cal_records,
         "calibration": read_results(cal_dir / "results.csv") if has_cal else {},
-        "calibration_claims": claims(read_runs(cal_dir / "runs.csv"), read_cells(cal_dir / "results.csv"))
-        if has_cal
-        else [],
+        "calibration_claims": claims(cal_records, read_cells(cal_dir / "results.csv")) if has_cal else [],
         "paper_main": paper_main,
         "claims": claims(records, read_cells(main_dir / "results.csv")) if paper_main else [],
         "noise_curves": noise_figure.curves(paper_main),
