@@ -12,20 +12,26 @@ TY_LOSSES = ("nll_of_mean", "mean_ce")
 ERRORS = ("mse", "ce")
 
 
-def predictive_nll(logits: Tensor, y: Tensor, kind: str = "nll_of_mean") -> Tensor:
+def predictive_nll(logits: Tensor, y: Tensor, kind: str = "nll_of_mean", smoothing: float = 0.0) -> Tensor:
     """NLL of the labels under logit samples (S, ..., B, K), averaged over B: shape (...).
 
     ``nll_of_mean``: −log E_s[softmax] (paper, eq. 14); ``mean_ce``: E_s[−log softmax] (official).
+    ``smoothing`` ε (ours, label smoothing, a calibration candidate): the cross entropy of the target
+    (1 − ε)·one-hot + ε/K with the same predictive, (1 − ε)·NLL + ε·mean_k(−log p_k); 0 is eq. 14.
     """
     logp = logits.float().log_softmax(-1)
     idx = y.expand(*logp.shape[:-1]).unsqueeze(-1)
     logp_y = logp.gather(-1, idx).squeeze(-1)  # (S, ..., B)
     if kind == "nll_of_mean":
         per_target = -(logp_y.logsumexp(0) - math.log(logp_y.shape[0]))
+        uniform = lambda: -(logp.logsumexp(0) - math.log(logp.shape[0])).mean(-1)  # noqa: E731
     elif kind == "mean_ce":
         per_target = -logp_y.mean(0)
+        uniform = lambda: -logp.mean(-1).mean(0)  # noqa: E731
     else:
         raise ValueError(f"unknown ty_loss '{kind}'; choose one of {', '.join(TY_LOSSES)}")
+    if smoothing:
+        per_target = (1.0 - smoothing) * per_target + smoothing * uniform()
     return per_target.mean(-1)
 
 

@@ -376,7 +376,7 @@ class MNP(MNPTraining, Routine):
         """Logit samples of every posterior (eqs. 11–13) and their NLLs (eq. 14)."""
         dec = self.spec.decoder
         logits = sample_logits(self.decoder, mu_all, var_all, dec.num_samples, dec.sigma_as_std)
-        return logits, predictive_nll(logits, y, self.spec.loss.ty)
+        return logits, predictive_nll(logits, y, self.spec.loss.ty, self.spec.loss.label_smoothing)
 
     def __getstate__(self):
         return {**super().__getstate__(), "_compiled": None, "_step_graphs": None}

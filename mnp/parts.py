@@ -198,7 +198,8 @@ class DecoderPart:
 class LossPart:
     """L = L_TY (eq. 14, ``ty``: nll_of_mean paper | mean_ce official; unimodal NLLs weighted 1 + ``view_weight``)
     + β L_RBF (eq. 10: temperature τ, lengthscale penalty α·``lengthscale_penalty``, reduced by ``rbf_reduce``,
-    ``self_in_denominator``: official) + ``l2``·Σ‖W‖² (Keras kernel regulariser)."""
+    ``self_in_denominator``: official) + ``l2``·Σ‖W‖² (Keras kernel regulariser); ``label_smoothing`` ε (ours): L_TY's
+    target (1 − ε)·one-hot + ε/K."""
 
     ty: str = "nll_of_mean"
     view_weight: float = 0.0
@@ -209,8 +210,14 @@ class LossPart:
     lengthscale_penalty: str = "norm"  # paper: α‖l‖ | official: half_sq, α‖l‖²/2
     self_in_denominator: bool = False
     l2: float = 0.0
+    label_smoothing: float = 0.0
     domains: ClassVar[dict] = dict(
-        view_weight=NON_NEGATIVE, alpha=NON_NEGATIVE, beta=NON_NEGATIVE, tau=POSITIVE, l2=NON_NEGATIVE
+        view_weight=NON_NEGATIVE,
+        alpha=NON_NEGATIVE,
+        beta=NON_NEGATIVE,
+        tau=POSITIVE,
+        l2=NON_NEGATIVE,
+        label_smoothing=Domain(0, 1, high_open=True),
     )
 
     def __post_init__(self):

@@ -74,6 +74,65 @@ def test_predictive_nll_forms():
     assert (want_mean_ce >= want_nll_of_mean).all()  # Jensen: E[−log p] ≥ −log E[p]
 
 
+@pytest.mark.parametrize("kind", ["nll_of_mean", "mean_ce"])
+def test_label_smoothing_is_the_cross_entropy_of_the_smoothed_target(kind):
+    """loss.label_smoothing ε: with one logit sample it is torch's label-smoothed cross entropy; with S samples, the
+    cross entropy of (1 − ε)·one-hot + ε/K with E_s[softmax] (nll_of_mean) or averaged over the samples (mean_ce),
+    computed here by brute force; ε = 0 is eq. 14 bit for bit."""
+    torch.manual_seed(1)
+    logits = torch.randn(1, 7, 5)
+    y = torch.randint(0, 5, (7,))
+    want = torch.nn.functional.cross_entropy(logits[0], y, label_smoothing=0.2)
+    assert torch.allclose(predictive_nll(logits, y, kind, 0.2), want, atol=1e-6)
+    logits = torch.randn(6, 2, 7, 5, dtype=torch.float64)  # (S, P, B, K)
+    target = torch.full((7, 5), 0.2 / 5, dtype=torch.float64)
+    target[torch.arange(7), y] += 0.8
+    probs = logits.softmax(-1)
+    if kind == "nll_of_mean":
+        brute = -(target * probs.mean(0).log()).sum(-1).mean(-1)
+    else:
+        brute = -(target * probs.log()).sum(-1).mean(-1).mean(0)
+    assert torch.allclose(predictive_nll(logits, y, kind, 0.2).double(), brute, atol=1e-6)
+    assert torch.equal(predictive_nll(logits, y, kind, 0.0), predictive_nll(logits, y, kind))
+
+
+def test_label_smoothing_caps_the_confidence_its_loss_asks_for():
+    """The minimiser of the smoothed loss over free logits gives the label 1 − ε + ε/K, not 1."""
+    eps, k = 0.1, 4
+    logits = torch.zeros(1, 1, k, requires_grad=True)
+    y = torch.tensor([2])
+    opt = torch.optim.LBFGS([logits], max_iter=200, line_search_fn="strong_wolfe")
+
+    def closure():
+        opt.zero_grad()
+        loss = predictive_nll(logits, y, "nll_of_mean", eps)
+        loss.backward()
+        return loss
+
+    opt.step(closure)
+    p = logits.detach().softmax(-1)[0, 0]
+    assert p[2].item() == pytest.approx(1 - eps + eps / k, abs=1e-4)
+    assert p[0].item() == pytest.approx(eps / k, abs=1e-4)
+
+
+def test_the_models_predictive_loss_reads_its_label_smoothing():
+    model = flat_mnp(4, [3, 5], d_e=8, label_smoothing=0.3)
+    torch.manual_seed(0)
+    mu, var = torch.randn(3, 6, 8), torch.rand(3, 6, 8)  # (1 + M, B, d)
+    y = torch.randint(0, 4, (6,))
+    logits, nll = model._decode_and_nll(mu, var, y)
+    assert torch.equal(nll, predictive_nll(logits, y, model.spec.loss.ty, 0.3))
+    assert not torch.allclose(nll, predictive_nll(logits, y, model.spec.loss.ty))
+
+
+@pytest.mark.parametrize("eps", [-0.1, 1.0])
+def test_label_smoothing_outside_zero_to_one_is_refused(eps):
+    from mnp.parts import LossPart
+
+    with pytest.raises(ValueError, match="label_smoothing"):
+        LossPart(label_smoothing=eps)
+
+
 def test_unimodal_errors():
     probs = torch.tensor([[[0.7, 0.2, 0.1], [0.1, 0.1, 0.8]]])  # (M=1, B=2, K=3)
     y = torch.tensor([0, 1])

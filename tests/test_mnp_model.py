@@ -220,6 +220,7 @@ def test_warmup_trains_only_l_rbf_then_resumes_into_the_shifted_schedule(tmp_pat
         (dict(similarity="dot"), True),
         (dict(similarity="dot", attention_norm="softmax", memory_update="random"), True),
         (dict(modality_mask=True, memory_jstar="same_class", memory_update="fifo"), True),
+        (dict(label_smoothing=0.1, view_loss_weight=1.0), True),
         # the official quirks with a U(-1, 1) memory need far more steps than this test gives them
         (
             dict(

@@ -124,24 +124,22 @@ def test_cubs_confirm_stage_replicates_the_closest_miss_on_fresh_seeds(tmp_path)
     )
 
 
-def test_cubs_sharpness_stage_screens_smaller_floors_and_weight_decay_by_val_ece_at_p_005(tmp_path):
+def test_cubs_sharpness_stage_screens_label_smoothing_and_weight_decay_by_val_ece_at_p_005(tmp_path):
     jobs = calls(tmp_path, "cub", "sharpness")
     trained = [j for j in jobs if j[0] == "train.py"]
-    assert len(trained) == 25 and len({" ".join(j) for j in trained}) == 25  # 5 settings x seeds 0-4
+    assert len(trained) == 20 and len({" ".join(j) for j in trained}) == 20  # 4 settings x seeds 0-4
     assert {" ".join(a for a in j[1:] if a.startswith("model.")) for j in trained} == {
         "",
-        "model.decoder.scale_floor=0.05",
-        "model.decoder.scale_floor=0.1",
-        "model.decoder.scale_floor=0.2",
+        "model.loss.label_smoothing=0.05",
+        "model.loss.label_smoothing=0.1",
         "model.loss.l2=0.1",
     }
     for job in (j for j in trained if "seed=0" in j):
         cfg = compose_train(tmp_path, [a for a in job[1:] if not a.startswith("paths.log_dir=")])
         validate(cfg)
         assert cfg.eval.split == "val" and cfg.dataset.name == "cub"
-    floors, decay = [j for j in jobs if j[0] == "-m"]
-    assert floors[floors.index("--decision") + 1] == "scale_floor_small"
-    assert floors[floors.index("--exclude") + 1] == "scale_floor=0.5"  # the calibration stage decided 0.5
+    smoothing, decay = [j for j in jobs if j[0] == "-m"]
+    assert smoothing[smoothing.index("--decision") + 1] == "label_smoothing"
     assert decay[decay.index("--decision") + 1] == "weight_decay"
-    for d in (floors, decay):
+    for d in (smoothing, decay):
         assert d[d.index("--criterion") + 1] == "val/ece" and d[d.index("--require-p") + 1] == "0.05"

@@ -50,7 +50,16 @@ FLAT = {
     "view_loss_weight": ("loss", "view_weight"),
     **{
         k: ("loss", k)
-        for k in ("alpha", "beta", "tau", "rbf_reduce", "lengthscale_penalty", "self_in_denominator", "l2")
+        for k in (
+            "alpha",
+            "beta",
+            "tau",
+            "rbf_reduce",
+            "lengthscale_penalty",
+            "self_in_denominator",
+            "l2",
+            "label_smoothing",
+        )
     },
     **{f"memory_{k}": ("memory", k) for k in ("size", "init", "trainable", "update", "jstar", "write")},
     **{f"warmup_{k}": ("warmup", k) for k in ("epochs", "lr", "end_factor", "fraction")},
