@@ -18,6 +18,7 @@ from mnp.core.pipeline import train
 from mnp.tools.report_runs import load
 from mnp.core.protocols import validation_names
 from mnp.core.validate import ConfigError, validate
+from mnp.parts import LossPart
 from mnp.tools import select
 from cfg_utils import ROOT, compose_train
 
@@ -360,4 +361,19 @@ def test_a_trainer_setting_is_recorded_with_its_value(tmp_path):
     assert (
         rows["trainer.max_epochs=50"]["setting"] == "trainer.max_epochs=50"
         and rows["trainer.max_epochs=50"]["chosen"] == "True"
+    )
+
+
+def test_a_switch_added_after_the_defaults_runs_reads_as_its_built_in_default_in_the_record(tmp_path):
+    """The defaults' runs predate model.loss.label_smoothing (their config lacks it): they ran with the part's
+    built-in default, 0.0, and the record says so (tests/test_decisions.py checks conf/ against it)."""
+    _sweep(tmp_path, {"default": [0.50, 0.52, 0.47], "model.loss.label_smoothing=0.1": [0.55, 0.51, 0.49]})
+    out = tmp_path / "mnp_cub.csv"
+    args = ["decide", str(tmp_path), "--model", "mnp", "--dataset", "cub", "--decision", "label_smoothing"]
+    assert select.main([*args, "--match", "label_smoothing", "--out", str(out)]) == 0
+    rows = {r["candidate"]: r for r in csv.DictReader(out.open())}
+    assert (
+        rows["default"]["setting"]
+        == f"model.loss.label_smoothing={LossPart().label_smoothing}"
+        == ("model.loss.label_smoothing=0.0")
     )

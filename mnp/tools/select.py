@@ -34,7 +34,7 @@ from mnp.core.errors import UnfinishedRun
 from mnp.core.inference_settings import INFERENCE_ONLY
 from mnp.core.rundir import flatten
 from mnp.core.migrations import modern_key, modern_variant, nest_flat, under_built_in
-from mnp.parts import DecoderPart, ViewWeightingPart
+from mnp.parts import PARTS, DecoderPart, ViewWeightingPart
 from mnp.tools.decision_record import (
     DEFAULT,
     SelectionError,
@@ -125,10 +125,23 @@ def rival_setting(rival: Run, base: Run) -> str:
     return ",".join(f"{k}={theirs.get(k)}" for k in keys)
 
 
+_MISSING = object()
+
+
 def _lookup(config: dict, key: str):
-    node = config
-    for part in key.split("."):
-        node = node.get(part) if isinstance(node, dict) else None
+    """``key``'s value in a run's config; a model part's key that the config lacks (a switch added after the run)
+    is the part's built-in default, which the run used."""
+    node = _walk(config, key.split("."))
+    if node is _MISSING:
+        parts = key.split(".")
+        built_in = {name: asdict(part()) for name, part in PARTS.items()}
+        node = _walk(built_in, parts[1:]) if parts[0] == "model" else _MISSING
+    return None if node is _MISSING else node
+
+
+def _walk(node, path: list[str]):
+    for part in path:
+        node = node.get(part, _MISSING) if isinstance(node, dict) else _MISSING
     return node
 
 
