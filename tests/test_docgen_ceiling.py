@@ -31,13 +31,13 @@ def test_a_goal_is_met_at_its_target_and_missed_below_it_by_the_gap():
     ours = {0: 0.80, 1: 0.82, 2: 0.81}
     theirs = {0: 0.79, 1: 0.80, 2: 0.83}
     target = np.mean(list(theirs.values())) - 0.01  # within one point
-    _, _, mnp, tgt, status, test = cells(goal_row("cub", "g", ours, "mgp", theirs, target, True))
+    _, _, mnp, tgt, status, test = cells(goal_row("cub", "g", "test/acc", ours, "mgp", theirs, target))
     assert (mnp, tgt, status) == ("81.00", "79.67 (MGP)", "**met**")
     p = stats.ttest_rel([0.80, 0.82, 0.81], [0.79, 0.80, 0.83]).pvalue
     assert test == f"MNP − MGP: p = {p:.3f}; Δ +0.33, 3 seeds"
-    status = cells(goal_row("cub", "g", ours, "mgp", theirs, 0.8150, True))[4]
+    status = cells(goal_row("cub", "g", "test/acc", ours, "mgp", theirs, 0.8150))[4]
     assert status == "missed by 0.50"  # 81.50 − 81.00
-    ece = cells(goal_row("pie", "g", {0: 0.05, 1: 0.07}, "sngp", {0: 0.04, 1: 0.04}, 0.04, False))
+    ece = cells(goal_row("pie", "g", "test/ece", {0: 0.05, 1: 0.07}, "sngp", {0: 0.04, 1: 0.04}, 0.04))
     assert ece[2:5] == ["0.060", "0.040 (SNGP)", "missed by 0.020"]  # lower is better
 
 

@@ -18,6 +18,7 @@ from mnp.core.pipeline import train
 from mnp.tools.report_runs import load
 from mnp.core.protocols import validation_names
 from mnp.core.validate import ConfigError, validate
+from mnp.core.migrations import MNP_TARGET
 from mnp.parts import LossPart
 from mnp.tools import select
 from cfg_utils import ROOT, compose_train
@@ -368,6 +369,10 @@ def test_a_switch_added_after_the_defaults_runs_reads_as_its_built_in_default_in
     """The defaults' runs predate model.loss.label_smoothing (their config lacks it): they ran with the part's
     built-in default, 0.0, and the record says so (tests/test_decisions.py checks conf/ against it)."""
     _sweep(tmp_path, {"default": [0.50, 0.52, 0.47], "model.loss.label_smoothing=0.1": [0.55, 0.51, 0.49]})
+    for config in tmp_path.glob("*/config.yaml"):  # MNP runs (their model node names the class)
+        saved = yaml.safe_load(config.read_text())
+        saved["model"]["_target_"] = MNP_TARGET
+        config.write_text(yaml.safe_dump(saved))
     out = tmp_path / "mnp_cub.csv"
     args = ["decide", str(tmp_path), "--model", "mnp", "--dataset", "cub", "--decision", "label_smoothing"]
     assert select.main([*args, "--match", "label_smoothing", "--out", str(out)]) == 0

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from statistics import mean
 
-from mnp.tools.docgen_results import BASELINES, DATASETS, test_text
+from mnp.tools.docgen_results import BASELINES, DATASETS, UNITS, test_text
 from mnp.tools.report_records import Records, seed_values
 from mnp.tools.report_runs import dataset_label, model_label
-from mnp.tools.stats import paired_test, t_interval
+from mnp.tools.stats import higher_is_better, paired_test, t_interval
 
 CEILING = "missing/acc_subsets_mean"  # the noised views removed (noise_figure's ceiling)
 HIGH_SIGMAS = ("2.154", "4.642", "10")  # σ ≥ 2 of the noise protocol's logspace(-2, 1, 10)
@@ -29,16 +29,16 @@ def per_seed(records: Records, experiment: str, model: str, dataset: str, metric
     return {s: mean(c[s] for c in cols) for s in sorted(seeds)}
 
 
-def goal_row(dataset: str, goal: str, ours: dict, rival: str, theirs: dict, target: float, higher: bool) -> str:
-    """One row: MNP's mean, the target (from ``rival``'s runs ``theirs``), met or missed by how much, the test."""
-    acc = higher  # accuracies (%, two digits) go up; ECE (three digits) goes down
-    f = (lambda x: f"{100 * x:.2f}") if acc else (lambda x: f"{x:.3f}")
+def goal_row(dataset: str, goal: str, unit: str, ours: dict, rival: str, theirs: dict, target: float) -> str:
+    """One row: MNP's mean, the target (from ``rival``'s runs ``theirs``), met or missed by how much, the test;
+    ``unit``, a metric of :data:`UNITS`, gives the direction and the format (accuracies in %)."""
+    _, scale, digits = UNITS[unit]
+    f = lambda x: f"{scale * x:.{digits}f}"  # noqa: E731
     ours_mean = mean(ours.values())
-    gap = (target - ours_mean) if higher else (ours_mean - target)
+    gap = (target - ours_mean) if higher_is_better(unit) else (ours_mean - target)
     status = "**met**" if gap <= 0 else f"missed by {f(gap)}"
     t = paired_test(ours, theirs)
-    metric = "test/acc" if acc else "test/ece"  # test_text's units: % for accuracies, three digits for ECE
-    test = test_text({"metric": metric, "difference": t.difference, "p_value": t.p_value, "n": t.n, "verdict": ""})
+    test = test_text({"metric": unit, "difference": t.difference, "p_value": t.p_value, "n": t.n, "verdict": ""})
     return (
         f"| {dataset_label(dataset)} | {goal} | {f(ours_mean)} | {f(target)} ({model_label(rival)}) | {status} | "
         f"MNP − {model_label(rival)}: {test} |"
@@ -54,22 +54,21 @@ def ceiling_rows(records: Records, ceiling: dict) -> list[str]:
         k = [f"missing/acc@v{removed}"]
         ours, mgp = pm("mnp", "cub", k), pm("mgp", "cub", k)
         if ours and mgp:
-            rows.append(
-                goal_row("cub", f"view {alone} alone at least MGP's", ours, "mgp", mgp, mean(mgp.values()), True)
-            )
+            goal = f"view {alone} alone at least MGP's"
+            rows.append(goal_row("cub", goal, "test/acc", ours, "mgp", mgp, mean(mgp.values())))
     top = (ceiling.get("cub") or {}).get("ceiling")
     ours = pm("mnp", "cub", [f"noise/acc@{s}" for s in HIGH_SIGMAS])
     if top and ours and (theirs := pm(top["model"], "cub", [CEILING])):
         rows.append(
-            goal_row("cub", "accuracy at σ ≥ 2 within 1 point of the ceiling", ours, top["model"], theirs,
-                     mean(theirs.values()) - POINT, True)
+            goal_row("cub", "accuracy at σ ≥ 2 within 1 point of the ceiling", "test/acc", ours, top["model"],
+                     theirs, mean(theirs.values()) - POINT)
         )  # fmt: skip
     for sigma, label in (("1", "1"), ("2.154", "2.15")):
         k = [f"noise/acc@{sigma}"]
         ours, mgp = pm("mnp", "scene15", k), pm("mgp", "scene15", k)
         if ours and mgp:
             goal = f"accuracy at σ = {label} within 1 point of MGP's"
-            rows.append(goal_row("scene15", goal, ours, "mgp", mgp, mean(mgp.values()) - POINT, True))
+            rows.append(goal_row("scene15", goal, "test/acc", ours, "mgp", mgp, mean(mgp.values()) - POINT))
     return rows
 
 
@@ -86,7 +85,7 @@ def ece_rows(records: Records, experiment: str, metric: str, goal: str, within_i
         target = mean(others[best].values())
         if within_interval and mean(ours.values()) > target:
             target = (t_interval(list(others[best].values())) or (target, target))[1]
-        rows.append(goal_row(d, goal, ours, best, others[best], target, False))
+        rows.append(goal_row(d, goal, metric, ours, best, others[best], target))
     return rows
 
 

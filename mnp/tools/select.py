@@ -44,6 +44,7 @@ from mnp.tools.decision_record import (
     validation_runs,
     write_decision,
 )
+from mnp.tools.relabel import with_built_in_defaults
 from mnp.tools.report_runs import Run, load
 
 VIEW_WEIGHTING = "aggregation.view_weighting"  # the parts the infer mode varies
@@ -102,7 +103,10 @@ def settings(
     by_name = {(DEFAULT if variant_of(r) == modern_variant(base) else variant_of(r)): r for r in runs}
     own = [c for c in candidates if not c.startswith("model=")]
     keys = sorted({k for c in own if c != DEFAULT or base for k in overrides(by_name[c])})
-    out = {c: ",".join(f"{k}={_lookup(by_name[c].config, k)}" for k in keys) for c in own}
+    # a part's key that a run's config lacks (a switch added after the run): its built-in default, which the run used
+    built_in = {"model": {n: asdict(part()) for n, part in PARTS.items()}}
+    configs = {c: with_built_in_defaults(by_name[c].config, built_in) for c in own}
+    out = {c: ",".join(f"{k}={_lookup(configs[c], k)}" for k in keys) for c in own}
     ref = by_name.get(DEFAULT)  # a rival is compared with the reference run of the same seed (dataset.seed differs)
     same_seed = {c: next(r for r in rs if r.seed == ref.seed) for c, rs in (rivals or {}).items()} if ref else {}
     return out | {c: rival_setting(same_seed[c], ref) for c in candidates if c.startswith("model=")}
@@ -125,23 +129,10 @@ def rival_setting(rival: Run, base: Run) -> str:
     return ",".join(f"{k}={theirs.get(k)}" for k in keys)
 
 
-_MISSING = object()
-
-
 def _lookup(config: dict, key: str):
-    """``key``'s value in a run's config; a model part's key that the config lacks (a switch added after the run)
-    is the part's built-in default, which the run used."""
-    node = _walk(config, key.split("."))
-    if node is _MISSING:
-        parts = key.split(".")
-        built_in = {name: asdict(part()) for name, part in PARTS.items()}
-        node = _walk(built_in, parts[1:]) if parts[0] == "model" else _MISSING
-    return None if node is _MISSING else node
-
-
-def _walk(node, path: list[str]):
-    for part in path:
-        node = node.get(part, _MISSING) if isinstance(node, dict) else _MISSING
+    node = config
+    for part in key.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
     return node
 
 
