@@ -30,6 +30,7 @@ from datamodules.checks import (
     warn_duplicates,
 )
 from datamodules.errors import DataError
+from datamodules.folds import check_folds, kfold_split
 from datamodules.loaders import index_loader
 
 log = logging.getLogger(__name__)
@@ -115,6 +116,8 @@ class MultiViewDataModule(pl.LightningDataModule):
         shuffle: bool = True,
         full_batches: bool = False,
         val_seed: int = 0,
+        cv_folds: int = 0,
+        cv_fold: int = 0,
     ):
         super().__init__()
         self.full_batches = bool(full_batches)  # official: N // batch_size full batches per epoch from a stream
@@ -127,6 +130,11 @@ class MultiViewDataModule(pl.LightningDataModule):
         self.ood_classes = sorted(int(c) for c in (ood_classes or []))
         self.seed, self.shuffle = int(seed), shuffle
         self.val_seed = int(val_seed)  # the validation rows are fixed per dataset, whatever the run's seed
+        # cross-validation (the tuning experiment): fold cv_fold of cv_folds is the validation rows, and the test
+        # rows are dropped as soon as the split is known: no tensor, loader or scaler ever holds one
+        self.cv_folds, self.cv_fold = check_folds(cv_folds, cv_fold)
+        if self.cv_folds and self.val_fraction > 0:
+            raise DataError("dataset.cv_folds and dataset.val_fraction both choose validation rows: set one to 0")
         self.eval_split = "test"  # "val": the evaluation reads the validation rows, never the test rows
         self._ready = False
         self.read_sha256: dict[str, str] = {}  # set by setup: RawData.sha256
@@ -194,7 +202,12 @@ class MultiViewDataModule(pl.LightningDataModule):
                 "check the labels or the split files"
             )
         val_idx = np.empty(0, dtype=np.int64)
-        if self.val_fraction > 0:
+        if self.cv_folds:
+            tr_local, va_local = kfold_split(y[train_idx], self.cv_folds, self.cv_fold, self.val_seed, raw.source)
+            train_idx, val_idx = train_idx[tr_local], train_idx[va_local]
+            test_idx, ood_idx = test_idx[:0], ood_idx[:0]  # never read from here on
+            raw.external_ood = {}
+        elif self.val_fraction > 0:
             # selection protocol (docs/method.md §5.4): a stratified share of the training rows, drawn from
             # val_seed alone, so every seed and every candidate is scored on the same validation rows
             tr_local, va_local = stratified_split(y[train_idx], self.val_fraction, self.val_seed)
@@ -202,7 +215,7 @@ class MultiViewDataModule(pl.LightningDataModule):
         self.num_classes = int(keep.sum())
         if self.num_classes < 2:
             raise DataError(f"{raw.source}: need at least 2 classes, found {self.num_classes}")
-        if len(test_idx) == 0 and not (from_files and len(raw.test_idx) == 0):  # given no test set: fit only
+        if len(test_idx) == 0 and not self.cv_folds and not (from_files and len(raw.test_idx) == 0):  # fit only
             hint = empty_test_hint(from_files, int(np.bincount(y_class[~is_ood]).max()), self.test_fraction)
             raise DataError(f"{raw.source}: the test split is empty: {hint}")
         if self.checks_duplicates:  # across the split drawn above, the one the run uses
@@ -243,6 +256,7 @@ class MultiViewDataModule(pl.LightningDataModule):
         """The run's one line on its data: source, rows per split, views, classes and where the split came from."""
         rows = f"{len(self.train_idx)} train / {len(self.test_idx)} test rows"
         rows += f" / {len(self.val_idx)} validation" if len(self.val_idx) else ""
+        rows += f" (fold {self.cv_fold} of {self.cv_folds}; the test rows are left unread)" if self.cv_folds else ""
         rows += f" (+ {n_ood} of the held-out classes, OOD)" if n_ood else ""
         split = (
             raw.split

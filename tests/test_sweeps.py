@@ -19,13 +19,14 @@ from datamodules.custom import CustomDataModule
 from datamodules.features import FeatureDataModule
 from datamodules.errors import DataError, MissingData
 from mnp.core.rundir import register_resolver
-from mnp.core.sweep import FAILED, SKIPPED, JobFailed, ValidationMetrics, is_missing_data, run_job
+from mnp.core.sweep import FAILED, SKIPPED, JobFailed, is_missing_data, run_job
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
 PRESETS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
-# quick: not a sweep; switches and select: the command line names the models, datasets, seeds and candidates
-SWEEPS = [p for p in PRESETS if not p.startswith("optuna") and p not in ("switches", "quick", "select", "calibration")]
+# quick: not a sweep; switches and select: the command line names the models, datasets, seeds and candidates;
+# tune: a study (tests/test_tuning.py)
+SWEEPS = [p for p in PRESETS if p not in ("switches", "quick", "select", "calibration", "tune")]
 MODELS = {"mlp", "mnp", "mnp_official", "mcd", "de_ef", "de_lf", "sngp", "etp", "tmc", "mgp"}
 DATASETS = {"synthetic", "handwritten", "cub", "pie", "caltech101", "scene15", "hmdb", "cifar10c", "digits_c", "custom"}
 # K and the paper's N^m per dataset (docs/method.md §2)
@@ -202,17 +203,6 @@ def test_the_load_average_is_zero_where_the_platform_has_none(monkeypatch):
     assert resources.load_average() == 0.0
 
 
-def test_optuna_preset_composes():
-    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
-    cfg = compose_hydra(["experiment=optuna_mnp", "model=mlp", "dataset=synthetic", "paths.log_dir=/tmp/x"])
-    sw = cfg.hydra.sweeper
-    assert sw._target_.endswith("OptunaSweeper") and sw.direction == "minimize"
-    assert sw.storage == "sqlite:////tmp/x/optuna_mnp/multiruns/optuna.db"
-    assert sw.study_name == "optuna_mnp_synthetic"
-    assert cfg.optimized_metric == "val/nll" and cfg.dataset.val_fraction > 0 and cfg.skip_if_done is False
-    assert {"model.optim.lr", "model.loss.tau", "model.loss.alpha", "model.loss.l2"} <= set(sw.params)
-
-
 # ---------------------------------------------------------------------------- run_job (in process)
 def job_cfg(tmp_path, **extra):
     return OmegaConf.create({"paths": {"output_dir": str(tmp_path)}, "seed": 3, "experiment_name": "t", **extra})
@@ -313,19 +303,6 @@ def test_run_job_returns_the_optimized_metric(tmp_path):
     assert np.isnan(run_job(lambda c: missing_data(tmp_path), cfg))  # Optuna marks the trial failed
 
 
-def test_validation_metrics_reach_the_test_results():
-    class T:
-        callback_metrics = {"val/nll": np.float32(0.5), "val/acc": 0.75, "train/loss": 1.0}
-
-    class M:
-        test_results = {"test/acc": 0.7}
-
-    cb, m = ValidationMetrics(), M()
-    cb.on_fit_end(T(), m)
-    cb.on_test_end(T(), m)
-    assert m.test_results == {"test/acc": 0.7, "val/nll": 0.5, "val/acc": 0.75}
-
-
 # ---------------------------------------------------------------------------- real multiruns
 TEST_OVERRIDES = ("trainer.max_epochs=1", "eval.noise=false")  # every test multirun's, hence in its job names
 SUFFIX = "_eval.noise=False,trainer.max_epochs=1"  # Hydra writes a multirun job's booleans as False
@@ -407,18 +384,3 @@ def test_submitit_local_sweep(tmp_path):
         m = json.loads((jobs / f"mlp_synthetic_s{seed}{SUFFIX}" / "metrics.json").read_text())
         assert m["seed"] == seed and m["test/acc"] > 0.5
     assert (jobs / ".submitit").is_dir()  # the jobs really went through submitit
-
-
-@pytest.mark.slow
-def test_optuna_search_resumes_from_sqlite(tmp_path):
-    optuna = pytest.importorskip("optuna")
-    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
-    args = ["experiment=optuna", "model=mlp", "dataset=synthetic", "hydra.sweeper.n_trials=2"]
-    assert train_multirun(tmp_path, *args).returncode == 0
-    assert train_multirun(tmp_path, *args[:-1], "hydra.sweeper.n_trials=1").returncode == 0
-    db = tmp_path / "logs" / "optuna" / "multiruns" / "optuna.db"
-    study = optuna.load_study(study_name="optuna_synthetic", storage=f"sqlite:///{db}")
-    assert [t.state.name for t in study.trials] == ["COMPLETE"] * 3
-    trials = sorted((tmp_path / "logs" / "optuna" / "multiruns" / "synthetic").iterdir())
-    values = sorted(json.loads((t / "metrics.json").read_text())["val/nll"] for t in trials)
-    assert values == pytest.approx(sorted(t.value for t in study.trials))

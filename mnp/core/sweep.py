@@ -5,7 +5,7 @@ which catches ``Exception`` (not ``SystemExit``), marks the job FAILED and goes 
 jobs of the batch; the sweeper re-raises the first failure once the whole batch has run, so the
 command exits non-zero. :func:`run_job` keeps to that contract:
 
-* success: returns the metrics (or ``metrics[optimized_metric]`` for the Optuna sweeper) and
+* success: returns the metrics (or ``metrics[optimized_metric]`` for the tuning sweeper) and
   removes a ``failed.json`` / ``skipped.json`` left by an earlier attempt;
 * a built-in dataset's files are absent: writes ``skipped.json`` with the reason and returns normally,
   so the other jobs run (a file the config names, ``dataset.path``, that is not there is a failure: a typo);
@@ -27,9 +27,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable
 
-import pytorch_lightning as pl
 from pytorch_lightning.utilities.exceptions import SIGTERMException
-from hydra.experimental.callback import Callback as HydraCallback
 from omegaconf import DictConfig, OmegaConf
 
 from datamodules.errors import MissingData
@@ -139,29 +137,3 @@ def run_job(fn: Callable[[DictConfig], dict], cfg: DictConfig) -> Any:
         (out_dir / name).unlink(missing_ok=True)
     record_job("done before" if done_before else "ok", out_dir)
     return value
-
-
-class ValidationMetrics(pl.Callback):
-    """Copy the final ``val/*`` metrics into the test results, hence into metrics.json.
-
-    The Optuna preset tunes on a validation split (``dataset.val_fraction``) through this
-    callback, so that the test set never steers the search.
-    """
-
-    def __init__(self):
-        self.values: dict[str, float] = {}
-
-    def on_fit_end(self, trainer, pl_module) -> None:
-        self.values = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
-
-    def on_test_end(self, trainer, pl_module) -> None:
-        pl_module.test_results.update(self.values)
-
-
-class SqliteStorageDir(HydraCallback):
-    """Hydra callback: create the folder of a ``sqlite:///`` Optuna storage before the study opens it."""
-
-    def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
-        url = str(config.hydra.sweeper.get("storage") or "")
-        if url.startswith("sqlite:///"):
-            Path(url[len("sqlite:///") :]).expanduser().parent.mkdir(parents=True, exist_ok=True)

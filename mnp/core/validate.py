@@ -259,7 +259,12 @@ def check_ranges(c: dict) -> None:
             f"(e.g. trainer.max_epochs={w + max(epochs, 20)}) or model.warmup.epochs < {epochs}"
         )
     check_eval(ev)
-    if ev.get("split") == "val" and not data.get("val_fraction"):
+    if data.get("cv_folds") and ev.get("split") != "val":
+        raise ConfigError(
+            "dataset.cv_folds > 0 drops the test rows (cross-validation on the training rows): set eval.split=val, "
+            "as experiment=tune does"
+        )
+    if ev.get("split") == "val" and not data.get("val_fraction") and not data.get("cv_folds"):
         raise ConfigError(
             "eval.split=val evaluates on the validation rows: set dataset.val_fraction > 0 "
             "(the selection protocol uses 0.2, docs/method.md §5.4)"
