@@ -8,7 +8,7 @@ from __future__ import annotations
 import csv
 import io
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -16,13 +16,10 @@ from optuna.trial import TrialState
 
 from datamodules.files import atomic_write
 
-if TYPE_CHECKING:
-    from mnp.tune.study import Study
-
 COLUMNS = ["trial", "state", "requeued", "settings", "folds_done", "mean", "fold_scores", "chosen"]
 
 
-def trial_rows(study: "Study") -> list[dict[str, Any]]:
+def trial_rows(study) -> list[dict[str, Any]]:
     """One row per trial of the study, the winner marked ``chosen``."""
     try:
         best = study.study.best_trial.number
@@ -56,7 +53,7 @@ def _csv(rows: list[dict], header: dict[str, Any]) -> str:
     return buf.getvalue()
 
 
-def declaration(study: "Study") -> dict[str, Any]:
+def declaration(study) -> dict[str, Any]:
     s = study.settings
     return {
         "study": study.name,
@@ -70,7 +67,7 @@ def declaration(study: "Study") -> dict[str, Any]:
     }
 
 
-def write_study(study: "Study") -> None:
+def write_study(study) -> None:
     """``trials.csv`` and, once a trial completed, ``best.yaml`` (its settings as overrides and its fold scores)."""
     rows = trial_rows(study)
     text = _csv(rows, declaration(study))

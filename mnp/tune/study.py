@@ -135,8 +135,10 @@ class Study:
         finished folds are found in their run directories and not trained again."""
         for t in self.study.trials:
             if t.state == TrialState.RUNNING:
+                self.study._storage.set_trial_user_attr(
+                    t._trial_id, "requeued", True
+                )  # no public setter on a stored trial
                 self.study.tell(t.number, state=TrialState.FAIL)
-                self.study._storage.set_trial_user_attr(t._trial_id, "requeued", True)
                 self.study.enqueue_trial(t.params, skip_if_exists=False)
 
     def run(self, launch: Launch, parallel_folds: bool = False) -> None:
