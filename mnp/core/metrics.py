@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -163,6 +164,47 @@ def classification_metrics(probs: Tensor, labels: Tensor, n_bins: int = 15) -> d
     }
 
 
+def debiased_ce(probs: Tensor, labels: Tensor, n_bins: int = 15) -> float:
+    """Top-label debiased L2 calibration error (Kumar, Liang & Ma, NeurIPS 2019), as their ``calibration`` package
+    computes it: equal-mass bins (the sorted confidences cut by ``array_split``, the cuts at the midpoints between
+    neighbours, a row at a cut in the lower bin); in bin b of n_b rows the squared gap (mean confidence − accuracy)²
+    less its sampling bias a_b(1 − a_b)/(n_b − 1) (0 for a bin of one row); the root of max(0, Σ_b n_b/n · that).
+    Plain binned ECE on 120 rows is mostly the estimator's bias (``ece_floor``); this one is unbiased in the square.
+    NaN when a row is not finite."""
+    probs = checked_probabilities(probs)
+    if not torch.isfinite(probs).all() or not len(probs):
+        return float("nan")
+    conf, pred = probs.double().max(-1)
+    conf, hit = conf.cpu().numpy(), (pred == labels).double().cpu().numpy()
+    chunks = np.array_split(np.sort(conf), min(int(n_bins), len(conf)))
+    cuts = np.unique([(a[-1] + b[0]) / 2 for a, b in zip(chunks[:-1], chunks[1:])] + [1.0])
+    idx = np.searchsorted(cuts, conf)
+    total = 0.0
+    for b in np.unique(idx):
+        c, h = conf[idx == b], hit[idx == b]
+        if len(c) > 1:
+            total += len(c) / len(conf) * ((c.mean() - h.mean()) ** 2 - h.mean() * (1 - h.mean()) / (len(c) - 1))
+    return float(np.sqrt(max(total, 0.0)))
+
+
+def ece_floor(probs: Tensor, n_bins: int = 15, draws: int = 200, seed: int = 0) -> float:
+    """The ECE that a perfectly calibrated model with these confidences scores on this many rows: the mean over
+    ``draws`` label draws y* ~ Categorical(p_i), row by row (seeded), of ECE(p, y*). An ECE near it is as good as the
+    rows can show. NaN when a row is not finite."""
+    probs = checked_probabilities(probs).double()
+    if not torch.isfinite(probs).all() or not len(probs):
+        return float("nan")
+    gen = torch.Generator().manual_seed(seed)
+    p = probs.cpu()
+    conf, pred = p.max(-1)
+    drawn = torch.multinomial(p.clamp_min(0), draws, replacement=True, generator=gen)  # (N, draws)
+    hit = (drawn == pred[:, None]).double()
+    edges = torch.arange(1, n_bins, dtype=torch.float64) / n_bins
+    idx = torch.bucketize(conf, edges, right=True)  # the bins of :func:`reliability`
+    gap = torch.zeros(n_bins, draws, dtype=torch.float64).index_add_(0, idx, conf[:, None] - hit)
+    return (gap.abs().sum(0) / len(p)).mean().item()
+
+
 # ---------------------------------------------------------------------------- selective classification, OOD
 def _tie_groups(sorted_scores: Tensor) -> tuple[Tensor, Tensor]:
     """For scores sorted in either direction: each position's tie group and the size of every group."""
@@ -271,16 +313,16 @@ SELECTIVE_COVERAGES = (0.9,)
 
 
 def selective_metrics(probs: Tensor, labels: Tensor, uncertainty: Tensor, n_bins: int = 15) -> dict[str, float]:
-    """``aurc`` (max probability), ``aurc_unc`` (ranked by the model's own uncertainty), ``acc@cov90`` and
-    ``ece_adaptive``; those of rows that are not finite are NaN."""
+    """``aurc`` (max probability), ``aurc_unc`` (ranked by the model's own uncertainty), ``acc@cov90``,
+    ``ece_adaptive``, ``ce_debiased`` and ``ece_floor``; those of rows that are not finite are NaN."""
     if not (torch.isfinite(probs).all() and torch.isfinite(uncertainty).all()):
-        return dict.fromkeys(
-            ["aurc", "aurc_unc", "ece_adaptive", *(f"acc@cov{round(c * 100)}" for c in SELECTIVE_COVERAGES)],
-            float("nan"),
-        )
+        keys = ["aurc", "aurc_unc", "ece_adaptive", "ce_debiased", "ece_floor"]
+        return dict.fromkeys([*keys, *(f"acc@cov{round(c * 100)}" for c in SELECTIVE_COVERAGES)], float("nan"))
     out = {"aurc": aurc(probs, labels), "aurc_unc": aurc(probs, labels, -uncertainty)}
     out.update({f"acc@cov{round(c * 100)}": accuracy_at_coverage(probs, labels, c) for c in SELECTIVE_COVERAGES})
     out["ece_adaptive"] = adaptive_ece(probs, labels, n_bins)
+    out["ce_debiased"] = debiased_ce(probs, labels, n_bins)
+    out["ece_floor"] = ece_floor(probs, n_bins)
     return out
 
 
