@@ -5,7 +5,9 @@
   both cells have. When every difference is the same the test is undefined: p = 0 if that difference is
   nonzero, 1 if it is zero. Fewer than 2 shared seeds: no test. Verdict at α = 0.05: ``holds`` (the
   difference favours MNP), ``does not hold`` (it favours X), ``not significant``, ``too few seeds``.
-  No correction for testing many claims at once.
+* Many claims at once: :func:`holm` adjusts one family's p-values (Holm–Bonferroni).
+* Test rows: :func:`row_bootstrap`, a paired two-level bootstrap over seeds and test rows, for claims whose runs'
+  per-row predictions are kept (the seed t-test alone ignores that every seed reads the same test rows).
 """
 
 from __future__ import annotations
@@ -75,3 +77,42 @@ def verdict(test: Paired, metric: str, alpha: float = ALPHA) -> str:
     if test.p_value >= alpha or test.difference == 0:
         return "not significant"
     return "holds" if (test.difference > 0) == higher_is_better(metric) else "does not hold"
+
+
+def holm(p_values: list[float | None]) -> list[float | None]:
+    """Holm–Bonferroni adjusted p-values of one family (None: no test, left out of the family): the i-th smallest of
+    m p-values becomes max over j <= i of min(1, (m − j + 1) · p_(j)). A claim holds at α when its adjusted p < α."""
+    tested = sorted((p, i) for i, p in enumerate(p_values) if p is not None and math.isfinite(p))
+    out: list[float | None] = [None] * len(p_values)
+    running, m = 0.0, len(tested)
+    for rank, (p, i) in enumerate(tested):
+        running = max(running, min(1.0, (m - rank) * p))
+        out[i] = running
+    return out
+
+
+def bootstrap_means(d: np.ndarray, draws: int = 10000, seed: int = 0) -> np.ndarray:
+    """``draws`` two-level bootstrap means of ``d`` (seeds, rows): each draw resamples the seeds, then the rows (one
+    draw of rows for every seed: the test split is shared), so the spread holds the test rows' sampling noise as well
+    as the seeds'."""
+    n_seeds, n_rows = d.shape
+    rng = np.random.default_rng(seed)
+    seeds = rng.integers(0, n_seeds, size=(draws, n_seeds))
+    rows = rng.integers(0, n_rows, size=(draws, n_rows))
+    per_seed = np.stack([d[:, r].mean(1) for r in rows])  # (draws, seeds)
+    return np.take_along_axis(per_seed, seeds, axis=1).mean(1)
+
+
+def row_bootstrap(ours: np.ndarray, theirs: np.ndarray, draws: int = 10000, seed: int = 0) -> Paired:
+    """Paired two-level bootstrap test of mean(ours − theirs): ``ours`` and ``theirs`` are (seeds, rows) per-row
+    scores (1 for a correct row, a row's NLL, ...) of two models on the same seeds and test rows. p is twice the
+    smaller share of :func:`bootstrap_means` on either side of 0 (at least 1 / draws, at most 1)."""
+    a, b = np.asarray(ours, dtype=float), np.asarray(theirs, dtype=float)
+    if a.shape != b.shape or a.ndim != 2:
+        raise ValueError(f"row_bootstrap needs two (seeds, rows) arrays of one shape, got {a.shape} and {b.shape}")
+    d = a - b
+    if d.shape[0] < 2:
+        return Paired(float(d.mean()), None, d.shape[0])
+    means = bootstrap_means(d, draws, seed)
+    tail = min((means <= 0).mean(), (means >= 0).mean())
+    return Paired(float(d.mean()), float(min(1.0, max(2 * tail, 1 / draws))), d.shape[0])
