@@ -3,6 +3,15 @@
 predictor on raw rows (:mod:`mnp.core.predictor`)."""
 
 
+def __getattr__(name):
+    """``mnp.MultiViewClassifier``: every model as a scikit-learn estimator (:mod:`mnp.estimator`), imported on use."""
+    if name == "MultiViewClassifier":
+        from mnp.estimator import MultiViewClassifier
+
+        return MultiViewClassifier
+    raise AttributeError(f"module 'mnp' has no attribute {name!r}")
+
+
 def load(run, data_dir=None):
     """The :class:`~mnp.core.predictor.Predictor` of a run directory or checkpoint (imported on first use: a
     bare ``import mnp`` stays free of torch)."""

@@ -51,7 +51,7 @@ def test_the_guides_example_model_trains_evaluates_and_reports(tmp_path, monkeyp
         )
     )
     assert ev["test/acc"] == pytest.approx(res["test/acc"])
-    probs, _ = mnp.load(run).predict_proba([x[:5, :32], None])  # view 2 missing
+    probs = mnp.load(run).predict_proba([x[:5, :32], None])  # view 2 missing
     assert probs.shape == (5, 10)
 
     out = report([tmp_path / "logs"], tmp_path / "report", plots=False)

@@ -181,6 +181,6 @@ def test_a_checkpoint_written_before_the_parts_predicts_as_it_did():
     expected = np.load(OLD / "expected.npz")
     assert predictor.model.spec.aggregation.view_weighting.mode == "distance"
     assert predictor.model.spec.memory.size == 6 and predictor.model.spec.encoder.d_e == 8
-    probs, unc = predictor.predict_proba([expected["view0"], expected["view1"]])
+    probs, unc = predictor.predict_proba([expected["view0"], expected["view1"]], return_uncertainty=True)
     np.testing.assert_array_equal(probs, expected["probs"])
     np.testing.assert_array_equal(unc, expected["unc"])

@@ -73,7 +73,7 @@ def test_load_predicts_raw_rows_as_evaluate_does(tmp_path, model, extra, one_thr
     ref = evaluated(run)
     data.unlink()  # the checkpoint carries the preprocessing: no data file is needed to predict
     predictor = mnp.load(run)
-    probs, unc = predictor.predict_proba([x[test_idx, :32], x[test_idx, 32:]])
+    probs, unc = predictor.predict_proba([x[test_idx, :32], x[test_idx, 32:]], return_uncertainty=True)
     np.testing.assert_array_equal(probs, ref["test/probs"])
     np.testing.assert_array_equal(unc, ref["test/uncertainty"])
     labels = predictor.predict({"x2": x[test_idx, 32:], "x1": x[test_idx, :32]})  # by the file's view names
@@ -107,7 +107,7 @@ def test_a_checkpoint_without_the_preprocessing_refits_it_from_the_data_file(tmp
         refitted = mnp.load(tmp_path / "old.ckpt")
     assert "refitting the scalers" in caplog.text
     rows = [x[test_idx, :32], x[test_idx, 32:]]
-    np.testing.assert_array_equal(refitted.predict_proba(rows)[0], mnp.load(run).predict_proba(rows)[0])
+    np.testing.assert_array_equal(refitted.predict_proba(rows), mnp.load(run).predict_proba(rows))
 
 
 def test_wrong_views_are_one_clear_line(tmp_path, one_thread):

@@ -71,15 +71,20 @@ class Predictor:
                 out.append(torch.as_tensor((x - shift) / scale, dtype=torch.float32))
         return out
 
-    def predict_proba(self, views: Sequence | Mapping) -> tuple[np.ndarray, np.ndarray]:
-        """Mean predictive probabilities (N, K), column k for the label ``classes[k]``, and the uncertainty (N,)
-        of raw rows. A view given as None is missing in every row; a row all NaN in a view is missing there."""
+    def predict_proba(self, views: Sequence | Mapping, return_uncertainty: bool = False):
+        """Mean predictive probabilities (N, K) of raw rows, column k for the label ``classes[k]``, as scikit-learn's
+        ``predict_proba``; with ``return_uncertainty=True`` also the model's uncertainty (N,), as a tuple. A view
+        given as None is missing in every row; a row all NaN in a view is missing there."""
         probs, unc = self.model.predict_proba(self.transform(views), batch_size=self.batch_size, seed=self.seed)
-        return probs.numpy(), unc.numpy()
+        return (probs.numpy(), unc.numpy()) if return_uncertainty else probs.numpy()
+
+    def predict_uncertainty(self, views: Sequence | Mapping) -> np.ndarray:
+        """The model's uncertainty score (N,) of raw rows (higher: less certain; docs/method.md §5)."""
+        return self.predict_proba(views, return_uncertainty=True)[1]
 
     def predict(self, views: Sequence | Mapping) -> np.ndarray:
         """The file's label of the most probable class of each raw row."""
-        return self.classes[self.predict_proba(views)[0].argmax(1)]
+        return self.classes[self.predict_proba(views).argmax(1)]
 
 
 def checkpoint_path(run: str | Path) -> Path:
