@@ -14,6 +14,7 @@ then the failed job's record and log, with its traceback, are written there.
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
 import logging
@@ -31,7 +32,24 @@ def pending_subdir() -> str:
     return f"{PENDING}{os.getpid()}"
 
 
-class DeferredFileHandler(logging.FileHandler):
+class RunLogFile(logging.FileHandler):
+    """Hydra's job log (conf/hydra/job_logging/run_log.yaml): opened without following a
+    symbolic link. One planted at its path in a shared run directory is replaced by a regular file, so the job
+    never appends its log to a file outside the run (round 5's F06)."""
+
+    def _open(self):
+        flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | (os.O_APPEND if "a" in self.mode else os.O_TRUNC)
+        try:
+            fd = os.open(self.baseFilename, flags, 0o666)
+        except OSError as e:
+            if e.errno != errno.ELOOP:
+                raise
+            os.unlink(self.baseFilename)
+            fd = os.open(self.baseFilename, flags | os.O_EXCL, 0o666)  # a link planted again meanwhile: refused
+        return os.fdopen(fd, self.mode, encoding=self.encoding, errors=self.errors)
+
+
+class DeferredFileHandler(RunLogFile):
     """A log file written only from :meth:`start` on (the lines held until then go first); after
     :meth:`drop` nothing is written. The file is opened at the first write."""
 
@@ -78,7 +96,7 @@ def _hold_logs() -> None:
     ``hydra/job_logging`` configured) hold their lines from now on."""
     job, root = _hydra_job(), logging.getLogger()
     for h in list(root.handlers) if job else []:
-        if type(h) is logging.FileHandler and Path(h.baseFilename).resolve().parent == job[0]:
+        if type(h) in (logging.FileHandler, RunLogFile) and _unlinked(h).parent == job[0]:
             held = DeferredFileHandler(h.baseFilename, h.mode, h.encoding, h.errors)
             held.setFormatter(h.formatter)
             held.setLevel(h.level)
@@ -86,6 +104,12 @@ def _hold_logs() -> None:
             root.removeHandler(h)
             h.close()
             root.addHandler(held)
+
+
+def _unlinked(handler: logging.FileHandler) -> Path:
+    """The handler's file, its folder resolved but not the file itself (a planted link is the run's own file)."""
+    path = Path(handler.baseFilename)
+    return path.parent.resolve() / path.name
 
 
 def _held_logs() -> list[DeferredFileHandler]:
@@ -98,9 +122,9 @@ def _untouched() -> bool:
     job = _hydra_job()
     if job is None or not job[0].is_dir():
         return False
-    logs = {Path(h.baseFilename).resolve() for h in _held_logs()}
+    logs = {_unlinked(h) for h in _held_logs()}
     return all(
-        p.name.startswith(PENDING) or (p.resolve() in logs and p.is_file() and p.stat().st_size == 0)
+        p.name.startswith(PENDING) or (p in logs and not p.is_symlink() and p.is_file() and p.stat().st_size == 0)
         for p in job[0].iterdir()
     )
 
@@ -115,6 +139,8 @@ def accept() -> None:
             os.replace(f, record / f.name)
         pending.rmdir()
     for handler in _held_logs():
+        if os.path.islink(handler.baseFilename):
+            log.warning("%s was a symbolic link; it is now a file of this run", handler.baseFilename)
         handler.start()
 
 
