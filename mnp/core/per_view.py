@@ -59,6 +59,7 @@ class PerView:
 
     def _means(self, views: list[Tensor]) -> Tensor | None:
         """(B, M, K) mean probabilities of each view's own prediction; None when the model has none."""
+        self.model._stop_if_terminated()
         per = self.model.view_predictions(views)
         if per is None:
             return None

@@ -340,6 +340,7 @@ class Routine(pl.LightningModule):
             results, arrays = validation_names(results), validation_names(arrays)
         if ev.calibration == "temperature":
             results.update(calibrated_results(self, probs, labels))
+        self._stop_if_terminated()  # a SIGTERM in the epoch-end stages (temperature fit, last per-view step)
         self.test_results, self.test_arrays = results, arrays
         for k, v in results.items():
             self.log(k, v, add_dataloader_idx=False)
