@@ -5,10 +5,12 @@ import json
 import os
 import signal
 
+import numpy as np
 import pytest
 from cfg_utils import compose_train
+from cli_utils import guarded_error
 from test_checkpointing import MLP_RUN, SMALL_MNP
-from test_run_records import g, write_data
+from test_run_records import error_line, evaluate, g, write_data
 
 from mnp.core import calibration
 from mnp.core.cli import run_guarded
@@ -16,6 +18,9 @@ from mnp.core.per_view import PerView
 from mnp.core.pipeline import train
 
 pytestmark = pytest.mark.usefixtures("one_thread")
+
+CUSTOM = ["model=mlp", "dataset=custom", "trainer.max_epochs=2", "eval.noise=false", "skip_if_done=false"]
+CAL = "eval.calibration=temperature"
 
 
 @pytest.mark.slow
@@ -76,3 +81,63 @@ def test_sigterm_in_the_tests_epoch_end_stages_ends_with_143_and_no_metrics(
         f"model ({run / 'checkpoints' / 'last.ckpt'} holds all 2 epochs)"
     ]
     assert not (run / "metrics.json").exists() and not (run / "predictions.npz").exists()
+
+
+def _one_class_validation(path):
+    """Train rows of class 0 but for two rows each of classes 1 and 2: a small stratified validation split is
+    all class 0 (round 5's val_oneclass.npz)."""
+    rng = np.random.default_rng(0)
+    y = np.r_[np.zeros(100, int), [1, 1, 2, 2], rng.integers(0, 3, 60)]
+    views = {f"x{i}": rng.normal(size=(len(y), d)) + y[:, None] for i, d in ((1, 8), (2, 5))}
+    np.savez(path, **views, y=y, train_idx=np.arange(104), test_idx=np.arange(104, 164))
+    return path
+
+
+@pytest.mark.parametrize(
+    "data, fraction, rows",
+    [
+        (write_data, 0.05, "6 validation rows of 3 classes"),
+        (_one_class_validation, 0.05, "5 validation rows of 1 class"),
+    ],
+)
+def test_temperature_scaling_on_too_few_validation_rows_or_one_class_is_refused_before_training(
+    tmp_path, capsys, data, fraction, rows
+):
+    """T02, T03: T was fitted on 2 validation rows, or on rows of one class, with only an edge-of-range warning."""
+    path, run = data(tmp_path / "data.npz"), tmp_path / "run"
+    cfg = compose_train(run, [*CUSTOM, f"dataset.path={path}", f"dataset.val_fraction={fraction}", CAL])
+    assert guarded_error(train, cfg, capsys) == (
+        f"error: eval.calibration=temperature fits T on the validation rows, and the data give {rows} (T needs at "
+        "least 10 rows of 2 or more classes): set a larger dataset.val_fraction"
+    )
+    assert not run.exists()  # nothing written: the run directory made for the job is gone
+
+
+def test_metrics_json_records_the_rows_and_classes_that_fitted_t(tmp_path):
+    """T02: nothing said how many validation rows and classes T came from."""
+    path = write_data(tmp_path / "data.npz")
+    res = train(compose_train(tmp_path / "run", [*CUSTOM, f"dataset.path={path}", "dataset.val_fraction=0.2", CAL]))
+    recorded = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert (
+        (recorded["calibration/n_rows"], recorded["calibration/n_classes"])
+        == (18, 3)
+        == (
+            res["calibration/n_rows"],
+            res["calibration/n_classes"],
+        )
+    )
+
+
+@pytest.mark.slow
+def test_evaluate_calibration_of_a_run_without_validation_rows_advises_retraining(tmp_path):
+    """T07: the advice `set dataset.val_fraction > 0` named a key evaluate.py cannot take."""
+    data, run = write_data(tmp_path / "data.npz"), tmp_path / "run"
+    assert g(data, run).returncode == 0
+    ckpt = run / "checkpoints" / "last.ckpt"
+    line = error_line(evaluate(ckpt, "+eval.calibration=temperature"))
+    assert line == (
+        f"error: +eval.calibration=temperature fits T on the run's validation rows, and the run of {ckpt} has no "
+        "validation rows (T needs at least 10 rows of 2 or more classes): re-train it with dataset.val_fraction > 0 "
+        f"(train.py) to calibrate it (traceback in {run}/eval_calibration=temperature/evaluate.log)"
+    )
+    assert not (run / "eval_calibration=temperature" / "metrics.json").exists()

@@ -21,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from mnp.core import signals
 from mnp.core.accel import configure as configure_accel, matmul_precision
+from mnp.core.calibration import check_fit_rows
 from mnp.core.builders import (
     absolute_data_paths,
     build,
@@ -188,6 +189,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     with open_dict(cfg):  # the sha256 of every data file read: config.yaml and the checkpoints record it
         cfg.data_hash = data_hashes(dm.data_files(), dm.read_sha256)
     check_train_batches(cfg.trainer, len(dm.train_dataloader()))  # a fraction of them that rounds to none
+    if protocol.calibration == "temperature":  # too few validation rows to fit T: refused before training
+        check_fit_rows(dm.val_y)
     model_name, model = build_model(cfg, dm, protocol)
     try:  # a dry run: Lightning calls it in fit, after config.yaml is written
         model.configure_optimizers()
@@ -346,6 +349,8 @@ def _evaluate(cfg: DictConfig) -> dict[str, Any]:
     warn_if_data_changed(run_cfg, dm.data_files(), ckpt_path, dm.read_sha256)
     check_eval_output(out_dir, ckpt_path, OmegaConf.to_container(run_cfg, resolve=True))
     check_writable(out_dir)
+    if model.protocol.calibration == "temperature":
+        check_fit_rows(getattr(dm, "val_y", []), str(ckpt_path))
     trainer = pl.Trainer(
         accelerator=cfg.trainer.accelerator,
         devices=cfg.trainer.devices,
