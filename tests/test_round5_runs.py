@@ -2,7 +2,9 @@
 the test's epoch-end stages, temperature scaling's rows and the per-view metrics."""
 
 import json
+import logging
 import os
+import re
 import signal
 
 import numpy as np
@@ -141,3 +143,23 @@ def test_evaluate_calibration_of_a_run_without_validation_rows_advises_retrainin
         f"(train.py) to calibrate it (traceback in {run}/eval_calibration=temperature/evaluate.log)"
     )
     assert not (run / "eval_calibration=temperature" / "metrics.json").exists()
+
+
+def test_single_view_data_get_no_per_view_keys_beside_the_fused_ones(tmp_path):
+    """P01: view/acc@v0 (0.683) disagreed with test/acc (0.717) for the same posterior, from another draw."""
+    res = train(compose_train(tmp_path / "run", [*SMALL_MNP, "dataset.num_views=1", "trainer.max_epochs=2"]))
+    assert "test/acc" in res
+    assert [k for k in res if k.startswith("view/")] == []
+    with np.load(tmp_path / "run" / "predictions.npz") as arrays:
+        assert not [k for k in arrays.files if k.startswith("view/")]
+
+
+def test_the_summary_shows_the_whole_evaluations_time_beside_the_clean_pass(tmp_path, caplog):
+    """P08: `test time 0.07 s` for a 40 s test: time/test_s is one clean pass, without the protocols' cost."""
+    caplog.set_level(logging.INFO, logger="mnp")
+    res = train(compose_train(tmp_path / "run", [*SMALL_MNP, "dataset.n_test=40", "trainer.max_epochs=2"]))
+    assert 0 < res["time/test_s"] < res["time/eval_s"] < res["time/total_s"]
+    assert re.search(
+        rf"\n  evaluation time +{res['time/eval_s']:.2f} s \(the whole test, every protocol\)\n", caplog.text
+    )
+    assert re.search(rf"\n  clean test pass +{res['time/test_s']:.2f} s \(its predict calls\)\n", caplog.text)
