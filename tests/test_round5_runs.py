@@ -10,7 +10,7 @@ import signal
 import numpy as np
 import pytest
 from cfg_utils import compose_train
-from cli_utils import guarded_error
+from cli_utils import guarded_error, run_cli
 from test_checkpointing import MLP_RUN, SMALL_MNP
 from test_run_records import error_line, evaluate, g, write_data
 
@@ -163,3 +163,15 @@ def test_the_summary_shows_the_whole_evaluations_time_beside_the_clean_pass(tmp_
         rf"\n  evaluation time +{res['time/eval_s']:.2f} s \(the whole test, every protocol\)\n", caplog.text
     )
     assert re.search(rf"\n  clean test pass +{res['time/test_s']:.2f} s \(its predict calls\)\n", caplog.text)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["../escaped", "a/b", "..", "a\\b"])
+def test_an_experiment_name_that_is_not_one_folder_name_is_refused_before_any_folder_is_made(tmp_path, name):
+    """P2: experiment_name=../../escaped_exp wrote the run outside paths.log_dir."""
+    res = run_cli(["train.py", "model=mlp", f"experiment_name={name}", f"paths.log_dir={tmp_path / 'logs'}"])
+    assert error_line(res) == (
+        f"error: experiment_name={name!r} must be one folder name under paths.log_dir (no '/', '\\', '..' or "
+        "leading '.'); to write elsewhere, set paths.log_dir"
+    )
+    assert list(tmp_path.iterdir()) == []

@@ -90,7 +90,8 @@ def _run_main(main, status: Path) -> None:
         )
     except OmegaConfBaseException as e:  # e.g. a ??? value that Hydra's own config (hydra.run.dir) needs
         found = re.search(r"Missing mandatory value: ([\w.]+)", str(e))
-        _fail(f"{found.group(1)} is required: add {found.group(1)}=<value> to the command" if found else one_line(e))
+        line = re.sub(r"^\w+ raised while resolving interpolation: ", "", one_line(e))  # a resolver's refusal
+        _fail(f"{found.group(1)} is required: add {found.group(1)}=<value> to the command" if found else line)
     _print_sweep(status)
     if sweep_incomplete(status):  # skipped jobs: the sweep ran, but its results are not all there
         _fail(sweep_incomplete(status))

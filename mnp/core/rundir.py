@@ -25,6 +25,7 @@ from typing import Any, Iterable
 from omegaconf import OmegaConf
 
 from mnp.core.migrations import upgrade_run_config
+from mnp.core.places import experiment_dir_name
 from mnp.core.resources import gpu_jobs
 from mnp.core.runrecord import pending_subdir
 
@@ -35,6 +36,7 @@ EVAL_RESOLVER = "mnp_eval_dir"
 PENDING_RESOLVER = "mnp_pending_record"
 JOBS_RESOLVER = "mnp_gpu_jobs"
 WARMUP_RESOLVER = "mnp_warmup"
+EXPERIMENT_RESOLVER = "mnp_experiment"
 # keys that cannot change a run's numbers: these exactly (group choices, bookkeeping) ...
 NON_RESULT_KEYS = frozenset(
     {
@@ -110,8 +112,8 @@ def run_suffix(overrides: Iterable[str]) -> str:
 def register_resolver() -> None:
     """The configs' resolvers: ``${mnp_run_suffix:${hydra.overrides.task}}`` in conf/hydra/default.yaml,
     ``${mnp_eval_dir:${ckpt_path},${eval},${data_dir},${model}}`` in conf/evaluate.yaml, ``${mnp_pending_record:}`` in conf/train.yaml,
-    ``${mnp_gpu_jobs:}`` in conf/launcher/gpu_joblib.yaml (mnp.core.resources) and ``${mnp_warmup:W,E}`` in
-    conf/model_dataset/."""
+    ``${mnp_gpu_jobs:}`` in conf/launcher/gpu_joblib.yaml (mnp.core.resources), ``${mnp_warmup:W,E}`` in
+    conf/model_dataset/ and ``${mnp_experiment:${experiment_name}}`` in conf/hydra/default.yaml (mnp.core.places)."""
     if not OmegaConf.has_resolver(RESOLVER):
         OmegaConf.register_new_resolver(RESOLVER, lambda overrides: run_suffix(list(overrides or [])))
     if not OmegaConf.has_resolver(EVAL_RESOLVER):
@@ -122,6 +124,8 @@ def register_resolver() -> None:
         OmegaConf.register_new_resolver(JOBS_RESOLVER, gpu_jobs)
     if not OmegaConf.has_resolver(WARMUP_RESOLVER):
         OmegaConf.register_new_resolver(WARMUP_RESOLVER, scaled_warmup)
+    if not OmegaConf.has_resolver(EXPERIMENT_RESOLVER):
+        OmegaConf.register_new_resolver(EXPERIMENT_RESOLVER, experiment_dir_name)
 
 
 def scaled_warmup(warmup: int, of: int, *, _root_) -> int:
