@@ -11,12 +11,13 @@ import numpy as np
 import pytest
 from cfg_utils import compose_train
 from cli_utils import guarded_error, run_cli
-from test_checkpointing import MLP_RUN, SMALL_MNP
-from test_run_records import error_line, evaluate, g, write_data
+from test_checkpointing import MLP_RUN, SMALL_MNP, eval_cfg
+from test_run_records import error_line, evaluate, g, snapshot, write_data
 
 from mnp.core import calibration
 from mnp.core.cli import run_guarded
 from mnp.core.per_view import PerView
+from mnp.core.pipeline import evaluate as evaluate_run
 from mnp.core.pipeline import train
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -175,3 +176,26 @@ def test_an_experiment_name_that_is_not_one_folder_name_is_refused_before_any_fo
         "leading '.'); to write elsewhere, set paths.log_dir"
     )
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("where", ["csv", "..", "../../.."])
+def test_an_evaluation_output_dir_inside_a_run_or_holding_runs_is_refused_and_nothing_written(tmp_path, capsys, where):
+    """E1, E2: output_dir=<run>/csv wrote into the run's csv/, <run>/.. into the experiment's runs/."""
+    run = tmp_path / "logs" / "exp" / "runs" / "run"
+    train(compose_train(run, [*MLP_RUN, "trainer.max_epochs=1"]))
+    before = snapshot(tmp_path)
+    out = run / where
+    line = guarded_error(evaluate_run, eval_cfg(run / "checkpoints" / "last.ckpt", out), capsys)
+    if where == "csv":
+        assert line == (
+            f"error: output_dir {out} is inside the training run {run}, which an evaluation writes into only "
+            "through its eval_* folders; leave output_dir unset (the evaluation goes into the run's eval_* folder) "
+            "or choose a folder outside any run"
+        )
+    else:
+        held = os.path.relpath(run, out.resolve())
+        assert line == (
+            f"error: output_dir {out} holds training runs ({held}); an evaluation writes into a folder of its own: "
+            "choose another output_dir"
+        )
+    assert snapshot(tmp_path) == before

@@ -49,6 +49,7 @@ from mnp.core.errors import StoppedEarly, UnfinishedRun
 from mnp.core.inference_settings import apply_inference_settings, inference_settings
 from mnp.core.oom import explains_memory
 from mnp.core.outputs import split_record, write_json, write_npz
+from mnp.core.places import check_output_dir
 from mnp.core.progress import progress_callbacks
 from mnp.core.resources import set_threads
 from mnp.core.runrecord import accept, finished_record, staged
@@ -341,6 +342,8 @@ def _evaluate(cfg: DictConfig) -> dict[str, Any]:
     ev = cfg.get("eval")  # the +eval.* overrides, checked before anything is loaded (+model.*: by load_run, first)
     check_eval(OmegaConf.to_container(ev, resolve=True) if OmegaConf.is_config(ev) else ev or {})
     ckpt_path = Path(cfg.ckpt_path)
+    if cfg.output_dir:
+        check_output_dir(cfg.output_dir)
     out_dir = Path(cfg.output_dir or eval_dir(str(ckpt_path), cfg.get("eval"), cfg.get("data_dir"), cfg.get("model")))
     data_dir = os.path.abspath(os.path.expanduser(cfg.data_dir)) if cfg.get("data_dir") else None
     run_cfg, model_name, dataset_name, dm, model, ckpt = load_run(
