@@ -1,11 +1,13 @@
 """Reliability round five (issue 49): run directories (symlinked, read-only, moved), user-given paths, SIGTERM in
 the test's epoch-end stages, temperature scaling's rows and the per-view metrics."""
 
+import contextlib
 import json
 import logging
 import os
 import re
 import signal
+import subprocess
 
 import numpy as np
 import pytest
@@ -199,3 +201,49 @@ def test_an_evaluation_output_dir_inside_a_run_or_holding_runs_is_refused_and_no
             "choose another output_dir"
         )
     assert snapshot(tmp_path) == before
+
+
+@contextlib.contextmanager
+def read_only(folder):
+    """``folder`` read-only: a read-only bind mount as root (chmod does not stop root), else chmod a-w. Yields the
+    error a write there gets."""
+    if os.geteuid() != 0:
+        folders = [folder, *(p for p in folder.rglob("*") if p.is_dir())]
+        for p in folders:
+            p.chmod(0o555)
+        try:
+            yield "Permission denied"
+        finally:
+            for p in folders:
+                p.chmod(0o755)
+        return
+    if subprocess.run(["mount", "--bind", folder, folder], capture_output=True).returncode:
+        pytest.skip("running as root without a bind mount: no way to make a folder read-only")
+    try:
+        subprocess.run(["mount", "-o", "remount,ro,bind", folder], check=True, capture_output=True)
+        yield "Read-only file system"
+    finally:
+        subprocess.run(["umount", folder], check=True)
+
+
+@pytest.mark.slow
+def test_a_read_only_run_is_skipped_when_finished_and_refused_in_one_line_otherwise(tmp_path):
+    """F03, F04: a read-only run dir gave a 57-line Hydra traceback (`Unable to configure handler 'file'`), even
+    where the job would only be skipped."""
+    data, run = write_data(tmp_path / "data.npz"), tmp_path / "run"
+    assert g(data, run).returncode == 0
+    before, ckpt = snapshot(run), run / "checkpoints" / "last.ckpt"
+    with read_only(run) as why:
+        skipped = g(data, run)
+        assert skipped.returncode == 0 and "skipping" in skipped.stdout + skipped.stderr, skipped.stderr[-2000:]
+        assert error_line(g(data, run, "skip_if_done=false")) == (
+            f"error: output directory {run} is not writable ({why}); set paths.log_dir or hydra.run.dir to a "
+            "writable place"
+        )
+        assert error_line(evaluate(ckpt)) == (
+            f"error: cannot create the evaluation folder {run / 'eval'}: {why}; set output_dir to a writable place"
+        )
+        elsewhere = evaluate(ckpt, f"output_dir={tmp_path / 'ev'}")
+        assert elsewhere.returncode == 0, elsewhere.stderr[-2000:]
+    assert snapshot(run) == before
+    assert {"metrics.json", "evaluate.log", ".hydra"} <= {p.name for p in (tmp_path / "ev").iterdir()}

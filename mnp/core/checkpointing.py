@@ -32,14 +32,14 @@ LAST, PREVIOUS = "last.ckpt", "prev.ckpt"
 LOCK = ".lock"
 
 
-def check_writable(out_dir: Path) -> None:
+def check_writable(out_dir: Path, key: str = "paths.log_dir or hydra.run.dir") -> None:
+    """A PermissionError naming ``out_dir`` and the ``key`` that moves it, when no file can be written there."""
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
         tempfile.TemporaryFile(dir=out_dir).close()  # no fixed name: parallel runs never collide
     except OSError as e:
         raise PermissionError(
-            f"output directory {out_dir} is not writable ({e.strerror}); "
-            "set paths.log_dir or hydra.run.dir to a writable place"
+            f"output directory {out_dir} is not writable ({e.strerror}); set {key} to a writable place"
         ) from None
 
 
@@ -343,7 +343,12 @@ def holds_run_dir(fn):
     def locked(cfg, *args, **kwargs):
         out_dir = Path(cfg.paths.output_dir)
         created = not out_dir.exists()
-        check_writable(out_dir)
+        try:
+            check_writable(out_dir)
+        except PermissionError:
+            if cfg.get("skip_if_done", False) and (out_dir / "metrics.json").is_file():
+                return fn(cfg, *args, **kwargs)  # a finished run on a read-only dir: only read, and skipped (F04)
+            raise
         fd = _lock(out_dir / LOCK)
         try:
             for stale in [*out_dir.glob(".*.tmp"), *out_dir.glob("checkpoints/.*.tmp")]:

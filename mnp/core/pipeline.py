@@ -177,8 +177,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     if resume_from:
         check_epochs(resume_from, cfg.trainer.max_epochs, resumed)
         log.info("resuming from %s", resume_from)
+    check_writable(out_dir)  # a read-only run dir: one line, and Hydra's record and train.log are not written
     accept()  # from here on the job is the run directory's: Hydra's record and train.log are written
-    check_writable(out_dir)
     variant = hydra_variant()
     if cfg.get("variant") is None and variant:  # report rows tell ad-hoc override runs apart
         with open_dict(cfg):
@@ -329,6 +329,7 @@ def load_finished_run(run_dir: str | Path, data_dir: str | None = None, eval_ove
     return loaded
 
 
+@staged
 @explains_memory
 def evaluate(cfg: DictConfig) -> dict[str, Any]:
     """Rebuild model and datamodule from a checkpoint alone, re-run the full evaluation (SIGTERM and Ctrl-C end it
@@ -351,9 +352,10 @@ def _evaluate(cfg: DictConfig) -> dict[str, Any]:
     )
     warn_if_data_changed(run_cfg, dm.data_files(), ckpt_path, dm.read_sha256)
     check_eval_output(out_dir, ckpt_path, OmegaConf.to_container(run_cfg, resolve=True))
-    check_writable(out_dir)
+    check_writable(out_dir, "output_dir")
     if model.protocol.calibration == "temperature":
         check_fit_rows(getattr(dm, "val_y", []), str(ckpt_path))
+    accept()  # Hydra's record (.hydra/) and evaluate.log reach the output folder
     trainer = pl.Trainer(
         accelerator=cfg.trainer.accelerator,
         devices=cfg.trainer.devices,

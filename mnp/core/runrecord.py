@@ -3,8 +3,9 @@
 Hydra 1.3 (``hydra.core.utils.run_job``) writes its record of a job (``.hydra/config.yaml``,
 ``hydra.yaml``, ``overrides.yaml``) and opens the job log (``train.log``) before the task function
 runs: before the run directory's lock is taken and before the job is checked against the run the
-directory holds. ``train.yaml`` therefore points Hydra's record at a folder of this process
-(``hydra.output_subdir: ${mnp_pending_record:}``, :data:`PENDING` + the PID), and :func:`staged` has
+directory holds. ``train.yaml`` and ``evaluate.yaml`` therefore point Hydra's record at a folder of this process outside the
+run (``hydra.output_subdir: ${mnp_pending_record:}``, :data:`PENDING` + the user and process ids in the temp
+folder, so a read-only run directory can still be skipped as done), and :func:`staged` has
 Hydra's log files in the run directory hold their lines in memory (:class:`DeferredFileHandler`).
 :func:`accept` moves the record into ``.hydra/`` and writes the log once the job is accepted; a job
 that stops before (a bad config, a busy directory, a run of another config or other data) or is
@@ -20,6 +21,7 @@ import json
 import logging
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 PENDING = ".hydra-pending-"
@@ -28,8 +30,9 @@ log = logging.getLogger(__name__)
 
 
 def pending_subdir() -> str:
-    """``hydra.output_subdir`` of a train job: a name no other process uses."""
-    return f"{PENDING}{os.getpid()}"
+    """``hydra.output_subdir`` of a job: an absolute folder (Hydra joins it to the run directory) no other
+    process uses."""
+    return str(Path(tempfile.gettempdir()) / f"{PENDING}{os.getuid()}-{os.getpid()}")
 
 
 class RunLogFile(logging.FileHandler):
@@ -86,7 +89,7 @@ def _hydra_job() -> tuple[Path, str | None] | None:
 def _pending() -> Path | None:
     """This job's staged Hydra record, if Hydra staged one."""
     job = _hydra_job()
-    if job is None or not str(job[1] or "").startswith(PENDING):
+    if job is None or not Path(str(job[1] or "")).name.startswith(PENDING):
         return None
     return job[0] / job[1]
 
@@ -133,10 +136,10 @@ def accept() -> None:
     """The job runs in its directory: Hydra's record replaces the one in ``.hydra/``, the log is written."""
     pending = _pending()
     if pending is not None and pending.is_dir():
-        record = pending.with_name(".hydra")
+        record = _hydra_job()[0] / ".hydra"
         record.mkdir(exist_ok=True)
         for f in pending.iterdir():
-            os.replace(f, record / f.name)
+            shutil.move(f, record / f.name)  # from the temp folder: maybe another file system
         pending.rmdir()
     for handler in _held_logs():
         if os.path.islink(handler.baseFilename):
