@@ -6,8 +6,10 @@ import json
 import logging
 import os
 import re
+import shutil
 import signal
 import subprocess
+import warnings
 
 import numpy as np
 import pytest
@@ -247,3 +249,19 @@ def test_a_read_only_run_is_skipped_when_finished_and_refused_in_one_line_otherw
         assert elsewhere.returncode == 0, elsewhere.stderr[-2000:]
     assert snapshot(run) == before
     assert {"metrics.json", "evaluate.log", ".hydra"} <= {p.name for p in (tmp_path / "ev").iterdir()}
+
+
+def test_a_moved_unfinished_run_resumes_quietly(tmp_path, caplog):
+    """MOVED: each resume of a copied run warned that best_model_path named the old place (the crafted-checkpoint
+    warning) and that Lightning's dirpath had changed: a false alarm on a legitimate move."""
+    old, new = tmp_path / "old", tmp_path / "new"
+    run = [*MLP_RUN, "dataset.val_fraction=0.2"]
+    train(compose_train(old, [*run, "trainer.max_epochs=1", "test=false"]))
+    shutil.copytree(old, new)
+    shutil.rmtree(old)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        res = train(compose_train(new, [*run, "trainer.max_epochs=2"]))
+    assert res["epochs"] == 2
+    assert "not restored" not in caplog.text, caplog.text
+    assert not [w for w in caught if "dirpath" in str(w.message)], [str(w.message) for w in caught]
