@@ -26,7 +26,7 @@ def cli() -> None:
     if wants_help(sys.argv[1:]):
         print(evaluate_help(), end="")
         sys.exit(0)
-    main_guarded(main)
+    main_guarded(main, evaluation=True)
 
 
 if __name__ == "__main__":

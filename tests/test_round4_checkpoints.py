@@ -230,6 +230,6 @@ def test_evaluate_on_a_directory_says_it_is_one_and_writes_nothing_beside_the_ru
         res = run_cli(["evaluate.py", f"ckpt_path={given}"])
         assert res.returncode == 1 and res.stderr.strip().splitlines()[-1].startswith(
             f"error: checkpoint {given} is a directory, not a checkpoint file; give ckpt_path="
-            f"{run / 'checkpoints' / 'last.ckpt'} (traceback in {run / 'eval'}"
+            f"{run / 'checkpoints' / 'last.ckpt'}"  # the traceback: in a new eval/'s evaluate.log (runrecord.staged)
         ), res.stderr[-2000:]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]

@@ -11,7 +11,8 @@ golden-section search on log T over [1e-2, 1e2] finds its minimum. T is then app
 clean, noisy and missing-view predictions. T > 0 keeps every row's arg-max, so accuracy is unchanged and only
 the calibration metrics are reported again, beside the raw ones (whose keys do not change):
 
-* ``calibration/temperature``: T;
+* ``calibration/temperature``: T; ``calibration/n_rows``, ``calibration/n_classes``: the validation rows and classes
+  it was fitted on (at least :data:`MIN_ROWS` rows of two classes, else the run stops in one line, before training);
 * ``cal/test/ece``, ``cal/test/nll``, ``cal/test/brier``;
 * ``cal/noise/ece@<σ>``, ``cal/noise/ece_mean``;
 * ``cal/missing/ece@v<k>``, ``cal/missing/ece_mean``.
@@ -45,6 +46,7 @@ CALIBRATIONS = ("none", "temperature")
 BOUNDS = (1e-2, 1e2)  # the temperatures searched
 CAL_LOADER = -2_000  # the sample generator index of the validation predictions (see mnp.core.per_view.VIEW_LOADER)
 GOLDEN = (math.sqrt(5) - 1) / 2
+MIN_ROWS = 10  # T fitted on 2 rows, or on rows of one class, sat at the edge of the range and raised the ECE (T02, T03)
 
 
 def check_calibration(value) -> str:
@@ -95,12 +97,32 @@ def fit_temperature(probs: Tensor, labels: Tensor, bounds: tuple[float, float] =
     return t
 
 
+def check_fit_rows(labels, run: str | None = None) -> tuple[int, int]:
+    """The validation rows and classes T is fitted on, ``(n_rows, n_classes)``; a one-line ValueError with the
+    counts and what to do when there are fewer than :data:`MIN_ROWS` rows or one class (``run``: evaluate.py's
+    checkpoint, whose run must be trained again: evaluate.py takes no dataset key)."""
+    y = np.asarray(labels)
+    n, k = len(y), len(np.unique(y))
+    if n >= MIN_ROWS and k >= 2:
+        return n, k
+    rows = f"{n} validation row{'s' * (n != 1)} of {k} class{'es' * (k != 1)}" if n else "no validation rows"
+    need = f"T needs at least {MIN_ROWS} rows of 2 or more classes"
+    fraction = "a larger dataset.val_fraction" if n else "dataset.val_fraction > 0"
+    if run:
+        raise ValueError(
+            f"+eval.calibration=temperature fits T on the run's validation rows, and the run of {run} has {rows} "
+            f"({need}): re-train it with {fraction} (train.py) to calibrate it"
+        )
+    raise ValueError(
+        f"eval.calibration=temperature fits T on the validation rows, and the data give {rows} ({need}): set {fraction}"
+    )
+
+
 def validation_rows(model: "pl.LightningModule"):
-    """The datamodule that holds the validation rows T is fitted on; a one-line ValueError when there are none
+    """The datamodule that holds the validation rows T is fitted on; a one-line ValueError when they are too few
     (checked when the test starts, so ``evaluate.py +eval.calibration=temperature`` fails before predicting)."""
     dm = getattr(model.trainer, "datamodule", None) if model._trainer is not None else None
-    if dm is None or len(getattr(dm, "val_y", [])) == 0:
-        raise ValueError("eval.calibration=temperature fits T on the validation rows: set dataset.val_fraction > 0")
+    check_fit_rows(getattr(dm, "val_y", []))
     return dm
 
 
@@ -124,7 +146,8 @@ def validation_predictions(model: "pl.LightningModule") -> tuple[Tensor, Tensor]
 def calibrated_results(model: "pl.LightningModule", probs: Tensor, labels: Tensor) -> dict[str, float]:
     """T fitted on the validation rows, then the ``cal/`` metrics of the test loop's stores (clean ``probs``,
     ``labels``; the noisy and missing-view stores of ``model``), named as the raw ones are (``eval.split``)."""
-    t = fit_temperature(*validation_predictions(model))
+    val_probs, val_labels = validation_predictions(model)
+    t = fit_temperature(val_probs, val_labels)
     n_bins = model.protocol.n_bins
     out = {
         f"test/{k}": v
@@ -149,7 +172,9 @@ def calibrated_results(model: "pl.LightningModule", probs: Tensor, labels: Tenso
             }
         )
     log.info("temperature scaling: T = %.4g (fitted on the validation rows)", t)
-    out = {"calibration/temperature": t, **{f"cal/{k}": v for k, v in out.items()}}
+    n_rows, n_classes = check_fit_rows(val_labels)
+    fitted = {"calibration/temperature": t, "calibration/n_rows": n_rows, "calibration/n_classes": n_classes}
+    out = {**fitted, **{f"cal/{k}": v for k, v in out.items()}}
     if model.protocol.split == "val":  # val/...: what mnp.tools.select reads
         out = {"val/" + k.replace("cal/test/", "cal/", 1): v for k, v in out.items()}
     return out

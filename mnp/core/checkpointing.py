@@ -32,14 +32,14 @@ LAST, PREVIOUS = "last.ckpt", "prev.ckpt"
 LOCK = ".lock"
 
 
-def check_writable(out_dir: Path) -> None:
+def check_writable(out_dir: Path, key: str = "paths.log_dir or hydra.run.dir") -> None:
+    """A PermissionError naming ``out_dir`` and the ``key`` that moves it, when no file can be written there."""
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
         tempfile.TemporaryFile(dir=out_dir).close()  # no fixed name: parallel runs never collide
     except OSError as e:
         raise PermissionError(
-            f"output directory {out_dir} is not writable ({e.strerror}); "
-            "set paths.log_dir or hydra.run.dir to a writable place"
+            f"output directory {out_dir} is not writable ({e.strerror}); set {key} to a writable place"
         ) from None
 
 
@@ -80,34 +80,44 @@ CKPT_PATH_KEYS = ("best_model_path", "kth_best_model_path", "last_model_path")
 
 def restorable(ckpt, ckpt_dir: Path | None, path) -> dict:
     """``ckpt`` with every file path of its ModelCheckpoint states that does not resolve to a file directly in
-    ``ckpt_dir`` (symlinks and ``..`` followed) dropped, with a warning: Lightning deletes a restored "previous
+    ``ckpt_dir`` (symlinks and ``..`` followed) dropped, with a warning, but for a ``checkpoints/<name>`` of a run
+    moved or copied since, re-pointed quietly to that file of ``ckpt_dir`` (round 5's MOVED): Lightning deletes a restored "previous
     best" (``rm -r``), so a crafted state could name any directory tree. Those are the only paths a restored
     state holds (the loops hold counters: :func:`check_loops`)."""
     if not isinstance(ckpt, dict):
         return ckpt
     inside = Path(ckpt_dir).resolve() if ckpt_dir is not None else None
 
-    def kept(where: str, value) -> bool:
-        ok = isinstance(value, str) and (value == "" or inside is not None and Path(value).resolve().parent == inside)
-        if not ok:
-            log.warning(
-                "checkpoint %s: %s names %r, not a file in %s; it is not restored",
-                path,
-                where,
-                value,
-                inside or "this run's checkpoints",
-            )
-        return ok
+    def placed(where: str, value):
+        """``value`` kept, re-pointed into ``inside`` (a run moved or copied: its checkpoints/ file of that name),
+        or None: dropped, with a warning."""
+        if isinstance(value, str) and (value == "" or inside is not None and Path(value).resolve().parent == inside):
+            return value
+        if isinstance(value, str) and inside is not None and Path(value).parent.name == inside.name:
+            moved = inside / Path(value).name
+            if moved.is_file() and not moved.is_symlink():
+                return str(moved)
+        log.warning(
+            "checkpoint %s: %s names %r, not a file in %s; it is not restored",
+            path,
+            where,
+            value,
+            inside or "this run's checkpoints",
+        )
+        return None
 
     for key, state in (ckpt.get("callbacks") or {}).items():
         if not (isinstance(key, str) and key.startswith("ModelCheckpoint") and isinstance(state, dict)):
             continue
         for name in CKPT_PATH_KEYS:
-            if name in state and not kept(f"{key}.{name}", state[name]):
-                state[name] = ""
+            if name in state:
+                state[name] = placed(f"{key}.{name}", state[name]) or ""
         if "best_k_models" in state:
             models = state["best_k_models"] if isinstance(state["best_k_models"], dict) else {}
-            state["best_k_models"] = {p: v for p, v in models.items() if kept(f"{key}.best_k_models", p)}
+            moved = {p: placed(f"{key}.best_k_models", p) for p in models}
+            state["best_k_models"] = {moved[p]: v for p, v in models.items() if moved[p]}
+        if inside is not None and isinstance(state.get("dirpath"), str) and Path(state["dirpath"]).name == inside.name:
+            state["dirpath"] = str(inside)  # a moved run's own folder: Lightning then warns of no changed dirpath
     check_loops(ckpt.get("loops"), path)
     return ckpt
 
@@ -343,7 +353,12 @@ def holds_run_dir(fn):
     def locked(cfg, *args, **kwargs):
         out_dir = Path(cfg.paths.output_dir)
         created = not out_dir.exists()
-        check_writable(out_dir)
+        try:
+            check_writable(out_dir)
+        except PermissionError:
+            if cfg.get("skip_if_done", False) and (out_dir / "metrics.json").is_file():
+                return fn(cfg, *args, **kwargs)  # a finished run on a read-only dir: only read, and skipped (F04)
+            raise
         fd = _lock(out_dir / LOCK)
         try:
             for stale in [*out_dir.glob(".*.tmp"), *out_dir.glob("checkpoints/.*.tmp")]:

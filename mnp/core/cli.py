@@ -17,6 +17,7 @@ from mnp.core.summary import STATUS_ENV, sweep_incomplete, sweep_summary
 
 log = logging.getLogger("mnp")
 
+RUN_DIR_KEYS = "paths.log_dir or hydra.run.dir"  # what moves a train job's run directory
 # Set by :func:`main_guarded` when it (not the user) asked Hydra to re-raise its errors.
 _GUARDED = "MNP_CLI_GUARDED"
 
@@ -44,11 +45,12 @@ def one_line(e: BaseException) -> str:
     return "; ".join(parts) or "unknown error"
 
 
-def main_guarded(main) -> None:
+def main_guarded(main, evaluation: bool = False) -> None:
     """Run a ``@hydra.main`` entry point; Hydra's own errors (an unknown config key, a missing
     config option, a malformed override), a sweep's failed job and a sweep with skipped jobs end in one
     line ``error: <message>`` and exit status 1, like the errors :func:`run_guarded` handles; SIGTERM
-    and Ctrl-C end in one line and exit status 143 and 130 (:mod:`mnp.core.signals`)."""
+    and Ctrl-C end in one line and exit status 143 and 130 (:mod:`mnp.core.signals`). ``evaluation``: evaluate.py's,
+    whose folder moves with ``output_dir``."""
     quiet()
     multirun = any(a in ("-m", "--multirun") for a in sys.argv[1:])
     sys.argv[1:] = [quote_path_value(a, multirun) for a in sys.argv[1:]]
@@ -56,7 +58,7 @@ def main_guarded(main) -> None:
     os.environ[STATUS_ENV] = str(status)  # the jobs of a sweep append their outcomes (inherited by workers)
     try:
         with signals.handled():
-            _run_main(main, status)
+            _run_main(main, status, evaluation)
     finally:
         status.unlink(missing_ok=True)
         # the interpreter's last garbage collection at exit walks every object of torch, Lightning and the
@@ -64,7 +66,7 @@ def main_guarded(main) -> None:
         gc.freeze()
 
 
-def _run_main(main, status: Path) -> None:
+def _run_main(main, status: Path, evaluation: bool = False) -> None:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
@@ -84,13 +86,12 @@ def _run_main(main, status: Path) -> None:
         _fail(not_a_model_key(one_line(e)))
     except OSError as e:  # Hydra creates the run directory (and saves its config) before the job runs
         where = f" {e.filename}" if e.filename else ""
-        _fail(
-            f"cannot create the run directory{where}: {e.strerror or e}; set paths.log_dir or hydra.run.dir "
-            "to a writable place"
-        )
+        folder, key = ("the evaluation folder", "output_dir") if evaluation else ("the run directory", RUN_DIR_KEYS)
+        _fail(f"cannot create {folder}{where}: {e.strerror or e}; set {key} to a writable place")
     except OmegaConfBaseException as e:  # e.g. a ??? value that Hydra's own config (hydra.run.dir) needs
         found = re.search(r"Missing mandatory value: ([\w.]+)", str(e))
-        _fail(f"{found.group(1)} is required: add {found.group(1)}=<value> to the command" if found else one_line(e))
+        line = re.sub(r"^\w+ raised while resolving interpolation: ", "", one_line(e))  # a resolver's refusal
+        _fail(f"{found.group(1)} is required: add {found.group(1)}=<value> to the command" if found else line)
     _print_sweep(status)
     if sweep_incomplete(status):  # skipped jobs: the sweep ran, but its results are not all there
         _fail(sweep_incomplete(status))

@@ -17,7 +17,8 @@ Keys (``val/view/...`` under ``eval.split=val``):
   ``view/noise_ece_mean@v<k>``: view k's means over σ (as ``noise/acc_mean``).
 
 predictions.npz gains ``view/noise_acc`` and ``view/noise_ece``, (M, len(σ)) arrays for the per-σ figure.
-A row missing view k (mnp.core.missing) counts for no view-k metric.
+A row missing view k (mnp.core.missing) counts for no view-k metric. Single-view data get no ``view/`` key: the
+one view's prediction is the fused one, which the ``test/`` and ``noise/`` metrics already score.
 """
 
 from __future__ import annotations
@@ -52,13 +53,14 @@ class PerView:
 
     def __init__(self, model: "pl.LightningModule"):
         self.model = model
-        self.active = True  # False once the model's hook returns None
         m = len(model.view_dims)
+        self.active = m > 1  # False once the model's hook returns None; one view's own prediction is the fused one
         self.clean: list[list[tuple[Tensor, Tensor]]] = [[] for _ in range(m)]  # per view: (probs, labels) batches
         self.noisy = {s: [[] for _ in range(m)] for s in model.protocol.noise_levels}
 
     def _means(self, views: list[Tensor]) -> Tensor | None:
         """(B, M, K) mean probabilities of each view's own prediction; None when the model has none."""
+        self.model._stop_if_terminated()
         per = self.model.view_predictions(views)
         if per is None:
             return None

@@ -21,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from mnp.core import signals
 from mnp.core.accel import configure as configure_accel, matmul_precision
+from mnp.core.calibration import check_fit_rows
 from mnp.core.builders import (
     absolute_data_paths,
     build,
@@ -48,6 +49,7 @@ from mnp.core.errors import StoppedEarly, UnfinishedRun
 from mnp.core.inference_settings import apply_inference_settings, inference_settings
 from mnp.core.oom import explains_memory
 from mnp.core.outputs import split_record, write_json, write_npz
+from mnp.core.places import check_output_dir
 from mnp.core.progress import progress_callbacks
 from mnp.core.resources import set_threads
 from mnp.core.runrecord import accept, finished_record, staged
@@ -175,8 +177,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     if resume_from:
         check_epochs(resume_from, cfg.trainer.max_epochs, resumed)
         log.info("resuming from %s", resume_from)
+    check_writable(out_dir)  # a read-only run dir: one line, and Hydra's record and train.log are not written
     accept()  # from here on the job is the run directory's: Hydra's record and train.log are written
-    check_writable(out_dir)
     variant = hydra_variant()
     if cfg.get("variant") is None and variant:  # report rows tell ad-hoc override runs apart
         with open_dict(cfg):
@@ -188,6 +190,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     with open_dict(cfg):  # the sha256 of every data file read: config.yaml and the checkpoints record it
         cfg.data_hash = data_hashes(dm.data_files(), dm.read_sha256)
     check_train_batches(cfg.trainer, len(dm.train_dataloader()))  # a fraction of them that rounds to none
+    if protocol.calibration == "temperature":  # too few validation rows to fit T: refused before training
+        check_fit_rows(dm.val_y)
     model_name, model = build_model(cfg, dm, protocol)
     try:  # a dry run: Lightning calls it in fit, after config.yaml is written
         model.configure_optimizers()
@@ -325,6 +329,7 @@ def load_finished_run(run_dir: str | Path, data_dir: str | None = None, eval_ove
     return loaded
 
 
+@staged
 @explains_memory
 def evaluate(cfg: DictConfig) -> dict[str, Any]:
     """Rebuild model and datamodule from a checkpoint alone, re-run the full evaluation (SIGTERM and Ctrl-C end it
@@ -338,6 +343,8 @@ def _evaluate(cfg: DictConfig) -> dict[str, Any]:
     ev = cfg.get("eval")  # the +eval.* overrides, checked before anything is loaded (+model.*: by load_run, first)
     check_eval(OmegaConf.to_container(ev, resolve=True) if OmegaConf.is_config(ev) else ev or {})
     ckpt_path = Path(cfg.ckpt_path)
+    if cfg.output_dir:
+        check_output_dir(cfg.output_dir)
     out_dir = Path(cfg.output_dir or eval_dir(str(ckpt_path), cfg.get("eval"), cfg.get("data_dir"), cfg.get("model")))
     data_dir = os.path.abspath(os.path.expanduser(cfg.data_dir)) if cfg.get("data_dir") else None
     run_cfg, model_name, dataset_name, dm, model, ckpt = load_run(
@@ -345,7 +352,10 @@ def _evaluate(cfg: DictConfig) -> dict[str, Any]:
     )
     warn_if_data_changed(run_cfg, dm.data_files(), ckpt_path, dm.read_sha256)
     check_eval_output(out_dir, ckpt_path, OmegaConf.to_container(run_cfg, resolve=True))
-    check_writable(out_dir)
+    check_writable(out_dir, "output_dir")
+    if model.protocol.calibration == "temperature":
+        check_fit_rows(getattr(dm, "val_y", []), str(ckpt_path))
+    accept()  # Hydra's record (.hydra/) and evaluate.log reach the output folder
     trainer = pl.Trainer(
         accelerator=cfg.trainer.accelerator,
         devices=cfg.trainer.devices,

@@ -188,7 +188,7 @@ class Routine(pl.LightningModule):
         self._noisy: dict[float, list[Tensor]] = {s: [] for s in self.protocol.noise_levels}
         self._noisy_labels: list[Tensor] = []
         self._ood: dict[int, dict[str, list[Tensor]]] = {}
-        self._test_time = 0.0
+        self._test_time, self._eval_start = 0.0, time.perf_counter()
         if self.missing_sets and not self.accepts_missing:
             log.info("%s: no missing-view protocol, its predict takes no `present` mask", type(self).__name__)
         self._missing = {s: ([], []) for s in self.missing_sets} if self.accepts_missing else {}
@@ -340,6 +340,8 @@ class Routine(pl.LightningModule):
             results, arrays = validation_names(results), validation_names(arrays)
         if ev.calibration == "temperature":
             results.update(calibrated_results(self, probs, labels))
+        results["time/eval_s"] = time.perf_counter() - self._eval_start  # the whole test: every protocol, T's fit
+        self._stop_if_terminated()  # a SIGTERM in the epoch-end stages (temperature fit, last per-view step)
         self.test_results, self.test_arrays = results, arrays
         for k, v in results.items():
             self.log(k, v, add_dataloader_idx=False)

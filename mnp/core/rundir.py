@@ -25,6 +25,7 @@ from typing import Any, Iterable
 from omegaconf import OmegaConf
 
 from mnp.core.migrations import upgrade_run_config
+from mnp.core.places import check_output_dir, experiment_dir_name
 from mnp.core.resources import gpu_jobs
 from mnp.core.runrecord import pending_subdir
 
@@ -35,6 +36,7 @@ EVAL_RESOLVER = "mnp_eval_dir"
 PENDING_RESOLVER = "mnp_pending_record"
 JOBS_RESOLVER = "mnp_gpu_jobs"
 WARMUP_RESOLVER = "mnp_warmup"
+EXPERIMENT_RESOLVER = "mnp_experiment"
 # keys that cannot change a run's numbers: these exactly (group choices, bookkeeping) ...
 NON_RESULT_KEYS = frozenset(
     {
@@ -109,9 +111,9 @@ def run_suffix(overrides: Iterable[str]) -> str:
 
 def register_resolver() -> None:
     """The configs' resolvers: ``${mnp_run_suffix:${hydra.overrides.task}}`` in conf/hydra/default.yaml,
-    ``${mnp_eval_dir:${ckpt_path},${eval},${data_dir},${model}}`` in conf/evaluate.yaml, ``${mnp_pending_record:}`` in conf/train.yaml,
-    ``${mnp_gpu_jobs:}`` in conf/launcher/gpu_joblib.yaml (mnp.core.resources) and ``${mnp_warmup:W,E}`` in
-    conf/model_dataset/."""
+    ``${mnp_eval_dir:${ckpt_path},${eval},${data_dir},${model},${output_dir}}`` in conf/evaluate.yaml, ``${mnp_pending_record:}`` in conf/train.yaml,
+    ``${mnp_gpu_jobs:}`` in conf/launcher/gpu_joblib.yaml (mnp.core.resources), ``${mnp_warmup:W,E}`` in
+    conf/model_dataset/ and ``${mnp_experiment:${experiment_name}}`` in conf/hydra/default.yaml (mnp.core.places)."""
     if not OmegaConf.has_resolver(RESOLVER):
         OmegaConf.register_new_resolver(RESOLVER, lambda overrides: run_suffix(list(overrides or [])))
     if not OmegaConf.has_resolver(EVAL_RESOLVER):
@@ -122,6 +124,8 @@ def register_resolver() -> None:
         OmegaConf.register_new_resolver(JOBS_RESOLVER, gpu_jobs)
     if not OmegaConf.has_resolver(WARMUP_RESOLVER):
         OmegaConf.register_new_resolver(WARMUP_RESOLVER, scaled_warmup)
+    if not OmegaConf.has_resolver(EXPERIMENT_RESOLVER):
+        OmegaConf.register_new_resolver(EXPERIMENT_RESOLVER, experiment_dir_name)
 
 
 def scaled_warmup(warmup: int, of: int, *, _root_) -> int:
@@ -134,12 +138,16 @@ def scaled_warmup(warmup: int, of: int, *, _root_) -> int:
     return max(min(round(warmup * epochs / of), epochs - 1), 0)
 
 
-def eval_dir(ckpt_path: str, evaluation=None, data_dir: str | None = None, model=None) -> str:
+def eval_dir(ckpt_path: str, evaluation=None, data_dir: str | None = None, model=None, output_dir=None) -> str:
     """``<run dir>/eval`` for ``<run dir>/checkpoints/<name>.ckpt`` (else ``eval`` beside the file),
     absolute: an evaluation writes nothing outside the run it evaluates. Evaluations with ``+eval.*``
     settings (``evaluation``), ``+model.*`` settings (``model``) or another ``data_dir`` each get their own,
     ``eval_<settings>`` (``eval_noise_levels=[0.5]``, ``eval_model.decoder.eval_samples=20``), so one never writes
-    over another."""
+    over another. A user's ``output_dir`` is the place (checked first: :func:`mnp.core.places.check_output_dir`),
+    so a read-only run is evaluated into a folder elsewhere."""
+    if output_dir:
+        check_output_dir(output_dir)
+        return str(Path(str(output_dir)).expanduser().absolute())
     ckpt = Path(str(ckpt_path)).expanduser().absolute()
     if ckpt.is_dir():  # a run directory or its checkpoints/ (refused by evaluate.py): its eval stays inside it
         ckpt = ckpt / LAST_CKPT if ckpt.name == "checkpoints" else ckpt / "checkpoints" / LAST_CKPT

@@ -3,8 +3,9 @@
 Hydra 1.3 (``hydra.core.utils.run_job``) writes its record of a job (``.hydra/config.yaml``,
 ``hydra.yaml``, ``overrides.yaml``) and opens the job log (``train.log``) before the task function
 runs: before the run directory's lock is taken and before the job is checked against the run the
-directory holds. ``train.yaml`` therefore points Hydra's record at a folder of this process
-(``hydra.output_subdir: ${mnp_pending_record:}``, :data:`PENDING` + the PID), and :func:`staged` has
+directory holds. ``train.yaml`` and ``evaluate.yaml`` therefore point Hydra's record at a folder of this process outside the
+run (``hydra.output_subdir: ${mnp_pending_record:}``, :data:`PENDING` + the user and process ids in the temp
+folder, so a read-only run directory can still be skipped as done), and :func:`staged` has
 Hydra's log files in the run directory hold their lines in memory (:class:`DeferredFileHandler`).
 :func:`accept` moves the record into ``.hydra/`` and writes the log once the job is accepted; a job
 that stops before (a bad config, a busy directory, a run of another config or other data) or is
@@ -14,11 +15,13 @@ then the failed job's record and log, with its traceback, are written there.
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
 import logging
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 PENDING = ".hydra-pending-"
@@ -27,11 +30,29 @@ log = logging.getLogger(__name__)
 
 
 def pending_subdir() -> str:
-    """``hydra.output_subdir`` of a train job: a name no other process uses."""
-    return f"{PENDING}{os.getpid()}"
+    """``hydra.output_subdir`` of a job: an absolute folder (Hydra joins it to the run directory) no other
+    process uses."""
+    return str(Path(tempfile.gettempdir()) / f"{PENDING}{os.getuid()}-{os.getpid()}")
 
 
-class DeferredFileHandler(logging.FileHandler):
+class RunLogFile(logging.FileHandler):
+    """Hydra's job log (conf/hydra/job_logging/run_log.yaml): opened without following a
+    symbolic link. One planted at its path in a shared run directory is replaced by a regular file, so the job
+    never appends its log to a file outside the run (round 5's F06)."""
+
+    def _open(self):
+        flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | (os.O_APPEND if "a" in self.mode else os.O_TRUNC)
+        try:
+            fd = os.open(self.baseFilename, flags, 0o666)
+        except OSError as e:
+            if e.errno != errno.ELOOP:
+                raise
+            os.unlink(self.baseFilename)
+            fd = os.open(self.baseFilename, flags | os.O_EXCL, 0o666)  # a link planted again meanwhile: refused
+        return os.fdopen(fd, self.mode, encoding=self.encoding, errors=self.errors)
+
+
+class DeferredFileHandler(RunLogFile):
     """A log file written only from :meth:`start` on (the lines held until then go first); after
     :meth:`drop` nothing is written. The file is opened at the first write."""
 
@@ -68,7 +89,7 @@ def _hydra_job() -> tuple[Path, str | None] | None:
 def _pending() -> Path | None:
     """This job's staged Hydra record, if Hydra staged one."""
     job = _hydra_job()
-    if job is None or not str(job[1] or "").startswith(PENDING):
+    if job is None or not Path(str(job[1] or "")).name.startswith(PENDING):
         return None
     return job[0] / job[1]
 
@@ -78,7 +99,7 @@ def _hold_logs() -> None:
     ``hydra/job_logging`` configured) hold their lines from now on."""
     job, root = _hydra_job(), logging.getLogger()
     for h in list(root.handlers) if job else []:
-        if type(h) is logging.FileHandler and Path(h.baseFilename).resolve().parent == job[0]:
+        if type(h) in (logging.FileHandler, RunLogFile) and _unlinked(h).parent == job[0]:
             held = DeferredFileHandler(h.baseFilename, h.mode, h.encoding, h.errors)
             held.setFormatter(h.formatter)
             held.setLevel(h.level)
@@ -86,6 +107,12 @@ def _hold_logs() -> None:
             root.removeHandler(h)
             h.close()
             root.addHandler(held)
+
+
+def _unlinked(handler: logging.FileHandler) -> Path:
+    """The handler's file, its folder resolved but not the file itself (a planted link is the run's own file)."""
+    path = Path(handler.baseFilename)
+    return path.parent.resolve() / path.name
 
 
 def _held_logs() -> list[DeferredFileHandler]:
@@ -98,9 +125,9 @@ def _untouched() -> bool:
     job = _hydra_job()
     if job is None or not job[0].is_dir():
         return False
-    logs = {Path(h.baseFilename).resolve() for h in _held_logs()}
+    logs = {_unlinked(h) for h in _held_logs()}
     return all(
-        p.name.startswith(PENDING) or (p.resolve() in logs and p.is_file() and p.stat().st_size == 0)
+        p.name.startswith(PENDING) or (p in logs and not p.is_symlink() and p.is_file() and p.stat().st_size == 0)
         for p in job[0].iterdir()
     )
 
@@ -109,12 +136,14 @@ def accept() -> None:
     """The job runs in its directory: Hydra's record replaces the one in ``.hydra/``, the log is written."""
     pending = _pending()
     if pending is not None and pending.is_dir():
-        record = pending.with_name(".hydra")
+        record = _hydra_job()[0] / ".hydra"
         record.mkdir(exist_ok=True)
         for f in pending.iterdir():
-            os.replace(f, record / f.name)
+            shutil.move(f, record / f.name)  # from the temp folder: maybe another file system
         pending.rmdir()
     for handler in _held_logs():
+        if os.path.islink(handler.baseFilename):
+            log.warning("%s was a symbolic link; it is now a file of this run", handler.baseFilename)
         handler.start()
 
 
