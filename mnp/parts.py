@@ -27,7 +27,7 @@ from mnp.core.domains import COUNT, NATURAL, NON_NEGATIVE, POSITIVE, UNIT, Domai
 from mnp.decoder import Decoder
 from mnp.encoders import MERGES, NORMS, PRIORS, PROJECTIONS, ModalityEncoder
 from mnp.memory import INITS, JSTARS, UPDATES, ContextMemory
-from mnp.optim import EPS_PLACEMENTS, OPTIM_DOMAINS, make_optimizer
+from mnp.optim import EPS_PLACEMENTS, OPTIM_DOMAINS, SCHEDULES, make_optimizer
 from mnp.view_weighting import VIEW_WEIGHTINGS
 
 
@@ -247,7 +247,7 @@ class OptimPart:
     domains: ClassVar[dict] = {**OPTIM_DOMAINS, "clip_norm": optional(POSITIVE), "lengthscale_lr_scale": POSITIVE}
 
     def __post_init__(self):
-        _check(self, "optim", eps_placement=EPS_PLACEMENTS, schedule=("constant", "piecewise", "linear"))
+        _check(self, "optim", eps_placement=EPS_PLACEMENTS, schedule=SCHEDULES)
         object.__setattr__(self, "milestones", tuple(self.milestones))  # frozen: hashable, and no caller can edit it
         object.__setattr__(self, "values", tuple(self.values))
 

@@ -1,6 +1,6 @@
 """Reliability round five (issue 49), B7 and B2: MNP's flat keys of before its parts, on the command line and as
 constructor arguments, are refused in one line naming today's key; a part's node that is no mapping is one line
-before the data is read."""
+before the data is read; the baselines check their ``optim`` mapping when built, not at fit."""
 
 import inspect
 
@@ -8,6 +8,13 @@ import numpy as np
 import pytest
 from hydra.errors import ConfigCompositionException
 
+from baselines.deep_ensemble import DeepEnsemble
+from baselines.etp import ETP
+from baselines.mcd import MCDropout
+from baselines.mgp import MGP
+from baselines.mlp import MLP
+from baselines.sngp import SNGP
+from baselines.tmc import TMC
 from cfg_utils import compose_train
 from cli_utils import assert_no_outputs, guarded_error, hydra_only, run_cli
 from datamodules.custom import CustomDataModule
@@ -118,3 +125,30 @@ def test_the_check_of_old_arguments_keeps_the_constructors_signature_and_other_e
     with pytest.raises(TypeError, match=r"^MNP.__init__\(\) got an unexpected keyword argument 'memroy'$"):
         MNP(3, [8, 5], memroy={"size": 10})
     assert MNP(3, [8, 5], memory={"size": 30}).spec.memory.size == 30
+
+
+BASELINES = [DeepEnsemble, TMC, MGP, SNGP, ETP, MCDropout, MLP]
+
+
+@pytest.mark.parametrize("cls", BASELINES, ids=lambda c: c.__name__)
+@pytest.mark.parametrize(
+    "optim, message",
+    [
+        (
+            {"lrr": 0.1},
+            "model.optim has no setting 'lrr'; it takes lr, weight_decay, eps, schedule, milestones, "
+            "values, eps_placement",
+        ),  # C54
+        (
+            {"schedule": "bogus"},
+            "unknown model.optim.schedule 'bogus'; choose one of constant, piecewise, linear",
+        ),  # C57
+        ({"eps_placement": "tf"}, "unknown model.optim.eps_placement 'tf'; choose one of torch, keras"),
+        (0.1, "model.optim must be a mapping of its settings, got 0.1"),
+    ],
+)
+def test_a_baselines_optim_mapping_is_checked_when_built(cls, optim, message):
+    """C54, C57: each baseline refused these only at fit (a TypeError of make_optimizer, or its schedule's error)."""
+    with pytest.raises(ValueError) as e:
+        cls(3, [8, 5], optim=optim)
+    assert str(e.value) == message
