@@ -1,12 +1,14 @@
 """Reliability round five (issue 49), B7 and B2: MNP's flat keys of before its parts, on the command line and as
 constructor arguments, are refused in one line naming today's key; a part's node that is no mapping is one line
-before the data is read; the baselines check their ``optim`` mapping when built, not at fit."""
+before the data is read; the constructor explains the config-only ``warmup.fraction``; the baselines check their
+``optim`` mapping when built, not at fit."""
 
 import inspect
 
 import numpy as np
 import pytest
 from hydra.errors import ConfigCompositionException
+from omegaconf import OmegaConf
 
 from baselines.deep_ensemble import DeepEnsemble
 from baselines.etp import ETP
@@ -15,7 +17,7 @@ from baselines.mgp import MGP
 from baselines.mlp import MLP
 from baselines.sngp import SNGP
 from baselines.tmc import TMC
-from cfg_utils import compose_train
+from cfg_utils import ROOT, compose_train
 from cli_utils import assert_no_outputs, guarded_error, hydra_only, run_cli
 from datamodules.custom import CustomDataModule
 from mnp.core.cli import not_a_model_key, one_line
@@ -125,6 +127,19 @@ def test_the_check_of_old_arguments_keeps_the_constructors_signature_and_other_e
     with pytest.raises(TypeError, match=r"^MNP.__init__\(\) got an unexpected keyword argument 'memroy'$"):
         MNP(3, [8, 5], memroy={"size": 10})
     assert MNP(3, [8, 5], memory={"size": 30}).spec.memory.size == 30
+
+
+def test_the_config_only_warmup_fraction_is_explained_by_the_constructor():
+    """C28 (documented, not accepted): the fraction needs trainer.max_epochs, which the constructor does not know.
+    Given alone, or in the node copied from conf/model/mnp.yaml, the line says what train.py does with it."""
+    node = OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "model" / "mnp.yaml").warmup)
+    for warmup in ({"fraction": 2.0}, node):
+        with pytest.raises(ValueError) as e:
+            MNP(3, [8, 5], warmup=warmup)
+        assert str(e.value) == (
+            "model.warmup.fraction is read by train.py, not by the constructor: with warmup.epochs null it sets "
+            "warmup.epochs = round(fraction × trainer.max_epochs); give warmup={'epochs': <that number>}"
+        )
 
 
 BASELINES = [DeepEnsemble, TMC, MGP, SNGP, ETP, MCDropout, MLP]
