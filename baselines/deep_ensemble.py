@@ -24,7 +24,7 @@ from baselines.batched import BatchedMLP, pad_views
 from mnp.core import metrics
 from mnp.core.missing import MeanImputation
 from mnp.core.domains import COUNT, check_domains, each
-from mnp.optim import OPTIM_DOMAINS, make_optimizer
+from mnp.optim import OPTIM_DOMAINS, make_optimizer, optim_settings
 from mnp.core.routine import Routine
 
 
@@ -73,7 +73,7 @@ class DeepEnsemble(MeanImputation, Routine):
             self.net = BatchedMLP(members, sum(self.view_dims), hidden, num_classes)
         else:  # one classifier per view, each initialised for its own input width
             self.net = BatchedMLP(len(self.view_dims), max(self.view_dims), hidden, num_classes, fan_in=self.view_dims)
-        self.optim_cfg = {**self.OPTIM, **(optim or {})}
+        self.optim_cfg = optim_settings(self.OPTIM, optim)
         if fusion == "early":
             self.init_imputation()
 

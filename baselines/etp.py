@@ -26,7 +26,7 @@ from torch.distributions import Dirichlet, kl_divergence
 from mnp.core import metrics
 from mnp.core.missing import MeanImputation
 from mnp.core.domains import COUNT, NON_NEGATIVE, POSITIVE, UNIT, Domain, check_domains
-from mnp.optim import OPTIM_DOMAINS, make_optimizer
+from mnp.optim import OPTIM_DOMAINS, make_optimizer, optim_settings
 from mnp.core.routine import Routine
 
 LOGIT_MIN = -15.0  # numerical guard (not in the official code): keeps α = exp(ℓ) > 0 in float32
@@ -71,7 +71,7 @@ class ETP(MeanImputation, Routine):
         self.register_buffer("memory", (0.01 * torch.randn(memory_size, k)).pow(2))
         self.memory_lr, self.memory_std, self.kl_weight = memory_lr, memory_std, kl_weight
         self.max_context, self.logit_max, self.samples = int(max_context), logit_max, int(samples)
-        self.optim_cfg = {**self.OPTIM, **(optim or {})}
+        self.optim_cfg = optim_settings(self.OPTIM, optim)
         self.init_imputation()
 
     def memory_sample(self, n: int) -> Tensor:

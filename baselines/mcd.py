@@ -11,7 +11,7 @@ from baselines.mlp import mlp
 from mnp.core import metrics
 from mnp.core.missing import MeanImputation
 from mnp.core.domains import COUNT, NATURAL, Domain, check_domains, each
-from mnp.optim import OPTIM_DOMAINS, make_optimizer
+from mnp.optim import OPTIM_DOMAINS, make_optimizer, optim_settings
 from mnp.core.routine import Routine
 
 
@@ -43,7 +43,7 @@ class MCDropout(MeanImputation, Routine):
         check_domains(self.domains, self.hparams)
         self.net = mlp(sum(self.view_dims), hidden, num_classes, dropout)
         self.mc_samples = int(mc_samples)
-        self.optim_cfg = {**self.OPTIM, **(optim or {})}
+        self.optim_cfg = optim_settings(self.OPTIM, optim)
         self.init_imputation()
 
     def sample_logits(self, x: Tensor, samples: int) -> Tensor:

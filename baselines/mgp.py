@@ -37,7 +37,7 @@ import torch
 from torch import Tensor
 
 from mnp.core.domains import COUNT, NON_NEGATIVE, POSITIVE, Domain, check_domains
-from mnp.optim import OPTIM_DOMAINS, make_optimizer
+from mnp.optim import OPTIM_DOMAINS, make_optimizer, optim_settings
 from mnp.core.routine import Routine
 
 WEIGHTINGS = ("uniform", "poe", "entropy", "entropy_signed", "softmax_entropy")
@@ -170,7 +170,7 @@ class MGP(Routine):
         self.lengthscale_init, self.outputscale_init = lengthscale_init, float(outputscale_init)
         self.alpha_eps, self.kl_beta, self.mc_samples = float(alpha_eps), float(kl_beta), int(mc_samples)
         self.train_weighting, self.test_weighting, self.uncertainty = train_weighting, test_weighting, uncertainty
-        self.optim_cfg = {**self.OPTIM, **(optim or {})}
+        self.optim_cfg = optim_settings(self.OPTIM, optim)
 
     # ------------------------------------------------------------------ initialisation from data
     def _inducing_from(self, x: Tensor) -> Tensor:

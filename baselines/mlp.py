@@ -9,7 +9,7 @@ from torch import Tensor, nn
 
 from mnp.core.missing import MeanImputation
 from mnp.core.domains import COUNT, Domain, check_domains, each
-from mnp.optim import OPTIM_DOMAINS, make_optimizer
+from mnp.optim import OPTIM_DOMAINS, make_optimizer, optim_settings
 from mnp.core.routine import Routine
 
 
@@ -44,7 +44,7 @@ class MLP(MeanImputation, Routine):
         self.save_hyperparameters()
         check_domains(self.domains, self.hparams)
         self.net = mlp(sum(self.view_dims), hidden, num_classes, dropout)
-        self.optim_cfg = {**self.OPTIM, **(optim or {})}
+        self.optim_cfg = optim_settings(self.OPTIM, optim)
         self.init_imputation()
 
     def logits(self, views: list[Tensor]) -> Tensor:

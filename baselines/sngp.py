@@ -24,7 +24,7 @@ from torch import Tensor, nn
 
 from mnp.core.missing import MeanImputation
 from mnp.core.domains import COUNT, NON_NEGATIVE, POSITIVE, Domain, check_domains, optional
-from mnp.optim import OPTIM_DOMAINS, make_optimizer
+from mnp.optim import OPTIM_DOMAINS, make_optimizer, optim_settings
 from mnp.core.routine import Routine
 
 
@@ -81,7 +81,7 @@ class SNGP(MeanImputation, Routine):
         self.ridge, self.cov_momentum, self.mean_field_factor, self.l2 = ridge, cov_momentum, mean_field_factor, l2
         self.num_features = num_features
         self._cov_cache: tuple[tuple, Tensor] | None = None  # ridge · P⁻¹, keyed on P's storage and version
-        self.optim_cfg = {**self.OPTIM, **(optim or {})}
+        self.optim_cfg = optim_settings(self.OPTIM, optim)
         self.init_imputation()
 
     def features(self, views: list[Tensor]) -> Tensor:

@@ -19,7 +19,7 @@ from torch import Tensor, nn
 
 from baselines.batched import BatchedLinear, pad_views
 from mnp.core.domains import COUNT, check_domains
-from mnp.optim import OPTIM_DOMAINS, make_optimizer
+from mnp.optim import OPTIM_DOMAINS, make_optimizer, optim_settings
 from mnp.core.routine import Routine
 
 
@@ -85,7 +85,7 @@ class TMC(Routine):
             raise ValueError("TMC fuses several views; the data has only one")
         self.evidence_net = BatchedLinear(len(self.view_dims), max(self.view_dims), num_classes, fan_in=self.view_dims)
         self.annealing_epochs = int(annealing_epochs)
-        self.optim_cfg = {**self.OPTIM, **(optim or {})}
+        self.optim_cfg = optim_settings(self.OPTIM, optim)
 
     def view_alphas(self, views: list[Tensor]) -> Tensor:
         """(M, B, K) Dirichlet parameters α = softplus(evidence) + 1 of every view."""

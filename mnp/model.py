@@ -17,6 +17,7 @@ from torch import Tensor
 from torch.profiler import record_function
 
 from mnp.core import metrics
+from mnp.core.migrations import refusing_flat
 from mnp.aggregation import modality_draws
 from mnp.attention import choice, normalise, topk_hint
 from mnp.context_cache import ContextEncodingCache
@@ -57,6 +58,7 @@ class MNP(MNPTraining, Routine):
     # each part's declared domains (mnp.core.domains), checked by the part and by the config validation
     domains = {name: part.domains for name, part in PARTS.items()}
 
+    @refusing_flat
     def __init__(
         self,
         num_classes: int,

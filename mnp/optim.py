@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import inspect
 import math
+from collections.abc import Mapping
 from typing import Iterable, Sequence
 
 import torch
 
+from mnp.attention import choice
 from mnp.core.domains import NATURAL, NON_NEGATIVE, POSITIVE, each
 
 # the documented domains of make_optimizer's numeric arguments: every model's ``optim`` keys (mnp.core.domains);
@@ -54,6 +57,7 @@ def lr_lambda(schedule: str, milestones: Sequence[int], values: Sequence[float],
 
 
 EPS_PLACEMENTS = ("torch", "keras")
+SCHEDULES = ("constant", "piecewise", "linear")
 
 
 def set_lr(group: dict, lr: float) -> None:
@@ -109,3 +113,18 @@ def make_optimizer(
         keras_eps_(opt)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(schedule, list(milestones), list(values), lr, max_epochs))
     return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "epoch"}}
+
+
+def optim_settings(defaults: Mapping, given) -> dict:
+    """A baseline's ``optim`` argument over its ``defaults``, checked as MNP's optimiser part checks its own (one
+    line naming ``model.optim``): a mapping of :func:`make_optimizer`'s settings, its words known, so that a bad
+    one fails at construction, not at fit (the numbers' domains: the model's ``check_domains``)."""
+    if given is not None and not isinstance(given, Mapping):
+        raise ValueError(f"model.optim must be a mapping of its settings, got {given!r}")
+    known = [k for k in inspect.signature(make_optimizer).parameters if k not in ("params", "max_epochs", "fused")]
+    if unknown := [k for k in given or {} if k not in known]:
+        raise ValueError(f"model.optim has no setting {unknown[0]!r}; it takes {', '.join(known)}")
+    settings = {**defaults, **(given or {})}
+    choice("model.optim.schedule", settings.get("schedule", "constant"), SCHEDULES)
+    choice("model.optim.eps_placement", settings.get("eps_placement", "torch"), EPS_PLACEMENTS)
+    return settings

@@ -27,7 +27,7 @@ from mnp.core.domains import COUNT, NATURAL, NON_NEGATIVE, POSITIVE, UNIT, Domai
 from mnp.decoder import Decoder
 from mnp.encoders import MERGES, NORMS, PRIORS, PROJECTIONS, ModalityEncoder
 from mnp.memory import INITS, JSTARS, UPDATES, ContextMemory
-from mnp.optim import EPS_PLACEMENTS, OPTIM_DOMAINS, make_optimizer
+from mnp.optim import EPS_PLACEMENTS, OPTIM_DOMAINS, SCHEDULES, make_optimizer
 from mnp.view_weighting import VIEW_WEIGHTINGS
 
 
@@ -247,7 +247,7 @@ class OptimPart:
     domains: ClassVar[dict] = {**OPTIM_DOMAINS, "clip_norm": optional(POSITIVE), "lengthscale_lr_scale": POSITIVE}
 
     def __post_init__(self):
-        _check(self, "optim", eps_placement=EPS_PLACEMENTS, schedule=("constant", "piecewise", "linear"))
+        _check(self, "optim", eps_placement=EPS_PLACEMENTS, schedule=SCHEDULES)
         object.__setattr__(self, "milestones", tuple(self.milestones))  # frozen: hashable, and no caller can edit it
         object.__setattr__(self, "values", tuple(self.values))
 
@@ -270,13 +270,18 @@ class OptimPart:
 @dataclass(frozen=True)
 class WarmupPart:
     """Contrastive-only warm-up (official): ``epochs`` of L_RBF alone with their own Adam at ``lr``, decayed
-    linearly to lr·``end_factor``. The config's ``fraction`` (epochs: null) is resolved before the model is built."""
+    linearly to lr·``end_factor``. The config's ``fraction`` (epochs: null) is resolved by train.py before the model
+    is built, from trainer.max_epochs, which the constructor does not know: given here, it is refused with that rule."""
 
     epochs: int = 0
     lr: float = 1e-3
     end_factor: float = 0.1
     domains: ClassVar[dict] = dict(epochs=NATURAL, lr=POSITIVE, end_factor=UNIT)
-    config_only: ClassVar[tuple] = ("fraction",)  # read by the config (mnp.core.validate.resolve_auto), not the part
+    # read by the config (mnp.core.validate.resolve_auto), not the part: what the constructor says of each
+    config_only: ClassVar[dict] = {
+        "fraction": "is read by train.py, not by the constructor: with warmup.epochs null it sets warmup.epochs = "
+        "round(fraction × trainer.max_epochs); give warmup={'epochs': <that number>}"
+    }
 
     def __post_init__(self):
         _check(self, "warmup")
@@ -334,6 +339,8 @@ def as_part(cls: type, value: Any, name: str):
         raise ValueError(f"model.{name} must be a mapping of its settings, got {value!r}")
     known = [f.name for f in fields(cls)]
     if unknown := [k for k in value if k not in known]:
+        if why := getattr(cls, "config_only", {}).get(unknown[0]):
+            raise ValueError(f"model.{name}.{unknown[0]} {why}")
         raise ValueError(f"model.{name} has no setting {unknown[0]!r}; it takes {', '.join(known)}")
     return cls(**value)
 

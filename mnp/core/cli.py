@@ -13,6 +13,7 @@ from pathlib import Path
 from mnp.core import signals
 from mnp.core.console import quiet, to_log_file, traceback_to_log_file
 from mnp.core.errors import USER_ERRORS
+from mnp.core.migrations import moved_key
 from mnp.core.summary import STATUS_ENV, sweep_incomplete, sweep_summary
 
 log = logging.getLogger("mnp")
@@ -99,16 +100,20 @@ def _run_main(main, status: Path, evaluation: bool = False) -> None:
 
 def not_a_model_key(line: str) -> str:
     """Hydra's advice for a key the chosen model lacks (``+model.<key>=...``) adds it to a model that cannot take it
-    (and fails for the models of a sweep that have it): say what to do instead."""
+    (and fails for the models of a sweep that have it): say what to do instead. A flat MNP key of before the parts
+    (``model.memory_size``) is named with today's key (:func:`mnp.core.migrations.moved_key`)."""
     found = re.match(
-        r"Could not override '(model\.[\w.]+)'\. To append to your config use \+\S+; (Key .* not in struct)", line
+        r"Could not override '(model\.[\w.]+)'\. To append to your config use \+[\w.]+=(.*?); (Key .* not in struct)",
+        line,
     )
     if not found:
         return line
     key = found.group(1)
+    if moved := moved_key(key, found.group(2)):
+        return moved
     hint = "; MNP's warm-up follows a shorter trainer.max_epochs by itself" if key == "model.warmup.epochs" else ""
     return (
-        f"{key} is not a key of the model ({found.group(2)}; in a sweep, of every model it runs): check its "
+        f"{key} is not a key of the model ({found.group(3)}; in a sweep, of every model it runs): check its "
         f"spelling (the models' keys: docs/usage.md), and give a key only some models of a sweep have in a "
         f"command of its own for those; +{key} would pass it to a model that does not take it{hint}"
     )

@@ -10,6 +10,8 @@ named by its target as :mod:`mnp.core.stored_config` names it, so the framework 
 
 from __future__ import annotations
 
+import functools
+import json
 from collections.abc import Mapping
 
 MNP_TARGET = "mnp.model.MNP"
@@ -107,6 +109,45 @@ def modern_key(key: str) -> str:
     """A flat MNP key of a run from before the parts as today's (``model.memory_size`` -> ``model.memory.size``)."""
     flat = key.removeprefix("model.")
     return f"model.{'.'.join(FLAT[flat])}" if key.startswith("model.") and flat in FLAT else key
+
+
+MOVED = "MNP's flat settings moved into its parts' nodes (docs/usage.md)"
+
+
+def _moved(name: str) -> bool:  # ``aggregation`` is a part's node today: a bad value of it is no old key
+    return name in FLAT and name not in PART_NODES
+
+
+def moved_key(key: str, value) -> str | None:
+    """The one line for a flat MNP key of before the parts given to a run (``model.memory_size``; ``value`` as the
+    command wrote it, or a config value), naming today's key; None for any other key."""
+    if not (key.startswith("model.") and _moved(key.removeprefix("model."))):
+        return None
+    written = value if isinstance(value, str) else json.dumps(value)
+    return f"{key} is not a key of the model: {MOVED}, give {modern_key(key)}={written}"
+
+
+def moved_argument(name: str, value) -> str | None:
+    """The one line for a flat keyword argument of before the parts given to ``MNP(...)`` (``memory_size=30``),
+    naming today's argument (``memory={'size': 30}``); None for any other argument."""
+    if not _moved(name):
+        return None
+    given = ", ".join(f"{k}={v!r}" for k, v in nest_flat({name: value}).items())
+    return f"MNP() got an unexpected keyword argument {name!r}: {MOVED}, give {given}"
+
+
+def refusing_flat(init):
+    """``MNP.__init__`` naming today's argument for a flat keyword of before the parts, where Python would say only
+    that it is unexpected; its signature and annotations stay ``init``'s (``functools.wraps``)."""
+
+    @functools.wraps(init)
+    def checked(self, *args, **kwargs):
+        for name, value in kwargs.items():
+            if line := moved_argument(name, value):
+                raise TypeError(line)
+        return init(self, *args, **kwargs)
+
+    return checked
 
 
 def modern_variant(variant: str) -> str:

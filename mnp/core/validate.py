@@ -4,8 +4,8 @@ Every failure is a :class:`ConfigError` (a ValueError, so the CLIs print it as o
 naming the full key, what it must be and what it got. Checked:
 
 * mandatory values left at ``???`` (``dataset=custom`` without ``dataset.path``);
-* the type of every ``model.*`` and ``dataset.*`` value against the annotation of the constructor
-  argument it feeds (``model.loss.tau=oops``);
+* the type of every ``model.*`` and ``dataset.*`` value against the annotation of the constructor argument it
+  feeds (``model.loss.tau=oops``, ``model.warmup=1``), and MNP's flat keys of before its parts (``+model.d_e=8``);
 * the model's numeric values against the domains its class declares (:mod:`mnp.core.domains`, the same
   check its constructor makes);
 * ranges: epochs, seed, batch size, fractions, the evaluation protocol (:func:`check_eval`, which
@@ -35,6 +35,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from mnp.core.accel import CUDA_GRAPH, PRECISIONS
 from mnp.core.domains import check_domains
 from mnp.core.eval_protocol import SEED_MAX, EvalProtocol
+from mnp.core.migrations import MNP_TARGET, moved_key
 from mnp.core.rundir import WARMUP_RESOLVER, register_resolver
 
 log = logging.getLogger(__name__)
@@ -182,8 +183,10 @@ def _part_class(hint) -> type | None:
 def _check_part(where: str, hint, value) -> None:
     """A part's config node (``model.memory``): only its own settings, each of its declared type."""
     cls = _part_class(hint)
-    if cls is None or not isinstance(value, Mapping):
+    if cls is None or value is None:
         return
+    if not isinstance(value, Mapping):  # conforms() takes anything for a part class: its settings could not be read
+        raise ConfigError(f"{where} must be a mapping of its settings, got {value!r}")
     hints = typing.get_type_hints(cls)
     known = [f.name for f in dataclasses.fields(cls)]
     for key, item in value.items():
@@ -207,6 +210,8 @@ def check_types(group: str, node: Mapping) -> None:
     except Exception:  # noqa: BLE001 - an unknown target is reported when it is instantiated
         return
     for key, value in node.items():
+        if key not in hints and target == MNP_TARGET and (moved := moved_key(f"{group}.{key}", value)):
+            raise ConfigError(moved)  # +model.memory_size=30: named here, before the data is read
         if key.startswith("_") or key not in hints:
             continue
         if not conforms(value, hints[key]):
