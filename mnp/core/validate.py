@@ -12,9 +12,9 @@ naming the full key, what it must be and what it got. Checked:
   evaluate.py calls on its ``+eval.*`` overrides), MNP's warm-up against the run length, and at least one
   training batch (:func:`check_train_batches`).
 
-:func:`resolve_auto` first fills in the values derived from others (MNP's warm-up as a fraction of
-the run when the dataset has no config of its own, or scaled to a run shortened below it), after
-:func:`resolve_epochs` sized the run by optimiser steps on the data where the config asks for it (dataset=custom), and records what the config gave for them. Once the model is built,
+:func:`resolve_auto` first fills in the values derived from others (MNP's warm-up as a fraction of the run when
+the dataset has no config of its own, or scaled to a run shortened below it), after :func:`resolve_epochs` sized the
+run by optimiser steps on the data (dataset=custom), and records what the config gave for them. Once the model is built,
 :func:`check_manual_optimization` refuses the Trainer keys a model's own optimisation step cannot honour.
 """
 
@@ -264,11 +264,8 @@ def check_ranges(c: dict) -> None:
             f"(e.g. trainer.max_epochs={w + max(epochs, 20)}) or model.warmup.epochs < {epochs}"
         )
     check_eval(ev)
-    if data.get("cv_folds") and ev.get("split") != "val":
-        raise ConfigError(
-            "dataset.cv_folds > 0 drops the test rows (cross-validation on the training rows): set eval.split=val, "
-            "as experiment=tune does"
-        )
+    if data.get("cv_folds") and ev.get("split") != "val":  # cross-validation on the training rows
+        raise ConfigError("dataset.cv_folds > 0 drops the test rows: set eval.split=val, as experiment=tune does")
     if ev.get("split") == "val" and not data.get("val_fraction") and not data.get("cv_folds"):
         raise ConfigError(
             "eval.split=val evaluates on the validation rows: set dataset.val_fraction > 0 "
