@@ -30,7 +30,8 @@ def wine_views():
 @pytest.mark.slow
 @pytest.mark.parametrize("model,expected", [("mlp", {}), ("de_lf", {}), ("mnp", MONTE_CARLO)])
 def test_the_estimator_passes_scikit_learns_checks_but_the_documented_ones(model, expected):
-    est = MultiViewClassifier(model=model, settings={"trainer.max_epochs": 30})
+    # 60 epochs: check_classifiers_train's accuracy bar (0.83) with a margin for MNP on the checks' toy data
+    est = MultiViewClassifier(model=model, settings={"trainer.max_epochs": 60})
     report = check_estimator(est, on_fail=None, expected_failed_checks=expected)
     failed = {r["check_name"] for r in report if r["status"] == "failed"}
     assert failed == set(), failed
