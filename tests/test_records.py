@@ -125,6 +125,8 @@ def test_claims_are_paired_tests_of_mnp_on_shared_seeds(sweep, tmp_path):
         "p_value",
         "n",
         "verdict",
+        "p_holm",
+        "verdict_holm",
     ]
     # pie: mcd and mgp, acc/ece/noisy acc (+ nll against mgp, the only baseline reporting it); cub: mgp
     assert sorted(got) == sorted(
@@ -147,6 +149,12 @@ def test_claims_are_paired_tests_of_mnp_on_shared_seeds(sweep, tmp_path):
     assert got[("pie", "mcd", "test/acc")]["verdict"] == "not significant"
     one = got[("cub", "mgp", "test/acc")]
     assert (one["verdict"], one["p_value"], one["n"]) == ("too few seeds", "", "1")
+    for k in ("test/acc", "test/ece", "noise/acc_mean"):  # Holm over the family (pie, k): mnp against mcd and mgp
+        ps = sorted((float(got[("pie", b, k)]["p_value"]), b) for b in ("mcd", "mgp"))
+        step = [min(1.0, 2 * ps[0][0]), max(min(1.0, 2 * ps[0][0]), min(1.0, ps[1][0]))]
+        for (_, b), want in zip(ps, step):
+            assert float(got[("pie", b, k)]["p_holm"]) == pytest.approx(want)
+    assert one["p_holm"] == "" and one["verdict_holm"] == "too few seeds"
 
 
 def test_from_runs_alone_gives_the_same_files(sweep, tmp_path, capsys):

@@ -128,15 +128,23 @@ def test_text(r: dict) -> str:
     seeds = f"{r['n']} seed{'s' if r['n'] != 1 else ''}"
     if r["p_value"] is None:
         return f"{delta}, {seeds}"
-    p = r["p_value"]
-    p = "p = 0" if p == 0 else "p < 0.001" if p < 0.001 else f"p = {p:.3f}"
+    p = _p_text(r["p_value"])
+    if r.get("p_holm") is not None and r.get("verdict_holm") != r["verdict"]:
+        p += f", Holm {_p_text(r['p_holm'])[2:]}"  # the family's correction changes the verdict
     return f"{p}; {delta}, {seeds}"
 
 
+def _p_text(p: float) -> str:
+    return "p = 0" if p == 0 else "p < 0.001" if p < 0.001 else f"p = {p:.3f}"
+
+
 def claim_text(r: dict) -> str:
-    """``holds (p = 0.004; Δ +1.20, 5 seeds)``, ``untested (Δ +0.80)†``, ``too few seeds (Δ +0.80, 1 seed)``."""
+    """``holds (p = 0.004; Δ +1.20, 5 seeds)``, ``untested (Δ +0.80)†``, ``too few seeds (Δ +0.80, 1 seed)``; a
+    claim whose verdict the Holm correction changes: ``holds → not significant after Holm (p = 0.03, Holm 0.09; ...)``."""
     if r["verdict"] == UNTESTED:
         return f"untested ({test_text(r)})†"
+    if r.get("verdict_holm", r["verdict"]) != r["verdict"]:
+        return f"{r['verdict']} → {r['verdict_holm']} after Holm ({test_text(r)})"
     return f"{r['verdict']} ({test_text(r)})"
 
 
@@ -156,7 +164,14 @@ def render_claims(src: dict) -> str:
             + " |"
         )
     counts = {v: sum(r["verdict"] == v for r in found) for v in dict.fromkeys(r["verdict"] for r in found)}
-    summary = f"{len(found)} claims: " + ", ".join(f"{v} {n}" for v, n in counts.items()) + "."
+    holm = {v: sum(r.get("verdict_holm") == v for r in found) for v in counts}
+    summary = (
+        f"{len(found)} claims: "
+        + ", ".join(f"{v} {n}" for v, n in counts.items())
+        + "; with Holm's correction over each (dataset, metric) family: "
+        + ", ".join(f"{v} {n}" for v, n in holm.items())
+        + "."
+    )
     return _legend([summary, ""] + rows)
 
 

@@ -7,7 +7,8 @@
   ``source = runs``. Cells of an earlier results.csv whose group has no per-run record are kept as they were,
   with ``source = legacy_aggregate`` and no interval.
 * ``claims.csv``: "``mnp`` beats X on M" for every other model X of a dataset (default variants), as paired
-  tests over shared seeds (:mod:`mnp.tools.stats`); a claim on a legacy cell is ``untested``.
+  tests over shared seeds (:mod:`mnp.tools.stats`); a claim on a legacy cell is ``untested``. ``p_holm`` and
+  ``verdict_holm``: the same test corrected for the claims of its (experiment, dataset, metric) family.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from mnp.tools.report_runs import DATASET_ORDER, LEGACY, MODEL_ORDER, Cell, Run, order, summarise
-from mnp.tools.stats import paired_test, verdict
+from mnp.tools.stats import Paired, holm, paired_test, verdict
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +38,10 @@ RESULT_COLUMNS = [
     "experiment",
     "variant",
 ]
-CLAIM_COLUMNS = ["experiment", "model", "dataset", "metric", "baseline", "difference", "p_value", "n", "verdict"]
+CLAIM_COLUMNS = [
+    "experiment", "model", "dataset", "metric", "baseline", "difference", "p_value", "n", "verdict", "p_holm",
+    "verdict_holm",
+]  # fmt: skip
 # cal/: temperature-scaled (runs with eval.calibration=temperature, mnp.core.calibration)
 CLAIM_METRICS = ["test/acc", "test/ece", "noise/acc_mean", "test/nll", "cal/test/ece", "cal/test/nll"]
 NON_METRICS = {"seed", "epochs"}
@@ -151,7 +155,21 @@ def claims(records: Records, agg: dict[tuple, Cell], model: str = "mnp") -> list
                         )
                         row.update(difference=t.difference, p_value=t.p_value, n=t.n, verdict=verdict(t, k))
                     out.append(row)
+    with_holm(out)
     return out
+
+
+def with_holm(rows: list[dict]) -> None:
+    """Each claim's Holm–Bonferroni p over its family, the claims of one (experiment, dataset, metric): MNP against
+    every other model there (:func:`mnp.tools.stats.holm`), and the verdict that p gives."""
+    families: dict[tuple, list[dict]] = defaultdict(list)
+    for r in rows:
+        families[(r["experiment"], r["dataset"], r["metric"])].append(r)
+    for family in families.values():
+        for r, p in zip(family, holm([r["p_value"] for r in family])):
+            r["p_holm"] = p
+            tested = r["verdict"] != UNTESTED and p is not None
+            r["verdict_holm"] = verdict(Paired(r["difference"], p, r["n"]), r["metric"]) if tested else r["verdict"]
 
 
 def write_claims(path: Path, rows: list[dict]) -> None:
