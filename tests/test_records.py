@@ -127,6 +127,8 @@ def test_claims_are_paired_tests_of_mnp_on_shared_seeds(sweep, tmp_path):
         "verdict",
         "p_holm",
         "verdict_holm",
+        "p_rows",
+        "verdict_rows",
     ]
     # pie: mcd and mgp, acc/ece/noisy acc (+ nll against mgp, the only baseline reporting it); cub: mgp
     assert sorted(got) == sorted(

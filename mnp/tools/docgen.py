@@ -33,6 +33,7 @@ from mnp.core.migrations import modern_variant
 from mnp.tools import docgen_ceiling, docgen_decisions, docgen_results, docgen_speed, noise_figure
 from mnp.tools.docgen_results import DATASETS, MAIN
 from mnp.tools.report_records import claims, read_runs
+from mnp.tools.row_claims import add_row_tests
 from mnp.tools.report_runs import dataset_label, model_label, read_cells, read_results
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -247,6 +248,12 @@ RENDERERS = {
 
 
 # ---------------------------------------------------------------------------- files
+def row_tested(rows: list[dict], root: Path) -> list[dict]:
+    """The claims with their test on the test rows, where ``root/predictions`` archives both models' runs."""
+    add_row_tests(rows, root)
+    return rows
+
+
 def sources(root: Path = ROOT) -> dict:
     bench = root / "benchmarks" / "custom_defaults.json"
     main_dir = root / "results" / "paper_main"
@@ -265,7 +272,7 @@ def sources(root: Path = ROOT) -> dict:
         "calibration": read_results(cal_dir / "results.csv") if has_cal else {},
         "calibration_claims": claims(cal_records, read_cells(cal_dir / "results.csv")) if has_cal else [],
         "paper_main": paper_main,
-        "claims": claims(records, read_cells(main_dir / "results.csv")) if paper_main else [],
+        "claims": row_tested(claims(records, read_cells(main_dir / "results.csv")), main_dir) if paper_main else [],
         "noise_curves": noise_figure.curves(paper_main),
         "view_weighting": weighting,
         "switches": read_results(root / "results" / "switches" / "results.csv"),

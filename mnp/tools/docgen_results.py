@@ -143,9 +143,10 @@ def claim_text(r: dict) -> str:
     claim whose verdict the Holm correction changes: ``holds → not significant after Holm (p = 0.03, Holm 0.09; ...)``."""
     if r["verdict"] == UNTESTED:
         return f"untested ({test_text(r)})†"
+    rows = f"; on the test rows: {r['verdict_rows']}" if r.get("verdict_rows") not in (None, r["verdict"]) else ""
     if r.get("verdict_holm", r["verdict"]) != r["verdict"]:
-        return f"{r['verdict']} → {r['verdict_holm']} after Holm ({test_text(r)})"
-    return f"{r['verdict']} ({test_text(r)})"
+        return f"{r['verdict']} → {r['verdict_holm']} after Holm ({test_text(r)}{rows})"
+    return f"{r['verdict']} ({test_text(r)}{rows})"
 
 
 def render_claims(src: dict) -> str:

@@ -35,6 +35,7 @@ from pathlib import Path
 from mnp.tools.plots import all_plots, figure_formats
 from mnp.tools.report_paper import paper_comparison, paper_md
 from mnp.tools.report_records import claims, derive, read_runs, records_of, write_claims, write_results, write_runs
+from mnp.tools.row_claims import add_row_tests, archive_predictions
 from mnp.tools.report_runs import LEGACY, Cell, Job, load, read_cells
 from mnp.tools.report_tables import experiment_tables, speedup_md, speedup_tex, speedups, table_md, table_tex
 
@@ -132,7 +133,9 @@ def report(
         md.append(jobs_md(jobs))
     write_runs(out / "runs.csv", records)
     write_results(out / "results.csv", agg)
+    archive_predictions(runs, out)  # each run's test probabilities: the claims' test on the rows
     found = claims(records, agg)
+    add_row_tests(found, out)
     write_claims(out / "claims.csv", found)
     comparison = []
     if paper:

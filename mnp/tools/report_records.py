@@ -40,7 +40,7 @@ RESULT_COLUMNS = [
 ]
 CLAIM_COLUMNS = [
     "experiment", "model", "dataset", "metric", "baseline", "difference", "p_value", "n", "verdict", "p_holm",
-    "verdict_holm",
+    "verdict_holm", "p_rows", "verdict_rows",
 ]  # fmt: skip
 # cal/: temperature-scaled (runs with eval.calibration=temperature, mnp.core.calibration)
 CLAIM_METRICS = ["test/acc", "test/ece", "noise/acc_mean", "test/nll", "cal/test/ece", "cal/test/nll"]
@@ -177,6 +177,6 @@ def write_claims(path: Path, rows: list[dict]) -> None:
         w = csv.DictWriter(f, fieldnames=CLAIM_COLUMNS)
         w.writeheader()
         w.writerows(
-            {k: "" if r[k] is None else repr(r[k]) if isinstance(r[k], float) else r[k] for k in CLAIM_COLUMNS}
+            {k: "" if r.get(k) is None else repr(r[k]) if isinstance(r[k], float) else r[k] for k in CLAIM_COLUMNS}
             for r in rows
         )
