@@ -29,13 +29,10 @@ class Predictor:
     """A trained model with its run's preprocessing. ``model`` is the :class:`~mnp.core.routine.Routine`,
     ``classes`` the file's label of each probability column, ``view_names`` the views in the run's order."""
 
-    def __init__(self, model, prep: dict, seed: int = 0):
+    def __init__(self, model, prep: dict, seed: int = 0, source: str = "the run"):
         self.model, self.seed = model.eval(), int(seed)
-        self.scaling, self.own_scaling = prep["scaling"], bool(prep["scale_test_separately"])
-        self.shift = [np.asarray(s, dtype=np.float64) for s in prep["shift"]]
-        self.scale = [np.asarray(s, dtype=np.float64) for s in prep["scale"]]
-        self.classes = np.asarray(prep["labels"])
-        self.batch_size = int(prep["eval_batch_size"])
+        checked = checked_preprocessing(prep, list(model.view_dims), int(model.num_classes), source)
+        self.scaling, self.own_scaling, self.shift, self.scale, self.classes, self.batch_size = checked
         self.view_names = [f"x{v + 1}" for v in range(len(self.shift))]
 
     def _ordered(self, views: Sequence | Mapping) -> list:
@@ -66,6 +63,14 @@ class Predictor:
                 )
             if self.own_scaling:  # dataset.scale_test_separately: the rows given are scaled on their own statistics
                 sc = Scaler(self.scaling).fit(x)
+                if self.scaling != "none" and (len(x) < 2 or not np.ptp(x, axis=0).any()):  # every column constant
+                    raise ValueError(
+                        f"this run scales the rows of each call on their own statistics (dataset.scale_test_separately"
+                        f"=true, as the authors' code tests), and view {self.view_names[v]}'s "
+                        f"{'one row' if len(x) < 2 else f'{len(x)} rows are all equal and'} would scale to zeros: the "
+                        "prediction would ignore them. Pass the rows together, or set predictor.own_scaling = False "
+                        "to scale them with the run's training scalers"
+                    )
                 shift, scale = sc.shift, sc.scale
             with np.errstate(over="ignore", invalid="ignore"):
                 out.append(torch.as_tensor((x - shift) / scale, dtype=torch.float32))
@@ -85,6 +90,38 @@ class Predictor:
     def predict(self, views: Sequence | Mapping) -> np.ndarray:
         """The file's label of the most probable class of each raw row."""
         return self.classes[self.predict_proba(views).argmax(1)]
+
+
+def checked_preprocessing(prep: dict, view_dims: list[int], num_classes: int, source: str) -> tuple:
+    """The stored preprocessing as (scaling, own_scaling, shifts, scales, labels, batch size), each value checked
+    against the model it serves; a ValueError naming ``source`` and the value otherwise (a damaged or crafted
+    checkpoint must not predict from sign-flipped or dropped views)."""
+
+    def bad(what: str) -> ValueError:
+        return ValueError(f"{source}: its stored preprocessing is inconsistent: {what}; the checkpoint is damaged")
+
+    try:
+        shift = [np.asarray(s, dtype=np.float64) for s in prep["shift"]]
+        scale = [np.asarray(s, dtype=np.float64) for s in prep["scale"]]
+        labels, batch = np.asarray(prep["labels"]), prep["eval_batch_size"]
+        scaling, own = prep["scaling"], prep["scale_test_separately"]
+    except (KeyError, TypeError, ValueError) as e:
+        raise bad(f"{type(e).__name__}: {e}") from None
+    Scaler(scaling)  # a DataError naming an unknown scaling
+    if len(shift) != len(view_dims) or len(scale) != len(view_dims):
+        raise bad(f"{len(shift)} shifts and {len(scale)} scales for a model of {len(view_dims)} views")
+    for v, (a, b, d) in enumerate(zip(shift, scale, view_dims)):
+        if a.shape != (d,) or b.shape != (d,):
+            raise bad(f"view x{v + 1}'s scaler has shapes {a.shape} and {b.shape}; the model reads {d} columns")
+        if not (np.isfinite(a).all() and np.isfinite(b).all()):
+            raise bad(f"view x{v + 1}'s scaler holds a value that is not finite")
+        if (b <= 0).any():
+            raise bad(f"view x{v + 1}'s scale holds {b[b <= 0][0]:g}: a scale must be > 0")
+    if labels.shape != (num_classes,):
+        raise bad(f"{labels.size} class labels for a model of {num_classes} classes")
+    if isinstance(batch, bool) or not isinstance(batch, (int, np.integer)) or batch < 1:
+        raise ValueError(f"{source}: batch_size must be an integer >= 1 (its stored eval_batch_size), got {batch!r}")
+    return scaling, bool(own), shift, scale, labels, int(batch)
 
 
 def checkpoint_path(run: str | Path) -> Path:
@@ -120,4 +157,4 @@ def load(run: str | Path, data_dir: str | None = None) -> Predictor:
         )
         run_cfg, _, _, dm, model, _ = load_run(path, data_dir)
         prep = dm.preprocessing()
-    return Predictor(model, prep, seed=int(run_cfg.get("seed", 0)))
+    return Predictor(model, prep, seed=int(run_cfg.get("seed", 0)), source=str(path))
