@@ -4,6 +4,8 @@ never silently ignores its input (L44)."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -81,3 +83,20 @@ def test_one_row_at_a_time_of_a_run_scaling_its_test_rows_on_their_own_is_refuse
     p.own_scaling = False  # the way out the message names: the run's training scalers
     single = np.concatenate([p.predict_proba([x[i : i + 1, :32], x[i : i + 1, 32:]]) for i in range(20)])
     assert len({tuple(r.round(6)) for r in single}) > 5  # the input matters again
+
+
+@pytest.mark.slow
+def test_predict_proba_is_the_array_and_unpacking_the_old_pair_warns(runs):
+    (by_name, x) = runs
+    p = mnp.load(by_name["plain"])
+    rows = [x[:2, :32], x[:2, 32:]]  # two rows: the old `probs, unc = ...` would unpack without an error
+    probs = p.predict_proba(rows)
+    assert probs.shape == (2, 10) and np.allclose(probs.sum(1), 1, atol=1e-5)
+    with pytest.warns(FutureWarning, match="return_uncertainty=True"):
+        first, second = probs
+    pair = p.predict_proba(rows, return_uncertainty=True)
+    assert np.array_equal(pair[0], probs) and pair[1].shape == (2,)
+    assert np.array_equal(p.predict_uncertainty(rows), pair[1])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert len(list(probs.argmax(1))) == len(list(probs[0])) // 5  # what numpy derives iterates quietly
