@@ -57,7 +57,7 @@ def test_ensemble_members_differ_and_average_is_returned():
         torch.testing.assert_close(scores["variance"], member_variance(probs))
         torch.testing.assert_close(scores["entropy"], metrics.entropy(probs.mean(0)))
         # the routine reports the members' average
-        p_mean, _ = model.predict_proba(views)
+        p_mean, _ = model.predict_tensors(views)
         torch.testing.assert_close(p_mean, probs.mean(0))
 
 

@@ -57,7 +57,7 @@ def test_learns_handwritten(handwritten, name):
         accelerator="cpu",
     )
     trainer.fit(model, datamodule=handwritten)
-    probs, unc = model.predict_proba(handwritten.test_views)
+    probs, unc = model.predict_tensors(handwritten.test_views)
     acc = (probs.argmax(-1) == handwritten.test_y).float().mean().item()
     assert acc > 0.85, f"{name}: test accuracy {acc:.3f} after {epochs} epochs"
     assert unc.shape == (len(handwritten.test_y),) and bool(unc.isfinite().all())

@@ -79,7 +79,7 @@ def test_a_bare_constructor_trains_as_the_cli_default_run(tmp_path, name, one_th
         enable_progress_bar=False,
         enable_model_summary=False,
     ).fit(model, dm)
-    probs, _ = model.predict_proba(dm.test_views, seed=0)
+    probs, _ = model.predict_tensors(dm.test_views, seed=0)
     acc = (probs.argmax(1).numpy() == dm.test_y.numpy()).mean()
     assert res["test/acc"] > 0.8, f"{name}: the CLI's run reaches {res['test/acc']:.3f}"
     assert abs(acc - res["test/acc"]) <= 0.01, f"{name}: bare constructor {acc:.3f}, CLI {res['test/acc']:.3f}"

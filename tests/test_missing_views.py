@@ -81,20 +81,20 @@ def test_every_model_predicts_from_the_views_present(name, tiny_views, tmp_path)
     both = x0.copy()
     both[1] = np.nan  # and view 0 in another
     for views in ([x0, None], [None, x1], [x0, rows], [both, rows]):
-        probs, unc = model.predict_proba(views)
+        probs, unc = model.predict_tensors(views)
         assert probs.shape == (18, 3) and unc.shape == (18,)
         assert torch.isfinite(probs).all() and torch.isfinite(unc).all(), name
         assert torch.allclose(probs.sum(1), torch.ones(18), atol=1e-5)
     lost0, lost1 = x0.copy(), x1.copy()
     lost0[3], lost1[3] = np.nan, np.nan
     with pytest.raises(ValueError, match=r"^row 3 has no view: every view is None or NaN there"):
-        model.predict_proba([lost0, lost1])
+        model.predict_tensors([lost0, lost1])
     partial = x1.copy()
     partial[2, 1] = np.nan
     with pytest.raises(ValueError, match=r"^views\[1\] row 2 has 1 NaN among its 3 values"):
-        model.predict_proba([x0, partial])
+        model.predict_tensors([x0, partial])
     with pytest.raises(ValueError, match=r"^every view is None"):
-        model.predict_proba([None, None])
+        model.predict_tensors([None, None])
 
 
 @pytest.mark.parametrize("name", EARLY_FUSION)
@@ -127,7 +127,7 @@ def test_early_fusion_without_recorded_means_is_one_clear_error():
         match=r"^MLP imputes a missing view with its training means, which it has not "
         r"recorded: .*model.set_training_means",
     ):
-        MLP(3, [5, 3], hidden=(8,)).predict_proba([np.zeros((4, 5)), None])
+        MLP(3, [5, 3], hidden=(8,)).predict_tensors([np.zeros((4, 5)), None])
 
 
 def test_a_checkpoint_from_before_the_means_loads_and_testing_fills_them(tiny_views, tmp_path):
@@ -224,7 +224,7 @@ def test_removing_the_informative_view_drops_to_chance(name, tmp_path):
     model = fitted(name, dm, tmp_path, epochs=15, d_e=32, memory_size=40, num_inducing=20, mc_samples=20)
     x0, x1 = dm.test_views
     acc = {
-        k: (model.predict_proba(v)[0].argmax(1).numpy() == y).mean()
+        k: (model.predict_tensors(v)[0].argmax(1).numpy() == y).mean()
         for k, v in {"no_v1": [x0, None], "no_v0": [None, x1]}.items()
     }
     assert acc["no_v1"] > 0.95, acc
@@ -254,7 +254,7 @@ def test_train_reports_the_missing_view_protocol(tmp_path):
     _, _, _, dm, model, _ = load_run(tmp_path / "checkpoints" / "last.ckpt")
     for k in (0, 1):
         views = [None if j == k else v for j, v in enumerate(dm.test_views)]
-        probs = model.predict_proba(views)[0]
+        probs = model.predict_tensors(views)[0]
         assert on_disk[f"missing/acc@v{k}"] == pytest.approx(metrics.accuracy(probs, dm.test_y), abs=1e-6)
         assert on_disk[f"missing/ece@v{k}"] == pytest.approx(metrics.ece(probs, dm.test_y), abs=1e-6)
     assert res["missing/acc_mean"] == pytest.approx((res["missing/acc@v0"] + res["missing/acc@v1"]) / 2)
@@ -318,7 +318,7 @@ def test_subsets_removed_are_the_noise_subsets_and_the_noise_metrics_stay_put():
     res = model.test_results
     accs = [
         metrics.accuracy(
-            model.predict_proba([None if j in pair else v for j, v in enumerate(dm.test_views)])[0], dm.test_y
+            model.predict_tensors([None if j in pair else v for j, v in enumerate(dm.test_views)])[0], dm.test_y
         )
         for pair in ((0, 1), (0, 2), (1, 2))
     ]
@@ -336,7 +336,7 @@ def test_the_test_loop_accepts_rows_missing_a_view(tiny_views):
     dm.test_views[1][[0, 5]] = float("nan")  # a datamodule whose test set misses view 1 in two rows
     model.configure_evaluation(EvalProtocol(noise_levels=(0.5,)))
     quiet_trainer().test(model, dm, verbose=False)
-    probs = model.predict_proba(dm.test_views)[0]
+    probs = model.predict_tensors(dm.test_views)[0]
     assert model.test_results["test/acc"] == pytest.approx(metrics.accuracy(probs, dm.test_y))
     assert all(np.isfinite(v) for v in model.test_results.values())
     dm.test_views[0][3, 2] = float("nan")
@@ -349,7 +349,7 @@ def test_a_model_without_a_present_mask_says_so_and_skips_the_protocol():
 
     model = ThresholdModel()
     with pytest.raises(ValueError, match=r"^ThresholdModel cannot predict with missing views: its predict takes no "):
-        model.predict_proba([np.zeros((4, 1)), None])
+        model.predict_tensors([np.zeros((4, 1)), None])
     res, _ = run_test(model, make_dm())
     assert "noise/acc_mean" in res and not [k for k in res if k.startswith("missing/")]
 

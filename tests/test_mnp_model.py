@@ -147,7 +147,7 @@ def fit_and_predict(tmp_path, seed):
     trainer(tmp_path, 2).fit(model, dm)
     pl.seed_everything(123, verbose=False)
     dm.setup()
-    return model.predict_proba(dm.test_views)
+    return model.predict_tensors(dm.test_views)
 
 
 def test_same_seed_gives_identical_predictions(tmp_path):
@@ -249,7 +249,7 @@ def test_every_switch_trains(tmp_path, switches, learns):
     before = snapshot(model)
     dm = datamodule(dims=(4, 6, 5))
     trainer(tmp_path, 4).fit(model, dm)
-    p, u = model.predict_proba(dm.test_views)
+    p, u = model.predict_tensors(dm.test_views)
     assert torch.isfinite(p).all() and torch.isfinite(u).all()
     assert changed(before, model, "encoders.") and changed(before, model, "decoder.")
     if learns:
@@ -308,7 +308,7 @@ def test_mnp_learns_handwritten_beyond_chance(real_file):
     pl.Trainer(
         max_epochs=6, logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False
     ).fit(model, dm)
-    p, _ = model.predict_proba(dm.test_views)
+    p, _ = model.predict_tensors(dm.test_views)
     acc = (p.argmax(1) == dm.test_y).float().mean().item()
     assert acc > 0.8, f"accuracy {acc:.3f} after {time.perf_counter() - t0:.1f}s (chance 0.1)"
 

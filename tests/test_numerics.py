@@ -76,7 +76,7 @@ def test_inputs_scaled_by_1e6_train_with_finite_loss_and_probabilities(similarit
     losses = fit(model, dm, 3)
     assert len(losses) == 15 and np.isfinite(losses).all()
     dm.setup()
-    probs, unc = model.predict_proba(dm.test_views)
+    probs, unc = model.predict_tensors(dm.test_views)
     assert on_simplex(probs) and torch.isfinite(unc).all()
     assert all(torch.isfinite(p).all() for p in model.parameters())
 
@@ -90,9 +90,9 @@ def test_far_target_is_more_uncertain_than_in_distribution_targets():
     model = mnp(num_samples=10)
     fit(model, dm, 10)
     dm.setup()
-    p_in, u_in = model.predict_proba(dm.test_views)
+    p_in, u_in = model.predict_tensors(dm.test_views)
     far = far_from(dm.test_views, 1e6)
-    p_far, u_far = model.predict_proba(far)
+    p_far, u_far = model.predict_tensors(far)
     assert (p_in.argmax(-1) == dm.test_y).float().mean() > 0.9  # the fit is real
     assert on_simplex(p_in) and on_simplex(p_far) and torch.isfinite(u_far).all()
     with torch.no_grad():
@@ -103,7 +103,7 @@ def test_far_target_is_more_uncertain_than_in_distribution_targets():
     with torch.no_grad():
         _, attn_one, *_ = model._attend([far[0], dm.test_views[1]])
     assert torch.equal(attn_one[0], attn[0]) and (attn_one[1] == 0).any()
-    assert on_simplex(model.predict_proba([far[0], dm.test_views[1]])[0])
+    assert on_simplex(model.predict_tensors([far[0], dm.test_views[1]])[0])
 
 
 def test_sparsemax_runs_in_float32_under_bf16_autocast():

@@ -111,7 +111,7 @@ def test_predict_proba_with_an_infinite_cell_is_one_line(tmp_path, model, cell):
     x0, x1 = (v.clone() for v in dm.test_views)
     x1[3, 0] = cell
     with pytest.raises(ValueError) as e:
-        net.predict_proba([x0, x1])
+        net.predict_tensors([x0, x1])
     assert str(e.value) == (
         f"views[1] row 3 holds {cell} in column 0: a model cannot predict from an infinite value; "
         "clip it, or give the row as NaN (a missing view)"

@@ -101,7 +101,7 @@ def test_heldout_ood_auroc_over_all_batches():
 def test_view_dims_mismatch_is_one_clear_error():
     model = ThresholdModel(view_dims=(1, 1))
     with pytest.raises(ValueError, match=r"view dims \[1, 3\] .* built for \[1, 1\]"):
-        model.predict_proba([np.zeros((4, 1)), np.zeros((4, 3))])
+        model.predict_tensors([np.zeros((4, 1)), np.zeros((4, 3))])
 
 
 def test_bad_construction():
@@ -128,10 +128,10 @@ def test_predict_proba_says_what_is_wrong_with_its_arguments(one_thread):
     ]
     for (views, kwargs), expected in cases:
         with pytest.raises(ValueError, match=expected):
-            model.predict_proba(views, **kwargs)
+            model.predict_tensors(views, **kwargs)
     one_nan = x0.copy()
     one_nan[7, 2] = np.nan  # one NaN cell: neither a missing view nor sparsemax's "index -1 is out of bounds"
     with pytest.raises(ValueError, match=r"^views\[0\] row 7 has 1 NaN among its 5 values: a missing view is a row"):
-        model.predict_proba([one_nan, x1])
-    probs, unc = model.predict_proba([x0, x1], batch_size=np.int64(7))  # and valid arguments predict
+        model.predict_tensors([one_nan, x1])
+    probs, unc = model.predict_tensors([x0, x1], batch_size=np.int64(7))  # and valid arguments predict
     assert probs.shape == (60, 3) and unc.shape == (60,) and torch.isfinite(probs).all()

@@ -11,7 +11,6 @@ A checkpoint written before the preprocessing was stored is refitted from the ru
 from __future__ import annotations
 
 import logging
-import warnings
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -24,29 +23,6 @@ from mnp.core.pipeline import load_run
 from mnp.core.stored_config import checked_run_config, restore_model
 
 log = logging.getLogger(__name__)
-
-
-class Probabilities(np.ndarray):
-    """``predict_proba``'s (n, K) array. For one release, unpacking it as the pair of before (``probs, unc =
-    predictor.predict_proba(X)``) warns, since it now iterates over rows; anything derived from it is a plain array."""
-
-    def __iter__(self):
-        if self.ndim != 2:  # what numpy derives from it (argmax(1), a row) iterates quietly
-            return iter(np.asarray(self))
-        warnings.warn(
-            "predict_proba returns the (n, K) probabilities now, not (probabilities, uncertainty): iterating over it "
-            "gives its rows; use predict_proba(X, return_uncertainty=True) for the pair (this warning goes in the "
-            "next release)",
-            FutureWarning,
-            stacklevel=2,
-        )
-        return iter(np.asarray(self))
-
-    def __getitem__(self, key):
-        return np.asarray(self)[key]
-
-    def __array_wrap__(self, array, context=None, return_scalar=False):
-        return array.view(np.ndarray) if isinstance(array, np.ndarray) and not return_scalar else array[()]
 
 
 class Predictor:
@@ -104,8 +80,8 @@ class Predictor:
         """Mean predictive probabilities (N, K) of raw rows, column k for the label ``classes[k]``, as scikit-learn's
         ``predict_proba``; with ``return_uncertainty=True`` also the model's uncertainty (N,), as a tuple. A view
         given as None is missing in every row; a row all NaN in a view is missing there."""
-        probs, unc = self.model.predict_proba(self.transform(views), batch_size=self.batch_size, seed=self.seed)
-        return (probs.numpy(), unc.numpy()) if return_uncertainty else probs.numpy().view(Probabilities)
+        views = self.transform(views)
+        return self.model.predict_proba(views, self.batch_size, self.seed, return_uncertainty=return_uncertainty)
 
     def predict_uncertainty(self, views: Sequence | Mapping) -> np.ndarray:
         """The model's uncertainty score (N,) of raw rows (higher: less certain; docs/method.md §5)."""

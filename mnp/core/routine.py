@@ -33,6 +33,7 @@ from mnp.core.calibration import calibrated_results, validation_rows
 from mnp.core.eval_protocol import EvalProtocol
 from mnp.core.missing import missing_results, present_mask, without
 from mnp.core.per_view import PerView
+from mnp.core.probabilities import Probabilities
 from mnp.core.protocols import (
     add_noise,
     noise_generator,
@@ -347,15 +348,20 @@ class Routine(pl.LightningModule):
             self.log(k, v, add_dataloader_idx=False)
 
     # ------------------------------------------------------------------ inference helper
+    def predict_proba(self, views, batch_size: int = 1000, seed: int | None = None, return_uncertainty: bool = False):
+        """:meth:`predict_tensors` as scikit-learn's ``predict_proba``: the (N, K) numpy array; with
+        ``return_uncertainty=True`` the pair (probabilities, uncertainty (N,)) as numpy arrays."""
+        probs, unc = self.predict_tensors(views, batch_size, seed)
+        return (probs.numpy(), unc.numpy()) if return_uncertainty else probs.numpy().view(Probabilities)
+
     @torch.no_grad()
-    def predict_proba(
+    def predict_tensors(
         self, views: Sequence[Tensor | None], batch_size: int = 1000, seed: int | None = None
     ) -> tuple[Tensor, Tensor]:
-        """Mean predictive probabilities (N, K) and uncertainty (N,) for in-memory views.
+        """Mean predictive probabilities (N, K) and uncertainty (N,) for in-memory views, as tensors.
 
-        Missing views: a view given as None is missing in every row, a row all NaN in a view is missing
-        there; fusion models combine the views present, early-fusion ones impute the training means.
-        ``seed``: batch i samples from the test loop's generator of that batch (:func:`sample_generator`), so
+        A view given as None is missing in every row, a row all NaN in a view is missing there; fusion models
+        combine the views present, early-fusion ones impute the training means. ``seed``: batch i samples from the test loop's generator of that batch (:func:`sample_generator`), so
         with the run's seed and ``dataset.eval_batch_size`` the run's test rows give its test predictions
         exactly; None: the global RNG.
         A ValueError says what is wrong with the arguments (rows, shapes, an infinite value, ``batch_size``)."""

@@ -66,12 +66,12 @@ def fit_variant(overrides: list[str], epochs: int | None, seed: int):
 @torch.no_grad()
 def variant_maps(model, dm) -> dict:
     grid = torch.as_tensor(mesh(), dtype=torch.float32)
-    probs, unc = model.predict_proba([grid])
+    probs, unc = model.predict_tensors([grid])
     ood = torch.tensor([OOD_POINT], dtype=torch.float32)
     attn = model._attend([ood])[1][0, 0]  # (N^m,) weights of the OOD point on the context
     ctx_x, ctx_y = model.memory.context()
-    test_p, test_u = model.predict_proba(dm.test_views)
-    _, ood_u = model.predict_proba([ood])
+    test_p, test_u = model.predict_tensors(dm.test_views)
+    _, ood_u = model.predict_tensors([ood])
     return {
         "p1": probs[:, 1].numpy(),
         "unc": unc.numpy(),
