@@ -30,7 +30,7 @@ import sys
 from pathlib import Path
 
 from mnp.core.migrations import modern_variant
-from mnp.tools import docgen_ceiling, docgen_decisions, docgen_results, docgen_speed, noise_figure
+from mnp.tools import docgen_ceiling, docgen_decisions, docgen_results, docgen_speed, docgen_tuning, noise_figure
 from mnp.tools.docgen_results import DATASETS, MAIN
 from mnp.tools.report_records import claims, read_runs
 from mnp.tools.row_claims import add_row_tests
@@ -244,6 +244,7 @@ RENDERERS = {
     **docgen_ceiling.RENDERERS,
     **docgen_speed.RENDERERS,
     **docgen_decisions.RENDERERS,
+    **docgen_tuning.RENDERERS,
 }
 
 
@@ -280,6 +281,7 @@ def sources(root: Path = ROOT) -> dict:
         "custom_defaults": json.loads(bench.read_text()) if bench.exists() else {},
         "figure2": json.loads((root / "figures" / "figure2.json").read_text()),
         **docgen_speed.sources(root),
+        "tuning": docgen_tuning.sources(root),
         **docgen_decisions.sources(root),
     }
 
