@@ -267,3 +267,15 @@ def test_the_tuning_command_runs_resumes_and_its_winner_becomes_a_config(tmp_pat
     best = yaml.safe_load((study / "best.yaml").read_text())
     tuned = yaml.safe_load(written[1].read_text())
     assert tuned["model"]["optim"]["lr"] == pytest.approx(float(best["overrides"][0].split("=")[1]))
+
+
+def test_the_docs_table_of_studies_reads_a_study_record(tmp_path):
+    from mnp.tools.docgen_tuning import render_tuning, study
+
+    s = make_study(tmp_path, n_trials=4)
+    s.run(fake_launch(by_lr, []))
+    got = study(s.sweep_dir / "trials.csv")
+    values = [t.value for t in s.study.trials]
+    assert got["budget"] == 4 and got["done"] == 4 and got["default"] == pytest.approx(values[0], rel=1e-5)
+    assert got["best"] == pytest.approx(min(values), rel=1e-5) and got["best_trial"] == values.index(min(values))
+    assert "| MLP on toy | 4 of 4 (0, 0) |" in render_tuning({"tuning": {"mlp_toy": got}})
