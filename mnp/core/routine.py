@@ -29,10 +29,10 @@ import torch
 from torch import Tensor
 
 from mnp.core import metrics
-from mnp.core.calibration import calibrated_results, validation_rows
 from mnp.core.eval_protocol import EvalProtocol
 from mnp.core.missing import missing_results, present_mask, without
 from mnp.core.per_view import PerView
+from mnp.core.posthoc import PostHoc, TestPredictions, validation_predictions
 from mnp.core.protocols import (
     add_noise,
     noise_generator,
@@ -193,8 +193,9 @@ class Routine(pl.LightningModule):
             log.info("%s: no missing-view protocol, its predict takes no `present` mask", type(self).__name__)
         self._missing = {s: ([], []) for s in self.missing_sets} if self.accepts_missing else {}
         self._per_view = PerView(self) if self.protocol.per_view else None
-        if self.protocol.calibration == "temperature":
-            validation_rows(self)  # none: one line before the test loop runs
+        self.posthoc = PostHoc(self.protocol, self.num_classes, len(self.view_dims), self.noise_subsets)
+        if self.posthoc.active:
+            self.posthoc.check(self.trainer.datamodule)  # none: one line before the test loop runs
 
     def _timed_predict(self, views: list[Tensor], where: str) -> tuple[Tensor, Tensor]:
         sync = self.device.type == "cuda"
@@ -338,11 +339,14 @@ class Routine(pl.LightningModule):
             results["time/train_epochs"] = len(self.epoch_times)
         if ev.split == "val":
             results, arrays = validation_names(results), validation_names(arrays)
-        if ev.calibration == "temperature":
-            results.update(calibrated_results(self, probs, labels))
+        if self.posthoc.active:  # the validation rows predicted after the test rows, as before the stage existed
+            self.posthoc.fit(*validation_predictions(self, self.trainer.datamodule))
+            stores = TestPredictions.of(probs, labels, self._noisy, self._noisy_labels, self._missing)
+            results.update(self.posthoc.results(stores))
         self.test_results, self.test_arrays = results, arrays
         for k, v in results.items():
-            self.log(k, v, add_dataloader_idx=False)
+            if not isinstance(v, str):  # calibration/method is metrics.json's, not a logged scalar
+                self.log(k, v, add_dataloader_idx=False)
 
     # ------------------------------------------------------------------ inference helper
     @torch.no_grad()

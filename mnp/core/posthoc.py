@@ -1,0 +1,155 @@
+"""The post-hoc stage of the test loop (docs/method.md §5.6): a calibrator (``eval.calibration``) fitted on the
+validation rows after training, then applied to the test loop's clean, noisy and missing-view predictions.
+
+The routine hands the stage its inputs explicitly: the datamodule's validation rows through the declared
+:class:`ValidationRows` interface (``val_views``, ``val_y``, ``eval_batch_size``), predicted by
+:func:`validation_predictions`, and the test loop's predictions as :class:`TestPredictions`. The validation rows
+are predicted with their own sampling generator (:data:`CAL_LOADER`), so the raw metrics are the same with the
+stage on or off; no test row is read in fitting.
+
+Metrics, beside the raw ones (whose keys do not change):
+
+* ``calibration/method``, and the calibrator's parameters (``calibration/temperature``: T);
+* ``cal/test/ece``, ``cal/test/nll``, ``cal/test/brier`` (and ``cal/test/acc`` for a map that may change the
+  arg-max); ``cal/noise/ece@<σ>``, ``cal/noise/ece_mean``; ``cal/missing/ece@v<k>``, ``cal/missing/ece_mean``.
+
+Under ``eval.split=val`` they are ``val/calibration/...``, ``val/cal/ece``, ``val/cal/noise/...``, ... (the map
+is then fitted and scored on the same rows: in-sample).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from mnp.core import metrics
+from mnp.core.calibration import Calibrator, TemperatureScaling
+from mnp.core.missing import missing_results
+from mnp.core.protocols import sample_generator, sigma_key
+
+if TYPE_CHECKING:  # the Routine this stage serves (no import: routine imports this module)
+    import pytorch_lightning as pl
+
+    from mnp.core.eval_protocol import EvalProtocol
+
+log = logging.getLogger(__name__)
+
+CAL_LOADER = -2_000  # the sample generator index of the validation predictions (see mnp.core.per_view.VIEW_LOADER)
+CALIBRATORS: dict[str, type[Calibrator]] = {"temperature": TemperatureScaling}
+
+
+@runtime_checkable
+class ValidationRows(Protocol):
+    """What the post-hoc stage reads of a datamodule (:class:`datamodules.base.MultiViewDataModule` has it): the
+    scaled validation views, their labels and the evaluation batch size."""
+
+    val_views: list[Tensor]
+    val_y: Tensor
+    eval_batch_size: int
+
+
+def validation_need(ev: Mapping) -> str | None:
+    """Why an ``eval`` node needs validation rows (the first post-hoc setting that does), None if it does not: the
+    one statement of the rule, for the config check before training and for the test's start."""
+    cal = ev.get("calibration", "none")
+    if cal == "temperature":
+        return "eval.calibration=temperature fits T on the validation rows"
+    if cal not in (None, "none"):
+        return f"eval.calibration={cal} fits its map on the validation rows"
+    return None
+
+
+@dataclass
+class TestPredictions:
+    """The test loop's mean probabilities: ``probs`` (N, K) and ``labels`` of the clean rows; ``noisy`` σ ->
+    (n_subsets, N, K) with ``noisy_labels`` (N,); ``missing``: removed views -> (probs batches, labels batches)."""
+
+    probs: Tensor
+    labels: Tensor
+    noisy: dict[float, Tensor] = field(default_factory=dict)
+    noisy_labels: Tensor | None = None
+    missing: dict = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, probs: Tensor, labels: Tensor, noisy: dict, noisy_labels: list, missing: dict) -> TestPredictions:
+        """From the routine's stores: each σ's list of (n_subsets, B, K) batches, the noisy labels' batches (empty:
+        no noise protocol) and the missing-view stores."""
+        if not noisy_labels:
+            return cls(probs, labels, missing=missing)
+        return cls(probs, labels, {s: torch.cat(p, dim=1) for s, p in noisy.items()}, torch.cat(noisy_labels), missing)
+
+
+@torch.no_grad()
+def validation_predictions(model: "pl.LightningModule", rows: ValidationRows) -> tuple[Tensor, Tensor]:
+    """Mean probabilities (N, K) and labels of the validation rows on the host, predicted batch by batch
+    (``eval_batch_size``) from the generators of :data:`CAL_LOADER`."""
+    size, probs = int(rows.eval_batch_size), []
+    for i, start in enumerate(range(0, len(rows.val_y), size)):
+        views = [v[start : start + size].to(model.device) for v in rows.val_views]
+        model.sample_generator = sample_generator(model.device, model.protocol.sample_seed, CAL_LOADER, i)
+        probs.append(model.predict_any(views, f"validation rows, batch {i}: ")[0].mean(0).float().cpu())
+    model.sample_generator = None
+    return torch.cat(probs), torch.as_tensor(rows.val_y).long().cpu()
+
+
+class PostHoc:
+    """The run's post-hoc steps, built from its protocol: :meth:`check` the validation rows when the test starts,
+    :meth:`fit` on their predictions, :meth:`results` on the test loop's."""
+
+    def __init__(self, protocol: EvalProtocol, num_classes: int, num_views: int, noise_subsets=()):
+        self.protocol, self.num_classes = protocol, num_classes
+        self.num_views, self.noise_subsets = num_views, list(noise_subsets)
+        cal = protocol.calibration
+        self.calibrator: Calibrator | None = CALIBRATORS[cal]() if cal != "none" else None
+        self.need = validation_need({"calibration": cal})
+
+    @property
+    def active(self) -> bool:
+        return self.need is not None
+
+    def check(self, rows) -> ValidationRows:
+        """The validation rows, or a one-line ValueError saying why the steps cannot be fitted on them (checked
+        when the test starts, so ``evaluate.py +eval.calibration=...`` fails before predicting)."""
+        if not isinstance(rows, ValidationRows) or len(rows.val_y) == 0:
+            raise ValueError(f"{self.need}: set dataset.val_fraction > 0")
+        return rows
+
+    def fit(self, probs: Tensor, labels: Tensor) -> PostHoc:
+        """Fit the calibrator on the validation rows' probabilities (N, K) and labels."""
+        if self.calibrator is not None:
+            self.calibrator.fit(probs, labels)
+        return self
+
+    def results(self, test: TestPredictions) -> dict:
+        """The stage's metrics on the test loop's predictions, named for ``eval.split``."""
+        out = self._calibrated(test) if self.calibrator is not None else {}
+        if self.protocol.split == "val":  # val/...: what mnp.tools.select reads
+            out = {"val/" + k.replace("cal/test/", "cal/", 1): v for k, v in out.items()}
+        return out
+
+    def _calibrated(self, test: TestPredictions) -> dict:
+        cal, n_bins = self.calibrator, self.protocol.n_bins
+        out = {
+            f"test/{k}": v
+            for k, v in metrics.classification_metrics(cal(test.probs), test.labels, n_bins).items()
+            if k != "acc" or not cal.keeps_argmax
+        }
+        if test.noisy and test.noisy_labels is not None:
+            eces = []
+            for sigma, p in test.noisy.items():
+                p = cal(p)
+                eces.append(metrics.ece(p.reshape(-1, p.shape[-1]), test.noisy_labels.repeat(p.shape[0]), n_bins))
+                out[f"noise/ece@{sigma_key(sigma)}"] = eces[-1]
+            out["noise/ece_mean"] = float(np.mean(eces))
+        if test.missing:
+            stores = {s: ([cal(p) for p in ps], ys) for s, (ps, ys) in test.missing.items()}
+            missing = missing_results(stores, self.num_views, self.noise_subsets, n_bins)
+            out.update({k: v for k, v in missing.items() if "/ece" in k})
+        params = {f"calibration/{k}": v for k, v in cal.params().items()}
+        return {"calibration/method": cal.name, **params, **{f"cal/{k}": v for k, v in out.items()}}
