@@ -19,14 +19,15 @@ from __future__ import annotations
 import logging
 import math
 
+import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from mnp.core import metrics
 
 log = logging.getLogger(__name__)
 
-CALIBRATIONS = ("none", "temperature", "vector", "dirichlet", "isotonic")
 BOUNDS = (1e-2, 1e2)  # the temperatures searched
 # Dirichlet scaling's ODIR penalty (Kull et al. 2019, eq. 9) on the mean NLL: lambda on W's off-diagonal entries,
 # mu on the intercept, each averaged over its entries. One point of the paper's grid (10^-k), declared rather than
@@ -37,8 +38,8 @@ ODIR_MU = 1e-3
 
 def check_calibration(value) -> str:
     """``eval.calibration``: one of :data:`CALIBRATIONS`, else a ValueError naming the key."""
-    if value not in CALIBRATIONS:
-        raise ValueError(f"eval.calibration must be one of {', '.join(CALIBRATIONS)}, got {value!r}")
+    if value != "none" and value not in CALIBRATORS:
+        raise ValueError(f"eval.calibration must be one of none, {', '.join(CALIBRATORS)}, got {value!r}")
     return value
 
 
@@ -90,7 +91,8 @@ class Calibrator:
     """A post-hoc map of probabilities: :meth:`fit` on validation rows, then ``calibrator(probs)``.
 
     ``keeps_argmax``: whether the map keeps every row's arg-max (then accuracy is not reported again);
-    :meth:`min_rows`: the validation rows its fit needs for K classes; :meth:`params`: scalars for metrics.json."""
+    :meth:`min_rows`: the validation rows its fit needs for K classes (its parameters that no penalty holds);
+    :meth:`params`: scalars for metrics.json."""
 
     name = ""
     keeps_argmax = False
@@ -104,6 +106,16 @@ class Calibrator:
     @staticmethod
     def min_rows(num_classes: int) -> int:
         return 1
+
+    def refusal(self, labels: np.ndarray, num_classes: int) -> str | None:
+        """Why the fit cannot be made on validation rows of these labels (one class, fewer rows than
+        :meth:`min_rows`), None if it can: checked from the labels alone, before anything is predicted."""
+        classes = np.unique(labels)
+        if len(classes) < 2:
+            return f"all {len(labels)} rows are of class {int(classes[0])}"
+        if len(labels) < (need := self.min_rows(num_classes)):
+            return f"it needs at least {need} rows for {num_classes} classes, there are {len(labels)}"
+        return None
 
     def params(self) -> dict[str, float]:
         return {}
@@ -127,3 +139,135 @@ class TemperatureScaling(Calibrator):
 
     def params(self) -> dict[str, float]:
         return {"temperature": self.temperature}
+
+
+class _LinearLogScaling(Calibrator):
+    """softmax(W log p̄ + b): W and b minimise the mean NLL plus :meth:`penalty` (L-BFGS from W = I, b = 0, the
+    identity map; gradients by autograd in float64)."""
+
+    weight: Tensor
+    bias: Tensor
+
+    def _unpack(self, theta: Tensor, k: int) -> tuple[Tensor, Tensor]:
+        raise NotImplementedError
+
+    def _start(self, k: int) -> np.ndarray:
+        raise NotImplementedError
+
+    def penalty(self, weight: Tensor, bias: Tensor) -> Tensor:
+        return weight.new_zeros(())
+
+    def _logits(self, log_p: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
+        return (log_p * weight if weight.ndim == 1 else log_p @ weight.T) + bias
+
+    @staticmethod
+    def min_rows(num_classes: int) -> int:
+        return 2 * num_classes
+
+    def fit(self, probs: Tensor, labels: Tensor) -> _LinearLogScaling:
+        from scipy.optimize import minimize
+
+        probs, y = _finite_rows(probs, labels, f"{self.name} scaling")
+        k = probs.shape[-1]
+        with torch.inference_mode(False):  # the test loop's tensors are inference tensors, which autograd refuses
+            log_p, y = _log_probs(probs).clone(), y.clone()
+
+        def loss_and_grad(x: np.ndarray) -> tuple[float, np.ndarray]:
+            with torch.inference_mode(False), torch.enable_grad():
+                theta = torch.tensor(x, dtype=torch.float64, requires_grad=True)
+                w, b = self._unpack(theta, k)
+                loss = F.cross_entropy(self._logits(log_p, w, b), y) + self.penalty(w, b)
+                loss.backward()
+            return loss.item(), theta.grad.numpy()
+
+        fit = minimize(loss_and_grad, self._start(k), jac=True, method="L-BFGS-B", options={"maxiter": 2000})
+        if not fit.success:
+            log.warning("%s scaling: L-BFGS stopped before converging (%s)", self.name, fit.message)
+        self.weight, self.bias = self._unpack(torch.as_tensor(fit.x, dtype=torch.float64), k)
+        return self
+
+    def __call__(self, probs: Tensor) -> Tensor:
+        return self._logits(_log_probs(probs), self.weight, self.bias).softmax(-1).to(probs.dtype)
+
+
+class VectorScaling(_LinearLogScaling):
+    """softmax(w ⊙ log p̄ + b): a scale and a bias per class (Guo et al. 2017), unregularised."""
+
+    name = "vector"
+
+    def _unpack(self, theta: Tensor, k: int) -> tuple[Tensor, Tensor]:
+        return theta[:k], theta[k:]
+
+    def _start(self, k: int) -> np.ndarray:
+        return np.concatenate([np.ones(k), np.zeros(k)])
+
+
+class DirichletScaling(_LinearLogScaling):
+    """softmax(W log p̄ + b), W (K, K), with the ODIR penalty λ·mean of W's off-diagonal squares + μ·mean of b's
+    squares (Kull et al. 2019); ``lam = mu = 0``: the unregularised maximum-likelihood map. Its fit needs the
+    2K rows of vector scaling (the diagonal and the intercept; λ holds the K(K − 1) off-diagonal entries near 0)."""
+
+    name = "dirichlet"
+
+    def __init__(self, lam: float = ODIR_LAMBDA, mu: float = ODIR_MU):
+        self.lam, self.mu = float(lam), float(mu)
+
+    def _unpack(self, theta: Tensor, k: int) -> tuple[Tensor, Tensor]:
+        return theta[: k * k].reshape(k, k), theta[k * k :]
+
+    def _start(self, k: int) -> np.ndarray:
+        return np.concatenate([np.eye(k).ravel(), np.zeros(k)])
+
+    def penalty(self, weight: Tensor, bias: Tensor) -> Tensor:
+        k = weight.shape[0]
+        off = weight - torch.diag(torch.diagonal(weight))
+        return self.lam * off.square().sum() / (k * (k - 1)) + self.mu * bias.square().mean()
+
+
+class IsotonicCalibration(Calibrator):
+    """One isotonic map per class, fitted one-vs-rest on that class's probability (Zadrozny & Elkan 2002; what
+    scikit-learn's ``CalibratedClassifierCV(method="isotonic")`` does), then each row renormalised (a row whose
+    maps all give 0 becomes uniform). One-vs-rest rather than top-label: the NLL, the Brier score and the conformal
+    sets need every class's probability, which a top-label map does not give. Every class needs validation rows."""
+
+    name = "isotonic"
+
+    def fit(self, probs: Tensor, labels: Tensor) -> IsotonicCalibration:
+        from sklearn.isotonic import IsotonicRegression
+
+        probs, y = _finite_rows(probs, labels, "isotonic calibration")
+        p, y = probs.double().numpy(), y.numpy()
+        self.maps = [
+            IsotonicRegression(out_of_bounds="clip").fit(p[:, k], (y == k).astype(np.float64))
+            for k in range(p.shape[1])
+        ]
+        return self
+
+    def __call__(self, probs: Tensor) -> Tensor:
+        k = len(self.maps)
+        p = probs.reshape(-1, k).double().numpy()
+        finite = np.isfinite(p).all(1)
+        q = np.full_like(p, np.nan)
+        q[finite] = np.stack([m.predict(p[finite, c]) for c, m in enumerate(self.maps)], 1)
+        total = q.sum(1, keepdims=True)
+        q = np.divide(q, total, out=np.full_like(q, 1 / k), where=~finite[:, None] | (total != 0))
+        return torch.as_tensor(q).reshape(probs.shape).to(probs.dtype)
+
+    @staticmethod
+    def min_rows(num_classes: int) -> int:
+        return num_classes
+
+    def refusal(self, labels: np.ndarray, num_classes: int) -> str | None:
+        if reason := super().refusal(labels, num_classes):
+            return reason
+        absent = sorted(set(range(num_classes)) - set(np.unique(labels).tolist()))
+        if absent:
+            return (
+                f"{len(absent)} classes have none of the {len(labels)} rows (class {absent[0]} first), one map a class"
+            )
+        return None
+
+
+CALIBRATORS: dict[str, type[Calibrator]] = {
+    c.name: c for c in (TemperatureScaling, VectorScaling, DirichletScaling, IsotonicCalibration)
+}

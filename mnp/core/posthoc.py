@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 
 from mnp.core import metrics
-from mnp.core.calibration import Calibrator, TemperatureScaling
+from mnp.core.calibration import CALIBRATORS, Calibrator
 from mnp.core.missing import missing_results
 from mnp.core.protocols import sample_generator, sigma_key
 
@@ -41,7 +41,6 @@ if TYPE_CHECKING:  # the Routine this stage serves (no import: routine imports t
 log = logging.getLogger(__name__)
 
 CAL_LOADER = -2_000  # the sample generator index of the validation predictions (see mnp.core.per_view.VIEW_LOADER)
-CALIBRATORS: dict[str, type[Calibrator]] = {"temperature": TemperatureScaling}
 
 
 @runtime_checkable
@@ -118,6 +117,12 @@ class PostHoc:
         when the test starts, so ``evaluate.py +eval.calibration=...`` fails before predicting)."""
         if not isinstance(rows, ValidationRows) or len(rows.val_y) == 0:
             raise ValueError(f"{self.need}: set dataset.val_fraction > 0")
+        labels = np.asarray(rows.val_y)
+        if self.calibrator is not None and (why := self.calibrator.refusal(labels, self.num_classes)):
+            raise ValueError(
+                f"eval.calibration={self.calibrator.name} cannot be fitted on the validation rows: {why}; "
+                "set a larger dataset.val_fraction"
+            )
         return rows
 
     def fit(self, probs: Tensor, labels: Tensor) -> PostHoc:
