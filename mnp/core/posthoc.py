@@ -1,5 +1,6 @@
-"""The post-hoc stage of the test loop (docs/method.md §5.6): a calibrator (``eval.calibration``) fitted on the
-validation rows after training, then applied to the test loop's clean, noisy and missing-view predictions.
+"""The post-hoc stage of the test loop (docs/method.md §5.6, §5.7): a calibrator (``eval.calibration``) fitted on
+the validation rows after training, then conformal sets (``eval.conformal``) calibrated on the same rows' calibrated
+probabilities, both applied to the test loop's clean, noisy and missing-view predictions.
 
 The routine hands the stage its inputs explicitly: the datamodule's validation rows through the declared
 :class:`ValidationRows` interface (``val_views``, ``val_y``, ``eval_batch_size``), predicted by
@@ -13,6 +14,8 @@ Metrics, beside the raw ones (whose keys do not change):
 * ``cal/test/ece``, ``cal/test/nll``, ``cal/test/brier`` (and ``cal/test/acc`` for a map that may change the
   arg-max); ``cal/noise/ece@<σ>``, ``cal/noise/ece_mean``; ``cal/missing/ece@v<k>``, ``cal/missing/ece_mean``.
 
+* ``conformal/...``: :meth:`PostHoc._conformal` (coverage and set size, clean, per σ, each view missing).
+
 Under ``eval.split=val`` they are ``val/calibration/...``, ``val/cal/ece``, ``val/cal/noise/...``, ... (the map
 is then fitted and scored on the same rows: in-sample).
 """
@@ -22,6 +25,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
@@ -30,6 +34,7 @@ from torch import Tensor
 
 from mnp.core import metrics
 from mnp.core.calibration import CALIBRATORS, Calibrator
+from mnp.core.conformal import SplitConformal, min_rows, set_metrics
 from mnp.core.missing import missing_results
 from mnp.core.protocols import sample_generator, sigma_key
 
@@ -61,6 +66,8 @@ def validation_need(ev: Mapping) -> str | None:
         return "eval.calibration=temperature fits T on the validation rows"
     if cal not in (None, "none"):
         return f"eval.calibration={cal} fits its map on the validation rows"
+    if (conf := ev.get("conformal", "none")) not in (None, "none"):
+        return f"eval.conformal={conf} calibrates its sets on the validation rows"
     return None
 
 
@@ -104,9 +111,13 @@ class PostHoc:
     def __init__(self, protocol: EvalProtocol, num_classes: int, num_views: int, noise_subsets=()):
         self.protocol, self.num_classes = protocol, num_classes
         self.num_views, self.noise_subsets = num_views, list(noise_subsets)
-        cal = protocol.calibration
+        cal, conf = protocol.calibration, protocol.conformal
         self.calibrator: Calibrator | None = CALIBRATORS[cal]() if cal != "none" else None
-        self.need = validation_need({"calibration": cal})
+        self.conformal = None
+        if conf != "none":
+            ev = protocol
+            self.conformal = SplitConformal(conf, ev.conformal_alpha, ev.raps_lambda, ev.raps_k_reg, ev.sample_seed)
+        self.need = validation_need({"calibration": cal, "conformal": conf})
 
     @property
     def active(self) -> bool:
@@ -123,19 +134,96 @@ class PostHoc:
                 f"eval.calibration={self.calibrator.name} cannot be fitted on the validation rows: {why}; "
                 "set a larger dataset.val_fraction"
             )
+        ev = self.protocol
+        if self.conformal is not None and len(labels) < (need := min_rows(ev.conformal_alpha)):
+            raise ValueError(
+                f"eval.conformal={ev.conformal} at eval.conformal_alpha={ev.conformal_alpha:g} needs at least {need} "
+                f"validation rows, there are {len(labels)}: set a larger dataset.val_fraction or eval.conformal_alpha"
+            )
         return rows
 
     def fit(self, probs: Tensor, labels: Tensor) -> PostHoc:
-        """Fit the calibrator on the validation rows' probabilities (N, K) and labels."""
+        """Fit the calibrator on the validation rows' probabilities (N, K) and labels, then the conformal sets on
+        the calibrated probabilities."""
+        self.val_probs, self.val_labels = probs, labels
         if self.calibrator is not None:
             self.calibrator.fit(probs, labels)
+        if self.conformal is not None:
+            self.conformal.fit(self.calibrate(probs), labels)
         return self
+
+    def calibrate(self, probs: Tensor) -> Tensor:
+        return probs if self.calibrator is None else self.calibrator(probs)
+
+    def sets(self, probs: Tensor, alpha: float | None = None, stream: int = 1) -> Tensor:
+        """Boolean conformal sets (..., K) of raw probabilities (calibrated first), at the run's alpha or ``alpha``."""
+        return self.conformal(self.calibrate(probs), stream, alpha)
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """For predictions.npz: the validation rows' raw probabilities and labels, which :meth:`from_run` refits."""
+        return {"posthoc/val_probs": self.val_probs.numpy(), "posthoc/val_labels": self.val_labels.numpy()}
+
+    @classmethod
+    def from_run(cls, run_eval, seed: int, predictions: Path) -> PostHoc:
+        """The stage of a finished run, refitted from the validation predictions its ``predictions.npz`` stored
+        (the fits are deterministic, the draws seeded: the run's own steps)."""
+        from mnp.core.eval_protocol import EvalProtocol
+
+        protocol = EvalProtocol.from_config(run_eval, seed)
+        if protocol.conformal == "none":
+            raise ValueError(
+                "this run has no conformal sets (eval.conformal=none): train it with eval.conformal=thr|aps|raps "
+                "and dataset.val_fraction > 0"
+            )
+        stored = np.load(predictions) if predictions.is_file() else {}
+        if "posthoc/val_probs" not in stored:
+            raise ValueError(f"{predictions} holds no validation predictions (posthoc/val_probs) to fit the sets on")
+        probs, labels = torch.as_tensor(stored["posthoc/val_probs"]), torch.as_tensor(stored["posthoc/val_labels"])
+        return cls(protocol, probs.shape[-1], 0).fit(probs, labels)
 
     def results(self, test: TestPredictions) -> dict:
         """The stage's metrics on the test loop's predictions, named for ``eval.split``."""
         out = self._calibrated(test) if self.calibrator is not None else {}
+        if self.conformal is not None:
+            out.update(self._conformal(test))
         if self.protocol.split == "val":  # val/...: what mnp.tools.select reads
-            out = {"val/" + k.replace("cal/test/", "cal/", 1): v for k, v in out.items()}
+            out = {
+                "val/" + k.replace("cal/test/", "cal/", 1).replace("conformal/test/", "conformal/"): v
+                for k, v in out.items()
+            }
+        return out
+
+    def _conformal(self, test: TestPredictions) -> dict:
+        """Coverage and size on the clean rows (also by set size), per σ (stream 2 + its index) and with each view
+        missing (stream 1000 + k)."""
+        ev = self.protocol
+        out = {"method": ev.conformal, "alpha": ev.conformal_alpha, "qhat": self.conformal.qhat}
+        out.update({f"test/{k}": v for k, v in set_metrics(self.sets(test.probs), test.labels, strata=True).items()})
+        for where, stores in (("noise", self._noisy_stores(test)), ("missing", self._missing_stores(test))):
+            if not stores:
+                continue
+            for name, (stream, probs, labels) in stores.items():
+                for k, v in set_metrics(self.sets(probs, stream=stream).reshape(-1, probs.shape[-1]), labels).items():
+                    out[f"{where}/{k}@{name}"] = v
+            for k in ("coverage", "size"):
+                out[f"{where}/{k}_mean"] = float(np.mean([out[f"{where}/{k}@{name}"] for name in stores]))
+        return {f"conformal/{k}": v for k, v in out.items()}
+
+    @staticmethod
+    def _noisy_stores(test: TestPredictions) -> dict:
+        if test.noisy_labels is None:
+            return {}
+        return {
+            sigma_key(s): (2 + i, p, test.noisy_labels.repeat(p.shape[0]))
+            for i, (s, p) in enumerate(test.noisy.items())
+        }
+
+    def _missing_stores(self, test: TestPredictions) -> dict:
+        out = {}
+        for k in range(self.num_views):
+            if (k,) in test.missing:
+                probs, labels = (torch.cat(parts) for parts in test.missing[(k,)])
+                out[f"v{k}"] = (1000 + k, probs, labels)
         return out
 
     def _calibrated(self, test: TestPredictions) -> dict:

@@ -343,6 +343,7 @@ class Routine(pl.LightningModule):
             self.posthoc.fit(*validation_predictions(self, self.trainer.datamodule))
             stores = TestPredictions.of(probs, labels, self._noisy, self._noisy_labels, self._missing)
             results.update(self.posthoc.results(stores))
+            arrays.update(self.posthoc.arrays())
         self.test_results, self.test_arrays = results, arrays
         for k, v in results.items():
             if not isinstance(v, str):  # calibration/method is metrics.json's, not a logged scalar
