@@ -361,7 +361,8 @@ def test_checkpoint_and_data_with_other_views_fail_in_evaluate(tmp_path, capsys)
         (
             {"bogus": 1},
             "eval.bogus is not an evaluation key; valid keys: noise, noise_levels, noise_subset_size, "
-            "noise_max_subsets, noise_seed, n_bins, noise_batch_rows, missing, split, per_view, calibration",
+            "noise_max_subsets, noise_seed, n_bins, noise_batch_rows, missing, split, per_view, calibration, "
+            "conformal, conformal_alpha, raps_lambda, raps_k_reg",
         ),
     ],
 )

@@ -68,13 +68,14 @@ def test_subsets_and_removals_follow_the_switches():
         (
             [0.5],
             "eval must be a mapping of evaluation keys (noise, noise_levels, noise_subset_size, noise_max_subsets, "
-            "noise_seed, n_bins, noise_batch_rows, missing, split, per_view, calibration), got [0.5]",
+            "noise_seed, n_bins, noise_batch_rows, missing, split, per_view, calibration, conformal, conformal_alpha, "
+            "raps_lambda, raps_k_reg), got [0.5]",
         ),
         (
             {"sample_seed": 1},
             "eval.sample_seed is not an evaluation key; valid keys: noise, noise_levels, "
             "noise_subset_size, noise_max_subsets, noise_seed, n_bins, noise_batch_rows, missing, split, "
-            "per_view, calibration",
+            "per_view, calibration, conformal, conformal_alpha, raps_lambda, raps_k_reg",
         ),
         (
             {"noise_levels": [0.1, float("inf")]},

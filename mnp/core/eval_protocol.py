@@ -3,7 +3,7 @@
 
 The pipeline builds it once per model from the run config (:meth:`EvalProtocol.from_config`) and hands it whole
 to :meth:`mnp.core.routine.Routine.configure_evaluation`; the test loop and its helpers (``protocols``,
-``missing``, ``per_view``, ``calibration``) read its fields as ``model.protocol.<key>``, each named as in the
+``missing``, ``per_view``, ``posthoc``) read its fields as ``model.protocol.<key>``, each named as in the
 config. The protocol is no constructor argument of a model, so no checkpoint holds it: a checkpoint holds the
 run config (``eval`` included), and ``evaluate.py`` builds the protocol from it again, a key an older run did
 not write taking its default here.
@@ -18,6 +18,7 @@ from dataclasses import dataclass, fields
 from omegaconf import OmegaConf
 
 from mnp.core.calibration import check_calibration
+from mnp.core.conformal import RAPS_K_REG, RAPS_LAMBDA, check_conformal
 from mnp.core.missing import missing_flag, removal_sets
 from mnp.core.per_view import per_view_flag
 from mnp.core.protocols import (
@@ -70,7 +71,11 @@ class EvalProtocol:
     missing: bool = True  # the missing-view protocol (mnp.core.missing)
     split: str = "test"  # test | val: the rows evaluated (val: the selection protocol, metrics named val/...)
     per_view: bool = True  # each view's own prediction's metrics, view/... (mnp.core.per_view)
-    calibration: str = "none"  # none | temperature (mnp.core.calibration)
+    calibration: str = "none"  # none | temperature | vector | dirichlet | isotonic (mnp.core.calibration)
+    conformal: str = "none"  # none | thr | aps | raps: split conformal sets (mnp.core.conformal)
+    conformal_alpha: float = 0.1  # the sets' miscoverage: they hold the true class with probability >= 1 - alpha
+    raps_lambda: float = RAPS_LAMBDA  # RAPS's penalty per class beyond rank raps_k_reg
+    raps_k_reg: int = RAPS_K_REG
     sample_seed: int = 0  # the run's seed: seeds the test predictions' own sampling (protocols.sample_generator)
 
     def __post_init__(self):
@@ -99,6 +104,7 @@ class EvalProtocol:
         check_split(self.split)
         per_view_flag(self.per_view)
         check_calibration(self.calibration)
+        check_conformal(self.conformal, self.conformal_alpha, self.raps_lambda, self.raps_k_reg)
         _check_int("seed", self.sample_seed, 0, SEED_MAX)
 
     @classmethod

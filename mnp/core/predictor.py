@@ -20,6 +20,7 @@ import torch
 from datamodules.base import Scaler
 from mnp.core.checkpointing import CFG_KEY, LAST, PREP_KEY, load_checkpoint
 from mnp.core.pipeline import load_run
+from mnp.core.posthoc import PostHoc
 from mnp.core.stored_config import checked_run_config, restore_model
 
 log = logging.getLogger(__name__)
@@ -91,6 +92,15 @@ class Predictor:
         """The file's label of the most probable class of each raw row."""
         return self.classes[self.predict_proba(views).argmax(1)]
 
+    def predict_set(self, views: Sequence | Mapping, alpha: float | None = None) -> np.ndarray:
+        """Conformal prediction sets (N, K) bool of raw rows, column k for ``classes[k]`` (docs/method.md §5.7):
+        the run's ``eval.conformal`` score (after its ``eval.calibration``), refitted from the validation
+        predictions its ``predictions.npz`` stored, at the run's ``eval.conformal_alpha`` or at ``alpha``."""
+        if alpha is not None and (isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha < 1):
+            raise ValueError(f"alpha must be a number in (0, 1) (the sets miss at most that), got {alpha!r}")
+        stage = PostHoc.from_run(self.run_eval, self.seed, self.run_dir / "predictions.npz")
+        return stage.sets(torch.as_tensor(np.asarray(self.predict_proba(views))), alpha).numpy()
+
 
 def checked_preprocessing(prep: dict, view_dims: list[int], num_classes: int, source: str) -> tuple:
     """The stored preprocessing as (scaling, own_scaling, shifts, scales, labels, batch size), each value checked
@@ -157,4 +167,6 @@ def load(run: str | Path, data_dir: str | None = None) -> Predictor:
         )
         run_cfg, _, _, dm, model, _ = load_run(path, data_dir)
         prep = dm.preprocessing()
-    return Predictor(model, prep, seed=int(run_cfg.get("seed", 0)), source=str(path))
+    predictor = Predictor(model, prep, seed=int(run_cfg.get("seed", 0)), source=str(path))
+    predictor.run_eval, predictor.run_dir = run_cfg.get("eval"), path.parent.parent  # for predict_set
+    return predictor

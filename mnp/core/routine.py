@@ -8,11 +8,9 @@ Every model (MNP and all baselines) subclasses :class:`Routine` and provides onl
   ``predict(views, present=None)``: ``present`` (B, M) bool marks the views present in each row, whose
   absent rows arrive zero-filled (:mod:`mnp.core.missing`).
 
-Test dataloader 0 is the clean test set; it is also run through the noise protocol and the missing-view
-protocol (docs/method.md §5).
-Further test dataloaders are OOD sets yielding ``(views, is_ood)``; their names come from the
-datamodule's ``ood_names``. Results land in ``self.test_results`` (scalars) and
-``self.test_arrays`` (numpy arrays for predictions.npz).
+Test dataloader 0 is the clean test set, also run through the noise and missing-view protocols (docs/method.md §5);
+further ones are OOD sets of ``(views, is_ood)``, named by the datamodule's ``ood_names``. Results land in
+``self.test_results`` (scalars) and ``self.test_arrays`` (numpy arrays for predictions.npz).
 """
 
 from __future__ import annotations
@@ -29,11 +27,11 @@ import torch
 from torch import Tensor
 
 from mnp.core import metrics
-from mnp.core.calibration import calibrated_results, validation_rows
 from mnp.core.eval_protocol import EvalProtocol
 from mnp.core.missing import missing_results, present_mask, without
 from mnp.core.per_view import PerView
 from mnp.core.probabilities import Probabilities
+from mnp.core.posthoc import PostHoc, TestPredictions, validation_predictions
 from mnp.core.protocols import (
     add_noise,
     noise_generator,
@@ -75,8 +73,7 @@ class Routine(pl.LightningModule):
         raise NotImplementedError
 
     def view_predictions(self, views: list[Tensor]) -> list[Tensor] | None:
-        """Each view's own prediction, M per-sample probabilities (S, B, K), for the ``view/`` metrics
-        (:mod:`mnp.core.per_view`); None: the model has none (the default)."""
+        """Each view's own prediction, M × (S, B, K), for the ``view/`` metrics (:mod:`mnp.core.per_view`); None: none."""
         return None
 
     @property
@@ -93,8 +90,7 @@ class Routine(pl.LightningModule):
         return self.predict(views, present)
 
     def _stop_if_terminated(self) -> None:
-        """Stop the test when a SIGTERM came, before each predict call of its protocols: Lightning acts on it
-        between test batches only, and one batch's noise protocol can take minutes."""
+        """Stop the test at a SIGTERM, before each predict call of its protocols (Lightning checks between batches)."""
         if self._trainer is not None and getattr(self.trainer, "received_sigterm", False):
             from pytorch_lightning.utilities.exceptions import SIGTERMException
 
@@ -106,9 +102,7 @@ class Routine(pl.LightningModule):
 
     def check_accepts_missing(self) -> None:
         if not self.accepts_missing:
-            raise ValueError(
-                f"{type(self).__name__} cannot predict with missing views: its predict takes no `present` mask"
-            )
+            raise ValueError(f"{type(self).__name__} cannot predict with missing views: its predict takes no `present`")
 
     def ood_logits(self, views: list[Tensor]) -> Tensor | None:
         """(B, K) logits for the energy OOD score, from a model that has them; None (the default): no energy score."""
@@ -194,8 +188,9 @@ class Routine(pl.LightningModule):
             log.info("%s: no missing-view protocol, its predict takes no `present` mask", type(self).__name__)
         self._missing = {s: ([], []) for s in self.missing_sets} if self.accepts_missing else {}
         self._per_view = PerView(self) if self.protocol.per_view else None
-        if self.protocol.calibration == "temperature":
-            validation_rows(self)  # none: one line before the test loop runs
+        self.posthoc = PostHoc(self.protocol, self.num_classes, len(self.view_dims), self.noise_subsets)
+        if self.posthoc.active:
+            self.posthoc.check(self.trainer.datamodule)  # none: one line before the test loop runs
 
     def _timed_predict(self, views: list[Tensor], where: str) -> tuple[Tensor, Tensor]:
         sync = self.device.type == "cuda"
@@ -339,18 +334,21 @@ class Routine(pl.LightningModule):
             results["time/train_epochs"] = len(self.epoch_times)
         if ev.split == "val":
             results, arrays = validation_names(results), validation_names(arrays)
-        if ev.calibration == "temperature":
-            results.update(calibrated_results(self, probs, labels))
+        if self.posthoc.active:  # the validation rows predicted after the test rows, as before the stage existed
+            self.posthoc.fit(*validation_predictions(self, self.trainer.datamodule))
+            stores = TestPredictions.of(probs, labels, self._noisy, self._noisy_labels, self._missing)
+            results.update(self.posthoc.results(stores))
+            arrays.update(self.posthoc.arrays())
         results["time/eval_s"] = time.perf_counter() - self._eval_start  # the whole test: every protocol, T's fit
-        self._stop_if_terminated()  # a SIGTERM in the epoch-end stages (temperature fit, last per-view step)
+        self._stop_if_terminated()  # a SIGTERM in the epoch-end stages (the post-hoc fits, last per-view step)
         self.test_results, self.test_arrays = results, arrays
         for k, v in results.items():
-            self.log(k, v, add_dataloader_idx=False)
+            if not isinstance(v, str):  # calibration/method is metrics.json's, not a logged scalar
+                self.log(k, v, add_dataloader_idx=False)
 
     # ------------------------------------------------------------------ inference helper
     def predict_proba(self, views, batch_size: int = 1000, seed: int | None = None, return_uncertainty: bool = False):
-        """:meth:`predict_tensors` as scikit-learn's ``predict_proba``: the (N, K) numpy array; with
-        ``return_uncertainty=True`` the pair (probabilities, uncertainty (N,)) as numpy arrays."""
+        """:meth:`predict_tensors` as scikit-learn's: the (N, K) array (``return_uncertainty``: also the (N,) one)."""
         probs, unc = self.predict_tensors(views, batch_size, seed)
         return (probs.numpy(), unc.numpy()) if return_uncertainty else probs.numpy().view(Probabilities)
 
@@ -360,8 +358,9 @@ class Routine(pl.LightningModule):
     ) -> tuple[Tensor, Tensor]:
         """Mean predictive probabilities (N, K) and uncertainty (N,) for in-memory views, as tensors.
 
-        A view given as None is missing in every row, a row all NaN in a view is missing there; fusion models
-        combine the views present, early-fusion ones impute the training means. ``seed``: batch i samples from the test loop's generator of that batch (:func:`sample_generator`), so
+        A view given as None is missing in every row, a row all NaN in a view is missing there; fusion models combine
+        the views present, early-fusion ones impute the training means. ``seed``: batch i samples from the test
+        loop's generator of that batch (:func:`sample_generator`), so
         with the run's seed and ``dataset.eval_batch_size`` the run's test rows give its test predictions
         exactly; None: the global RNG.
         A ValueError says what is wrong with the arguments (rows, shapes, an infinite value, ``batch_size``)."""

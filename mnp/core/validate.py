@@ -36,6 +36,7 @@ from mnp.core.accel import CUDA_GRAPH, PRECISIONS
 from mnp.core.domains import check_domains
 from mnp.core.eval_protocol import SEED_MAX, EvalProtocol
 from mnp.core.migrations import MNP_TARGET, moved_key
+from mnp.core.posthoc import validation_need
 from mnp.core.rundir import WARMUP_RESOLVER, register_resolver
 
 log = logging.getLogger(__name__)
@@ -271,11 +272,8 @@ def check_ranges(c: dict) -> None:
             "eval.split=val evaluates on the validation rows: set dataset.val_fraction > 0 "
             "(the selection protocol uses 0.2, docs/method.md §5.4)"
         )
-    if ev.get("calibration") == "temperature" and not data.get("val_fraction"):
-        raise ConfigError(
-            "eval.calibration=temperature fits T on the validation rows: set dataset.val_fraction > 0 "
-            "(e.g. 0.2, docs/method.md §5.6)"
-        )
+    if (need := validation_need(ev)) and not data.get("val_fraction"):
+        raise ConfigError(f"{need}: set dataset.val_fraction > 0 (e.g. 0.2; docs/method.md §5.6, §5.7)")
     check_train_batches(trainer)
     check_device(trainer)
     check_accel(c.get("accel") or {})
