@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import shutil
 import subprocess
 
@@ -14,7 +15,9 @@ import pytest
 from cfg_utils import ROOT
 from mnp.core import codeversion
 from mnp.tools import select
-from test_selection import _sweep
+from mnp.tools.report import main as report_main
+from test_report import md_table, read_csv, write_run
+from test_selection import _fake_run, _sweep
 
 CANDIDATE = "model.memory.size=300"
 
@@ -148,3 +151,128 @@ def test_a_trained_run_writes_its_code_version_into_metrics_json(tmp_path, one_t
     record = json.loads((tmp_path / "metrics.json").read_text())
     assert {k: record[k] for k in ("code/commit", "code/dirty")} == codeversion.code_version()
     assert len(record["code/commit"]) == 40
+
+
+# ---------------------------------------------------------------------------- B6: report
+def _base(tmp_path):
+    """Two models, two seeds each, on PIE; the runs' root."""
+    root = tmp_path / "logs"
+    for model, accs in {"mcd": [0.80, 0.82], "etp": [0.70, 0.72]}.items():
+        for seed, acc in enumerate(accs):
+            write_run(root, "base", model, "pie", seed, acc, 0.05)
+    return root
+
+
+def _report(tmp_path, capsys, root, out=None) -> tuple[int, list[str]]:
+    capsys.readouterr()
+    rc = report_main([str(root), "--out", str(out or tmp_path / "out"), "--no-plots"])
+    return rc, capsys.readouterr().out.strip().splitlines()
+
+
+def _run_dir(root, model: str, seed: int):
+    return root / "base" / "multiruns" / f"{model}_pie_None_s{seed}"
+
+
+@pytest.mark.parametrize(
+    "text, why",
+    [
+        ("NaN", "is nan, not a finite number"),  # R02
+        ("Infinity", "is inf, not a finite number"),  # R03
+        ('"0.9"', 'is "0.9", not a number'),  # R03
+        ("1.7", "is 1.7, outside [0, 1]"),  # R06
+        ("-0.2", "is -0.2, outside [0, 1]"),  # R06
+    ],
+)
+def test_a_void_accuracy_shows_its_cell_void_with_a_line_naming_run_and_key(tmp_path, capsys, text, why):
+    """R02, R03, R06: the cell is ``void`` in the table and results.csv, never averaged over the other seed."""
+    root = _base(tmp_path)
+    path = _run_dir(root, "mcd", 1) / "metrics.json"
+    path.write_text(re.sub(r'"test/acc": [0-9.]+', f'"test/acc": {text}', path.read_text()))
+    rc, out = _report(tmp_path, capsys, root)
+    line = f"{path}: test/acc {why}; its cell is void"
+    assert rc == 0 and out[1:] == [f"  note: {line}"]
+    md = (tmp_path / "out" / "results.md").read_text()
+    assert md_table(md, "1") == {"MCD": ["void"], "ETP": ["**71.00 [58.29, 83.71]** (2)"]}
+    assert f"## Notes (1)\n\n- {line}\n" in md
+    cell = read_csv(tmp_path / "out" / "results.csv")[("mcd", "pie", "test/acc", "base", "")]
+    assert (cell["source"], cell["mean"], cell["n"]) == ("void", "nan", "2")
+
+
+def test_a_negative_ece_is_void_and_its_claim_untested(tmp_path, capsys):
+    root = _base(tmp_path)
+    write_run(root, "base", "mnp", "pie", 0, 0.9, -0.01)
+    rc, out = _report(tmp_path, capsys, root)
+    assert rc == 0 and out[1:] == [
+        f"  note: {_run_dir(root, 'mnp', 0) / 'metrics.json'}: test/ece is -0.01, outside [0, 1]; its cell is void"
+    ]
+    claim = {(r["baseline"], r["metric"]): r for r in csv.DictReader((tmp_path / "out" / "claims.csv").open())}
+    assert claim[("mcd", "test/ece")]["verdict"] == "untested (void value)" and claim[("mcd", "test/acc")]["difference"]
+
+
+def test_report_refuses_a_doctored_copy_of_a_run_and_writes_nothing(tmp_path, capsys):
+    """R04: a copy of the MCD run with another accuracy: one line naming both files, no output folder."""
+    root = _base(tmp_path)
+    copy = root / "base" / "multiruns" / "mcd_copy"
+    shutil.copytree(_run_dir(root, "mcd", 0), copy)
+    _metrics(copy, **{"test/acc": 0.99})
+    rc, out = _report(tmp_path, capsys, root)
+    assert rc == 1 and out == [
+        f"error: two different records of mcd / pie / seed 0 (experiment base): {copy / 'metrics.json'} and "
+        f"{_run_dir(root, 'mcd', 0) / 'metrics.json'}; move the one that is not the run's away and run again"
+    ]
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("inside", ["", "sub/dir"])
+def test_report_refuses_an_out_in_a_run_directory(tmp_path, capsys, inside):
+    """R09: as evaluate.py refuses an output_dir that holds a training run; the run's folder is left as it was."""
+    root = _base(tmp_path)
+    run = _run_dir(root, "mcd", 0)
+    (run / "checkpoints").mkdir()
+    before = sorted(p.name for p in run.rglob("*"))
+    rc, out = _report(tmp_path, capsys, root, out=run / inside)
+    assert rc == 1 and out == [
+        f"error: --out {run / inside} is {'inside ' if inside else ''}the run directory {run} (config.yaml, "
+        "metrics.json, checkpoints/), which a report never writes into; choose another --out"
+    ]
+    assert sorted(p.name for p in run.rglob("*")) == before
+
+
+def test_a_seed_that_is_not_an_integer_lists_that_run_unreadable_and_reports_the_others(tmp_path, capsys):
+    """R11."""
+    root = _base(tmp_path)
+    _metrics(_run_dir(root, "mcd", 0), seed="zero")
+    rc, out = _report(tmp_path, capsys, root)
+    assert rc == 0 and out[0].startswith("3 runs, 0 failed, 0 skipped, 1 unreadable, 0 interrupted")
+    assert out[1] == (
+        "  unreadable: metrics.json holds seed 'zero', not an integer; re-run the job to write it again "
+        f"({_run_dir(root, 'mcd', 0)})"
+    )
+    assert md_table((tmp_path / "out" / "results.md").read_text(), "1")["MCD"] == ["**82.00** (n = 1)"]
+
+
+def test_validation_runs_are_left_out_of_the_test_tables_with_a_line(tmp_path, capsys):
+    """MIX: the selection's runs (eval.split=val) hold only val/ metrics and times: no "Test time" table of them."""
+    root = _base(tmp_path)
+    _fake_run(
+        root / "select" / "multiruns", "default", 0, {"val/acc": 0.5, "time/test_s": 0.1, "time/train_epoch_s": 1}
+    )
+    rc, out = _report(tmp_path, capsys, root)
+    assert rc == 0 and out[1:] == [
+        "  note: 1 runs evaluated on validation rows (eval.split=val, experiment select) left out: they have no "
+        "test metrics; python -m mnp.tools.select reads their val/ metrics"
+    ]
+    md = (tmp_path / "out" / "results.md").read_text()
+    assert "## Experiment `select`" not in md and "## Experiment `base`" in md
+    assert "select" not in (tmp_path / "out" / "runs.csv").read_text()
+
+
+def test_report_says_when_a_cells_runs_come_from_different_commits(tmp_path, capsys):
+    """S11: the seeds of one cell from two code versions."""
+    root = _base(tmp_path)
+    _metrics(_run_dir(root, "mcd", 1), **{"code/commit": "c" * 40, "code/dirty": False})
+    rc, out = _report(tmp_path, capsys, root)
+    assert rc == 0 and out[1:] == [
+        f"  note: MCD on pie (experiment base) pool runs of 2 code versions: {'c' * 10} (1 runs, e.g. "
+        f"{_run_dir(root, 'mcd', 1)}); unrecorded (1 runs, e.g. {_run_dir(root, 'mcd', 0)})"
+    ]

@@ -269,12 +269,14 @@ def mixed_versions(runs: list[Run], what: str) -> str:
 
 
 LEGACY = "legacy_aggregate"  # a results.csv cell without per-run records: no interval, never tested
+VOID = "void"  # a cell of which a run reported no usable value (mnp.tools.report_records.void_values)
 
 
 @dataclass(frozen=True)
 class Cell:
     """One table cell: mean, sample std (ddof = 1) and number of seeds; ``ci`` its 95 % t-interval (None for
-    one seed or a legacy aggregate); ``source``: ``runs`` (derived from runs.csv) or :data:`LEGACY`."""
+    one seed or a legacy aggregate); ``source``: ``runs`` (derived from runs.csv), :data:`LEGACY` or :data:`VOID`
+    (mean and std NaN)."""
 
     mean: float
     std: float
