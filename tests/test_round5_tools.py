@@ -14,7 +14,8 @@ import pytest
 
 from cfg_utils import ROOT
 from mnp.core import codeversion
-from mnp.tools import select
+from mnp.tools import docgen, select
+from mnp.tools.docgen_sources import ADVICE
 from mnp.tools.report import main as report_main
 from test_report import md_table, read_csv, write_run
 from test_selection import _fake_run, _sweep
@@ -276,3 +277,103 @@ def test_report_says_when_a_cells_runs_come_from_different_commits(tmp_path, cap
         f"  note: MCD on pie (experiment base) pool runs of 2 code versions: {'c' * 10} (1 runs, e.g. "
         f"{_run_dir(root, 'mcd', 1)}); unrecorded (1 runs, e.g. {_run_dir(root, 'mcd', 0)})"
     ]
+
+
+# ---------------------------------------------------------------------------- B6: docgen --check
+@pytest.fixture
+def tree(tmp_path, monkeypatch):
+    """A copy of what docgen reads and writes (README.md, docs/, results/, benchmarks/, figures/, conf/), which
+    docgen then takes for the project."""
+    root = tmp_path / "repo"
+    for name in ("docs", "results", "benchmarks", "figures", "conf"):
+        shutil.copytree(ROOT / name, root / name)
+    shutil.copy(ROOT / "README.md", root / "README.md")
+    monkeypatch.setattr(docgen, "ROOT", root)
+    return root
+
+
+def _docgen_error(capsys, *args: str) -> str:
+    """docgen's one ``error:`` line on stderr, and its exit status 1."""
+    capsys.readouterr()
+    assert docgen.main(list(args)) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    return err[0]
+
+
+def _rewrite_csv(path, edit) -> None:
+    with open(path, newline="") as f:
+        rows = list(csv.reader(f))
+    with open(path, "w", newline="") as f:
+        csv.writer(f).writerows(edit(rows))
+
+
+def test_docgen_names_a_runs_csv_cut_mid_row(tree, capsys):
+    """D02."""
+    runs = tree / "results" / "paper_main" / "runs.csv"
+    lines = runs.read_text().splitlines()
+    runs.write_text("\n".join(lines[:10]) + "\n" + lines[10].split(",")[0])
+    assert _docgen_error(capsys, "--check") == (
+        f"error: {runs} is not a runs.csv written by mnp.tools.report (line 11 has fewer fields than its header); "
+        f"{ADVICE}"
+    )
+
+
+def test_docgen_names_a_runs_csv_whose_seed_is_not_a_number(tree, capsys):
+    """D09."""
+    runs = tree / "results" / "paper_main" / "runs.csv"
+    _rewrite_csv(runs, lambda rows: [rows[0], rows[1], [*rows[2][:4], "abc", *rows[2][5:]], *rows[3:]])
+    assert _docgen_error(capsys, "--check") == (
+        f"error: {runs} is not a runs.csv written by mnp.tools.report (line 3: invalid literal for int() with base "
+        f"10: 'abc'); {ADVICE}"
+    )
+
+
+def test_docgen_names_a_decision_record_of_binary_garbage(tree, capsys):
+    """D04."""
+    record = tree / "results" / "decisions" / "mnp_cub.csv"
+    record.write_bytes(b"\xff\xfe\x00" + bytes(range(256)))
+    assert _docgen_error(capsys, "--check") == (
+        f"error: {record} cannot be read ('utf-8' codec can't decode byte 0xff in position 0: invalid start byte); "
+        f"{ADVICE}"
+    )
+
+
+def test_docgen_gives_its_own_advice_for_a_results_csv_without_its_mean_column(tree, capsys):
+    """D05: not the report's "leave out --update"."""
+    results = tree / "results" / "paper_main" / "results.csv"
+    _rewrite_csv(results, lambda rows: [r[:3] + r[4:] for r in rows])
+    assert _docgen_error(capsys, "--check") == (
+        f"error: {results} is not a results.csv written by mnp.tools.report (it has no column 'mean'); {ADVICE}"
+    )
+
+
+def test_docgen_names_a_deleted_goals_csv(tree, capsys):
+    """D06."""
+    (tree / "docs" / "goals.csv").unlink()
+    assert _docgen_error(capsys, "--check") == (
+        f"error: {tree / 'docs' / 'goals.csv'} cannot be read (No such file or directory); {ADVICE}"
+    )
+
+
+def test_docgen_check_fails_on_an_unterminated_block(tree, capsys):
+    """D07: an opening line without its closing one is malformed, not skipped as up to date."""
+    readme = tree / "README.md"
+    n = len(readme.read_text().splitlines())
+    readme.write_text(readme.read_text() + "\n<!-- generated:glance -->\nstale\n")
+    assert _docgen_error(capsys, "--check") == (
+        f"error: README.md, line {n + 2}: <!-- generated:glance --> has no <!-- /generated:glance --> after it; "
+        "end the block with that line"
+    )
+
+
+@pytest.mark.slow
+def test_docgen_refuses_a_block_of_no_renderer_and_writes_no_file(tree, capsys):
+    """D08: also without --check, no doc file is written, not even the stale ones before the bad block."""
+    readme, last = tree / "README.md", docgen.doc_files(tree)[-1]
+    readme.write_text(readme.read_text().replace("<!-- generated:glance -->\n", "<!-- generated:glance -->\nstale\n"))
+    last.write_text(last.read_text() + "\n<!-- generated:nosuch -->\nx\n<!-- /generated:nosuch -->\n")
+    before = {p: p.read_text() for p in docgen.doc_files(tree)}
+    name = last.relative_to(tree).as_posix()
+    assert _docgen_error(capsys).startswith(f"error: {name}: unknown generated block 'nosuch'; known: goals, ")
+    assert {p: p.read_text() for p in docgen.doc_files(tree)} == before

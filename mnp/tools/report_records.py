@@ -21,7 +21,7 @@ import math
 from collections import defaultdict
 from pathlib import Path
 
-from mnp.tools.report_runs import DATASET_ORDER, LEGACY, MODEL_ORDER, VOID, Cell, Run, order, summarise
+from mnp.tools.report_runs import DATASET_ORDER, LEGACY, MODEL_ORDER, VOID, Cell, RecordFileError, Run, order, summarise
 from mnp.tools.stats import paired_test, verdict
 
 log = logging.getLogger(__name__)
@@ -115,15 +115,27 @@ def write_runs(path: Path, records: Records) -> None:
 
 
 def read_runs(path: Path) -> Records:
-    """The records of a runs.csv written by :func:`write_runs`."""
-    with open(path, newline="") as f:
-        rows = list(csv.DictReader(f))
-    return {
-        (r["experiment"], r["model"], r["dataset"], r["variant"] or None, int(r["seed"])): {
-            k: float(v) for k, v in r.items() if k not in ID_COLUMNS and v != ""
-        }
-        for r in rows
-    }
+    """The records of a runs.csv written by :func:`write_runs`; :class:`RecordFileError` naming the file and line
+    where a row is cut short or long, or a seed or value is not a number."""
+    records = {}
+    try:
+        with open(path, newline="") as f:
+            for line, r in enumerate(csv.DictReader(f), 2):
+                if None in r.values() or None in r:
+                    raise ValueError(
+                        f"line {line} has {'fewer' if None in r.values() else 'more'} fields than its header"
+                    )
+                try:
+                    records[(r["experiment"], r["model"], r["dataset"], r["variant"] or None, int(r["seed"]))] = {
+                        k: float(v) for k, v in r.items() if k not in ID_COLUMNS and v != ""
+                    }
+                except ValueError as e:
+                    raise ValueError(f"line {line}: {e}") from None
+    except KeyError as e:
+        raise RecordFileError(path, "runs.csv", f"it has no column {e}") from None
+    except (ValueError, csv.Error) as e:  # UnicodeDecodeError is a ValueError
+        raise RecordFileError(path, "runs.csv", " ".join(str(e).split())[:160]) from None
+    return records
 
 
 # ---------------------------------------------------------------------------- results.csv

@@ -342,9 +342,16 @@ def read_cells(path: Path) -> dict[tuple, Cell]:
         }
     except (KeyError, ValueError, TypeError, csv.Error) as e:  # UnicodeDecodeError is a ValueError
         problem = f"it has no column {e}" if isinstance(e, KeyError) else " ".join(str(e).split())[:120]
-        raise ValueError(
-            f"{path} is not a results.csv written by mnp.tools.report ({problem}); move it away or leave out --update"
-        ) from None
+        raise RecordFileError(path, "results.csv", problem) from None
+
+
+class RecordFileError(ValueError):
+    """A results.csv or runs.csv that mnp.tools.report did not write as it is now; ``what`` names the file and the
+    problem, the message adds the report's advice (docgen gives its own)."""
+
+    def __init__(self, path: Path, kind: str, problem: str):
+        self.what = f"{path} is not a {kind} written by mnp.tools.report ({problem})"
+        super().__init__(f"{self.what}; move it away or leave out --update")
 
 
 def read_results(path: Path) -> dict[tuple[str, str, str, str], dict]:
