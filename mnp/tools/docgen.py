@@ -38,7 +38,7 @@ from mnp.tools.report_runs import dataset_label, model_label, read_cells, read_r
 
 ROOT = Path(__file__).resolve().parents[2]
 BLOCK = re.compile(r"(<!-- generated:(\w+) -->\n)(.*?)(<!-- /generated:\2 -->)", re.S)
-OPENING = re.compile(r"<!-- generated:(\w+) -->")
+OPENING = re.compile(r"^<!-- generated:(\w+) -->$", re.M)  # a line of its own: prose may name the syntax
 
 
 # ---------------------------------------------------------------------------- reading
