@@ -91,7 +91,7 @@ def test_runs_csv_has_one_row_per_run_and_every_numeric_metric(sweep, tmp_path):
     assert by[("mcd", "cub", 0)]["test/ece"] == "nan" and by[("mcd", "cub", 0)]["test/nll"] == ""
     assert by[("mcd", "pie", 0)]["ood/x/auroc"] == ""
     res = results(tmp_path / "out" / "results.csv")
-    assert ("mcd", "cub", "test/ece", "") not in res  # a non-finite value is no seed of a cell
+    assert res[("mcd", "cub", "test/ece", "")]["source"] == "void"  # a non-finite value voids its cell
     assert res[("mcd", "cub", "test/acc", "")]["n"] == "1"
 
 

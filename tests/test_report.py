@@ -246,11 +246,9 @@ def test_variants_duplicates_and_evaluate_outputs(tmp_path):
     for v, accs in {"mse": [0.9, 0.92], "fifo": [0.8, 0.82]}.items():
         for s, a in enumerate(accs):
             write_run(root, "ablation_context", "mnp", "pie", s, a, 0.05, variant=v)
-    # the same job found twice (copied folder, older file): counted once
-    dup = write_run(root / "copy", "ablation_context", "mnp", "pie", 0, 0.1, 0.05, variant="mse")
-    import os
-
-    os.utime(dup / "metrics.json", (1, 1))
+    # the same job found twice (a copied folder, the same record): counted once; a different record is refused
+    # (tests/test_round5_tools.py)
+    write_run(root / "copy", "ablation_context", "mnp", "pie", 0, 0.9, 0.05, variant="mse")
     # evaluate.py output (has a checkpoint key) is not a sweep job
     ev = write_run(
         root, "ablation_context", "mnp", "pie", 5, 0.0, 0.5, variant="mse", extra={"checkpoint": "x/last.ckpt"}
@@ -264,9 +262,6 @@ def test_variants_duplicates_and_evaluate_outputs(tmp_path):
     rows = read_csv(tmp_path / "out" / "results.csv")
     assert float(rows[("mnp", "pie", "test/acc", "ablation_context", "mse")]["mean"]) == pytest.approx(0.91)
     # with evaluations=True the evaluate.py output counts as its run re-scored: it replaces seed 0 of "mse"
-    import time
-
-    time.sleep(0.01)
     rescored = write_run(
         root / "eval", "ablation_context", "mnp", "pie", 0, 0.5, 0.05, variant="mse", extra={"checkpoint": "c"}
     )

@@ -143,3 +143,43 @@ def test_cubs_sharpness_stage_screens_label_smoothing_and_weight_decay_by_val_ec
     assert decay[decay.index("--decision") + 1] == "weight_decay"
     for d in (smoothing, decay):
         assert d[d.index("--criterion") + 1] == "val/ece" and d[d.index("--require-p") + 1] == "0.05"
+
+
+def _refused(tmp_path, script: str, args: list[str], cwd=ROOT) -> list[str]:
+    """The stderr lines of a selection script that must refuse (status 2) before it runs any ``python``."""
+    shim, log = tmp_path / "bin", tmp_path / "python.log"
+    shim.mkdir(exist_ok=True)
+    (shim / "python").write_text(f'#!/bin/sh\necho "$@" >> {log}\n')
+    (shim / "python").chmod(0o755)
+    env = {**os.environ, "PATH": f"{shim}:{os.environ['PATH']}"}
+    path = ROOT / "benchmarks" / "selection" / script
+    done = subprocess.run(["bash", str(path), *args], cwd=cwd, env=env, capture_output=True, text=True)
+    assert done.returncode == 2 and not log.exists(), (done.returncode, done.stderr)
+    return done.stderr.strip().splitlines()
+
+
+@pytest.mark.parametrize(
+    "script, stages",
+    [
+        ("cub.sh", "train views calibration sharpness confirm samples official decide"),
+        ("handwritten.sh", "train samples official decide"),
+        ("pie.sh", "train samples official decide"),
+        ("scene15.sh", "train samples official decide"),
+        ("digits_c.sh", "train decide"),
+        ("baselines.sh", "train decide"),
+    ],
+)
+def test_an_unknown_stage_is_refused_naming_the_stages(tmp_path, script, stages):
+    """SH1: ``cub.sh bogus DIR`` ran the decide stage."""
+    for stage in ("bogus", "train views"):
+        assert _refused(tmp_path, script, [stage, str(tmp_path / "logs")]) == [
+            f"error: unknown stage '{stage}' of {script}; its stages: {stages}"
+        ]
+
+
+def test_a_selection_script_refuses_to_run_outside_the_repository_root(tmp_path):
+    """SH4: from another folder every job would fail to find train.py."""
+    script = ROOT / "benchmarks" / "selection" / "cub.sh"
+    assert _refused(tmp_path, "cub.sh", ["views", "../nonexistent"], cwd=tmp_path) == [
+        f"error: run {script} from the repository root (where train.py and results/decisions/ are), not from {tmp_path}"
+    ]

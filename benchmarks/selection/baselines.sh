@@ -6,9 +6,8 @@
 # decide: one record each by val NLL.
 #   tmc on pie: KL annealing over the official code's 50 epochs (today) against the paper's 10;
 #   mgp on handwritten: 10 epochs (before) against 20, 50 and 100 (the official script trains 100-600).
-set -euo pipefail
-stage=${1:?train or decide}; logs=${2:?log dir}
-export MNP_TORCH_THREADS=1
+stages="train decide"
+source "$(dirname "$0")/lib.sh" "$@"
 if [ "$stage" = train ]; then
   for s in 0 1 2 3 4; do
     for c in "" "model.annealing_epochs=10"; do echo "experiment=select model=tmc dataset=pie seed=$s $c"; done

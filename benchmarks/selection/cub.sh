@@ -16,6 +16,7 @@
 # 3.3x the weight decay (loss.l2 = 0.1), by the same criterion and rule; a winner is replicated on fresh seeds before
 # it becomes a default. (Smaller logit-scale floors were dropped before any run: the learned scales' 1 % quantile is
 # 0.29 or more on every seed, benchmarks/logit_scales_cub.json, so a floor of 0.2 or less would not act.)
+stages="train views calibration sharpness confirm samples official decide"
 source "$(dirname "$0")/lib.sh" "$@"
 screen=("" "model.attention.lengthscale_form=l2" "model.encoder.projection=none" "model.warmup.epochs=0" "model.warmup.lr=0.001"
         "model.memory.size=300" "model.memory.size=400" "model.aggregation.modality_mask=true"

@@ -5,6 +5,7 @@
 # train: seeds 0-4, two jobs at a time (2-6 min a run on this 2-core CPU, after a first run builds the features);
 # decide: by val NLL (the validation rows hold no OOD set, so OOD AUROC cannot decide). Eq. 8′ is not decided here:
 # Digits-C keeps the paper's eq. 8, and at 17 epochs experiment=select's last.ckpt (every 5) is not the end state.
+stages="train decide"
 source "$(dirname "$0")/lib.sh" "$@"
 out=results/decisions/mnp_digits_c.csv
 if [ "$stage" = train ]; then

@@ -7,6 +7,7 @@
 # checkpoints (mnp.tools.select infer; about 20 min), as in cub.sh; official, run after decide: mnp_official's
 # whole configuration against the chosen joint setting, seeds 0-4 (3-6 min a run); samples: the decoder's S at
 # prediction on the joint setting's checkpoints.
+stages="train samples official decide"
 source "$(dirname "$0")/lib.sh" "$@"
 out=results/decisions/mnp_handwritten.csv
 joint="model.aggregation.modality_mask=false model.warmup.epochs=0"

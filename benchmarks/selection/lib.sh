@@ -1,7 +1,15 @@
-# Shared by the per-dataset selection scripts: `source "$(dirname "$0")/lib.sh" "$@"` reads their arguments (STAGE
-# LOG_DIR) into stage and logs; each script sets out, its decision record.
+# Shared by the selection scripts: `source "$(dirname "$0")/lib.sh" "$@"` reads their arguments (STAGE LOG_DIR)
+# into stage and logs, refusing a stage the script does not declare (its stages) and a run outside the repository
+# root; each script sets out, its decision record.
 set -euo pipefail
 stage=${1:?the stage: train or decide, as the script header says}; logs=${2:?the log directory}  # $3: the chosen variant, where a script takes one
+# each script declares its stages (stages="..."): any other is refused before a job starts
+known=; for s in ${stages:?the script declares its stages}; do [ "$s" = "$stage" ] && known=1; done
+if [ -z "$known" ]; then echo "error: unknown stage '$stage' of $(basename "$0"); its stages: $stages" >&2; exit 2; fi
+# the jobs run train.py and the records go to results/decisions/, both relative to the repository root
+if [ ! -f train.py ] || [ ! -d results/decisions ]; then
+  echo "error: run $0 from the repository root (where train.py and results/decisions/ are), not from $PWD" >&2; exit 2
+fi
 export MNP_TORCH_THREADS=1
 # screen_train DATASET "SEEDS" CANDIDATE...: every candidate (a string of overrides; "" = the defaults) at every
 # seed as an experiment=select run, seed by seed, two jobs at a time

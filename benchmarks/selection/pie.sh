@@ -5,6 +5,7 @@
 # CPU core a run; three seeds, not five as on CUB: the CPU budget of one session); decide: the records (the screen by val NLL, then eq. 8′'s view weighting on the chosen
 # setting's checkpoints by val noisy accuracy); official: mnp_official's whole configuration against the defaults,
 # seeds 0-2; samples: the decoder's S at prediction on the defaults' checkpoints.
+stages="train samples official decide"
 source "$(dirname "$0")/lib.sh" "$@"
 paper_rbf="model.loss.rbf_reduce=mean model.loss.lengthscale_penalty=norm model.loss.self_in_denominator=false"
 out=results/decisions/mnp_pie.csv

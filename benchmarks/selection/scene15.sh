@@ -9,6 +9,7 @@
 # configuration, then eq. 8′'s view weighting by val noisy accuracy on the chosen configuration's checkpoints
 # (mnp_official's: infer --from-model) over a wider grid than elsewhere; samples: the decoder's S at prediction by
 # val NLL on the same checkpoints. On a GPU, benchmarks/device/run.sh runs such screens in minutes.
+stages="train samples official decide"
 source "$(dirname "$0")/lib.sh" "$@"
 out=results/decisions/mnp_scene15.csv
 chosen=model.aggregation.view_dropout=0.25  # the screen's choice (decision view_dropout)

@@ -20,6 +20,7 @@ from pytorch_lightning.loggers import WandbLogger
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from mnp.core import signals
+from mnp.core.codeversion import code_version
 from mnp.core.accel import configure as configure_accel, matmul_precision
 from mnp.core.calibration import check_fit_rows
 from mnp.core.builders import (
@@ -131,6 +132,7 @@ def _identity(cfg: DictConfig, model_name: str | None, dataset_name: str | None,
         "epochs": int(trainer.current_epoch) if trainer is not None else None,
         "experiment": cfg.get("experiment_name", "default"),
         **split_record(dm),
+        **code_version(),
     }
 
 

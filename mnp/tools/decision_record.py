@@ -67,6 +67,25 @@ def val_metrics(metrics: dict) -> dict[str, float]:
     }
 
 
+def unshared_seeds(candidates: dict[str, dict[int, dict]]) -> str:
+    """A line naming each candidate's seeds that some other candidate has not finished, which :func:`decide` leaves
+    out ('' when every candidate has the same seeds)."""
+    every = set().union(*map(set, candidates.values()))
+    shared = set.intersection(*map(set, candidates.values()))
+    lacking = sorted(
+        f"{name} has no finished run of seed {_seeds(every - set(per))}"
+        for name, per in candidates.items()
+        if every - set(per)
+    )
+    if not lacking:
+        return ""
+    return f"{'; '.join(lacking)}: decided on seeds {_seeds(shared)} only, those every candidate finished"
+
+
+def _seeds(seeds) -> str:
+    return " ".join(map(str, sorted(seeds))) or "none"
+
+
 BEST_MEAN = "best mean"
 
 

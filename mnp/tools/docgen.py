@@ -32,12 +32,14 @@ from pathlib import Path
 from mnp.core.migrations import modern_variant
 from mnp.tools import docgen_ceiling, docgen_decisions, docgen_results, docgen_speed, docgen_tuning, noise_figure
 from mnp.tools.docgen_results import DATASETS, MAIN
+from mnp.tools.docgen_sources import SourceError, reading
 from mnp.tools.report_records import claims, read_runs
 from mnp.tools.row_claims import add_row_tests
 from mnp.tools.report_runs import dataset_label, model_label, read_cells, read_results
 
 ROOT = Path(__file__).resolve().parents[2]
 BLOCK = re.compile(r"(<!-- generated:(\w+) -->\n)(.*?)(<!-- /generated:\2 -->)", re.S)
+OPENING = re.compile(r"^<!-- generated:(\w+) -->$", re.M)  # a line of its own: prose may name the syntax
 
 
 # ---------------------------------------------------------------------------- reading
@@ -57,7 +59,8 @@ def seeds(res: dict, model: str, dataset: str, variant: str = "") -> int:
 
 # ---------------------------------------------------------------------------- renderers
 def _goal_rows() -> list[dict]:
-    with open(ROOT / "docs" / "goals.csv", newline="") as f:
+    path = ROOT / "docs" / "goals.csv"
+    with reading(path), open(path, newline="") as f:
         return list(csv.DictReader(line for line in f if not line.startswith("#")))
 
 
@@ -256,42 +259,69 @@ def row_tested(rows: list[dict], root: Path) -> list[dict]:
 
 
 def sources(root: Path = ROOT) -> dict:
-    bench = root / "benchmarks" / "custom_defaults.json"
-    main_dir = root / "results" / "paper_main"
-    paper_main = read_results(main_dir / "results.csv")
-    records = read_runs(main_dir / "runs.csv") if (main_dir / "runs.csv").is_file() else {}
-    weighting = {
-        p.stem.removeprefix("view_weighting_"): json.loads(p.read_text())
-        for p in sorted((root / "benchmarks").glob("view_weighting_*.json"))
-    }
-    cal_dir = root / "results" / "calibration"
+    """Everything the renderers read; a file that cannot be read is a :class:`SourceError` naming it."""
+    main_dir, cal_dir = root / "results" / "paper_main", root / "results" / "calibration"
     has_cal = (cal_dir / "runs.csv").is_file()
-    cal_records = read_runs(cal_dir / "runs.csv") if has_cal else {}
+    paper_main = _read(main_dir / "results.csv", read_results)
+    records = _read(main_dir / "runs.csv", read_runs) if (main_dir / "runs.csv").is_file() else {}
+    cal_records = _read(cal_dir / "runs.csv", read_runs) if has_cal else {}
+    bench = root / "benchmarks" / "custom_defaults.json"
     return {
         "records": records,
         "calibration_records": cal_records,
-        "calibration": read_results(cal_dir / "results.csv") if has_cal else {},
-        "calibration_claims": claims(cal_records, read_cells(cal_dir / "results.csv")) if has_cal else [],
+        "calibration": _read(cal_dir / "results.csv", read_results) if has_cal else {},
+        "calibration_claims": claims(cal_records, _read(cal_dir / "results.csv", read_cells)) if has_cal else [],
         "paper_main": paper_main,
-        "claims": row_tested(claims(records, read_cells(main_dir / "results.csv")), main_dir) if paper_main else [],
+        "claims": row_tested(claims(records, _read(main_dir / "results.csv", read_cells)), main_dir)
+        if paper_main
+        else [],
         "noise_curves": noise_figure.curves(paper_main),
-        "view_weighting": weighting,
-        "switches": read_results(root / "results" / "switches" / "results.csv"),
-        "digits_c": read_results(root / "results" / "digits_c" / "results.csv"),
-        "custom_defaults": json.loads(bench.read_text()) if bench.exists() else {},
-        "figure2": json.loads((root / "figures" / "figure2.json").read_text()),
+        "view_weighting": {
+            p.stem.removeprefix("view_weighting_"): _read(p, _json)
+            for p in sorted((root / "benchmarks").glob("view_weighting_*.json"))
+        },
+        "switches": _read(root / "results" / "switches" / "results.csv", read_results),
+        "digits_c": _read(root / "results" / "digits_c" / "results.csv", read_results),
+        "custom_defaults": _read(bench, _json) if bench.exists() else {},
+        "figure2": _read(root / "figures" / "figure2.json", _json),
         **docgen_speed.sources(root),
         "tuning": docgen_tuning.sources(root),
         **docgen_decisions.sources(root),
     }
 
 
-def render_file(text: str, src: dict) -> str:
+def _read(path: Path, reader):
+    with reading(path):
+        return reader(path)
+
+
+def _json(path: Path):
+    return json.loads(path.read_text())
+
+
+def render_file(text: str, src: dict, name: str = "the file") -> str:
+    """``text`` (of the doc file ``name``) with each generated block rendered anew; :class:`SourceError` for a block
+    of no renderer, an opening without its closing line, or sources a renderer cannot use."""
+    closed = {m.start() for m in BLOCK.finditer(text)}
+    for m in OPENING.finditer(text):
+        if m.start() not in closed:
+            raise SourceError(
+                f"{name}, line {text.count(chr(10), 0, m.start()) + 1}: {m.group(0)} has no <!-- /generated:{m.group(1)} --> "
+                "after it; end the block with that line"
+            )
+
     def sub(m: re.Match) -> str:
-        name = m.group(2)
-        if name not in RENDERERS:
-            raise KeyError(f"unknown generated block '{name}'; known: {', '.join(RENDERERS)}")
-        return f"{m.group(1)}{RENDERERS[name](src)}\n{m.group(4)}"
+        block = m.group(2)
+        if block not in RENDERERS:
+            raise SourceError(f"{name}: unknown generated block '{block}'; known: {', '.join(RENDERERS)}")
+        try:
+            return f"{m.group(1)}{RENDERERS[block](src)}\n{m.group(4)}"
+        except SourceError:
+            raise
+        except (ValueError, KeyError, TypeError) as e:  # a source that reads but holds what the renderer cannot use
+            raise SourceError(
+                f"{name}: block '{block}' cannot be rendered from its sources ({type(e).__name__}: {e})"
+            ) from None
 
     return BLOCK.sub(sub, text)
 
@@ -304,16 +334,23 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="Regenerate the results blocks of README.md and docs/*.md.")
     ap.add_argument("--check", action="store_true", help="write nothing; exit 1 if a block is out of date")
     args = ap.parse_args(argv)
-    src, stale = sources(), []
-    for path in doc_files():
-        text = path.read_text()
-        new = render_file(text, src)
+    try:
+        src, stale, rendered = sources(ROOT), [], {}
+        for path in doc_files(ROOT):
+            with reading(path):
+                text = path.read_text()
+            rendered[path] = text, render_file(text, src, path.relative_to(ROOT).as_posix())
+        figure = ROOT / "figures" / "noise_curves.json"
+        figure_stale = not figure.is_file() or _read(figure, _json) != src["noise_curves"]
+    except SourceError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    for path, (text, new) in rendered.items():  # written only once every file rendered
         if new != text:
             stale.append(path.relative_to(ROOT).as_posix())
             if not args.check:
                 path.write_text(new)
-    figure = ROOT / "figures" / "noise_curves.json"
-    if not figure.is_file() or json.loads(figure.read_text()) != src["noise_curves"]:
+    if figure_stale:
         stale.append(figure.relative_to(ROOT).as_posix())
         if not args.check:
             noise_figure.write()

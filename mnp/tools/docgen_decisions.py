@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 from mnp.tools.decision_record import BEST_MEAN
+from mnp.tools.docgen_sources import reading
 from mnp.tools.report_runs import dataset_label, model_label
 
 COLUMNS = [
@@ -23,18 +24,17 @@ def sources(root: Path) -> dict:
     """{"decisions": [row, ...]} of every decision record, in file order."""
     rows, folder = [], root / "results" / "decisions"
     for path in sorted(p for p in folder.glob("*.csv") if p.name != "open.csv"):
-        with path.open() as f:
+        with reading(path), path.open() as f:
             rows += [{**r, "file": path.relative_to(root).as_posix()} for r in csv.DictReader(f)]
     still_open, open_path = [], folder / "open.csv"
     if open_path.is_file():
-        with open_path.open() as f:
+        with reading(open_path), open_path.open() as f:
             still_open = list(csv.DictReader(f))
-    unseen = root / "benchmarks" / "unseen_seeds.json"
-    return {
-        "decisions": rows,
-        "decisions_open": still_open,
-        "unseen_seeds": json.loads(unseen.read_text())["rows"] if unseen.is_file() else [],
-    }
+    unseen, unseen_rows = root / "benchmarks" / "unseen_seeds.json", []
+    if unseen.is_file():
+        with reading(unseen):
+            unseen_rows = json.loads(unseen.read_text())["rows"]
+    return {"decisions": rows, "decisions_open": still_open, "unseen_seeds": unseen_rows}
 
 
 def _num(row: dict, key: str, scale: float, digits: int) -> str:

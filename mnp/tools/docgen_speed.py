@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from mnp.tools.docgen_sources import reading
 from mnp.tools.report_runs import dataset_label
 
 GPU_SESSION = "h200_9de9874"
@@ -25,7 +26,10 @@ VARIANTS = {
 
 
 def _json(path: Path) -> dict:
-    return json.loads(path.read_text()) if path.is_file() else {}
+    if not path.is_file():
+        return {}
+    with reading(path):
+        return json.loads(path.read_text())
 
 
 def sources(root: Path) -> dict:

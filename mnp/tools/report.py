@@ -11,6 +11,11 @@ in bold and the second underlined:
 test accuracy (%), ECE, accuracy averaged over the noise levels (%), accuracy, ECE and OOD AUROC
 per dataset with OOD sets, training time per epoch, test time, and the speed-up of MNP over MGP.
 
+Notes (results.md's last section, and the console): runs evaluated on validation rows (``eval.split=val``) are
+left out of these test tables (:mod:`mnp.tools.select` reads them); a void value (null, NaN, infinite, text, or
+out of its range: :func:`mnp.tools.report_records.void_reason`) shows its cell as ``void``; a cell whose runs come
+from different commits (metrics.json's ``code/commit``) is named. ``--out`` in a run's directory is refused.
+
 Table numbers: the tables of ``results.md`` are numbered consecutively through the file (1, 2,
 3, ..., across experiments), so a table without data leaves no gap and a number is never used
 twice; the numbers match LaTeX's own numbering of ``results.tex``. Each caption names the paper
@@ -34,9 +39,18 @@ from pathlib import Path
 
 from mnp.tools.plots import all_plots, figure_formats
 from mnp.tools.report_paper import paper_comparison, paper_md
-from mnp.tools.report_records import claims, derive, read_runs, records_of, write_claims, write_results, write_runs
+from mnp.tools.report_records import (
+    claims,
+    derive,
+    read_runs,
+    records_of,
+    void_values,
+    write_claims,
+    write_results,
+    write_runs,
+)
+from mnp.tools.report_runs import LEGACY, Cell, Job, Run, load, mixed_versions, read_cells, row_label
 from mnp.tools.row_claims import add_row_tests, archive_predictions
-from mnp.tools.report_runs import LEGACY, Cell, Job, load, read_cells
 from mnp.tools.report_tables import experiment_tables, speedup_md, speedup_tex, speedups, table_md, table_tex
 
 
@@ -63,6 +77,39 @@ def previous_cells(out: Path) -> dict[tuple, Cell]:
     return cells
 
 
+def check_out(out: Path) -> None:
+    """Refuse an ``out`` that is a run's directory (config.yaml beside metrics.json or checkpoints/) or lies inside
+    one: a report never writes among a run's own files."""
+    for d in [out.absolute(), *out.absolute().parents]:
+        if (d / "config.yaml").is_file() and ((d / "metrics.json").exists() or (d / "checkpoints").is_dir()):
+            raise ValueError(
+                f"--out {out} is {'inside ' if d != out.absolute() else ''}the run directory {d} (config.yaml, "
+                "metrics.json, checkpoints/), which a report never writes into; choose another --out"
+            )
+
+
+def notes_of(runs: list[Run]) -> tuple[list[Run], list[str]]:
+    """The runs the tables read, and a line for each thing the tables cannot show: the runs evaluated on validation
+    rows (left out: their ``val/`` metrics are the selection's, :mod:`mnp.tools.select`), each void value (its
+    cell shows ``void``) and each cell whose runs come from more than one code version."""
+    val = [r for r in runs if r.metrics.get("eval_split") == "val"]
+    runs = [r for r in runs if r.metrics.get("eval_split") != "val"]
+    notes = (
+        [
+            f"{len(val)} runs evaluated on validation rows (eval.split=val, experiment "
+            f"{', '.join(sorted({r.experiment for r in val}))}) left out: they have no test metrics; "
+            "python -m mnp.tools.select reads their val/ metrics"
+        ]
+        if val
+        else []
+    )
+    groups: dict[tuple, list[Run]] = {}
+    for r in runs:
+        groups.setdefault((r.experiment, r.model, r.variant, r.dataset), []).append(r)
+    mixed = [mixed_versions(rs, f"{row_label((m, v))} on {d} (experiment {e})") for (e, m, v, d), rs in groups.items()]
+    return runs, notes + void_values(runs) + sorted(filter(None, mixed))
+
+
 def report(
     dirs: list[str | Path],
     out: str | Path,
@@ -85,9 +132,11 @@ def report(
     derive everything from (no run directories). Both keep ``out``'s legacy cells (see
     :mod:`mnp.tools.report_records`). ``figure_formats``: each plot in these (png, pdf, svg)."""
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    check_out(out)
     runs, jobs = load(dirs, relabel=relabel, evaluations=evaluations) if dirs else ([], [])
+    out.mkdir(parents=True, exist_ok=True)
     runs = [r for r in runs if (models is None or r.model in models) and (seeds is None or r.seed in seeds)]
+    runs, notes = notes_of(runs)
     records, previous = records_of(runs), {}
     if from_runs is not None:
         records, previous = {**read_runs(Path(from_runs)), **records}, previous_cells(out)
@@ -131,6 +180,8 @@ def report(
             tex += [speedup_tex(s, e), ""]
     if jobs:
         md.append(jobs_md(jobs))
+    if notes:
+        md += [f"## Notes ({len(notes)})", ""] + [f"- {n}" for n in notes] + [""]
     write_runs(out / "runs.csv", records)
     write_results(out / "results.csv", agg)
     archive_predictions(runs, out)  # each run's test probabilities: the claims' test on the rows
@@ -159,6 +210,7 @@ def report(
         "claims": found,
         "plots": written,
         "paper": comparison,
+        "notes": notes,
     }
 
 
@@ -248,6 +300,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     for j in res["jobs"]:
         print(f"  {j.status}: {j.describe()}")
+    for n in res["notes"]:
+        print(f"  note: {n}")
     return 0
 
 

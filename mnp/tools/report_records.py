@@ -1,10 +1,12 @@
 """Per-run records and what is derived from them, for :mod:`mnp.tools.report`.
 
 * ``runs.csv``: one row per run, ``experiment, model, dataset, variant, seed`` and then every numeric metric of
-  its metrics.json (sorted columns; empty: the run has no such metric; ``nan``: it reported a non-finite value).
+  its metrics.json (sorted columns; empty: the run has no such metric; ``nan``: its value is void, see
+  :func:`void_values`).
 * ``results.csv``: per (experiment, model, variant, dataset, metric) the mean, the sample std (ddof = 1), n, the
-  95 % t-interval ``ci95_low``/``ci95_high`` (empty for n = 1) over the finite values of runs.csv, and
-  ``source = runs``. Cells of an earlier results.csv whose group has no per-run record are kept as they were,
+  95 % t-interval ``ci95_low``/``ci95_high`` (empty for n = 1) over the values of runs.csv, and
+  ``source = runs``; a cell with a void value is ``source = void`` (mean nan), shown as void, never averaged
+  over the other seeds. Cells of an earlier results.csv whose group has no per-run record are kept as they were,
   with ``source = legacy_aggregate`` and no interval.
 * ``claims.csv``: "``mnp`` beats X on M" for every other model X of a dataset (default variants), as paired
   tests over shared seeds (:mod:`mnp.tools.stats`); a claim on a legacy cell is ``untested``. ``p_holm`` and
@@ -14,12 +16,13 @@
 from __future__ import annotations
 
 import csv
+import json
 import logging
 import math
 from collections import defaultdict
 from pathlib import Path
 
-from mnp.tools.report_runs import DATASET_ORDER, LEGACY, MODEL_ORDER, Cell, Run, order, summarise
+from mnp.tools.report_runs import DATASET_ORDER, LEGACY, MODEL_ORDER, VOID, Cell, RecordFileError, Run, order, summarise
 from mnp.tools.stats import Paired, holm, paired_test, verdict
 
 log = logging.getLogger(__name__)
@@ -46,6 +49,7 @@ CLAIM_COLUMNS = [
 CLAIM_METRICS = ["test/acc", "test/ece", "noise/acc_mean", "test/nll", "cal/test/ece", "cal/test/nll"]
 NON_METRICS = {"seed", "epochs"}
 UNTESTED = "untested (legacy aggregate)"
+UNTESTED_VOID = "untested (void value)"
 
 # (experiment, model, dataset, variant, seed) -> {metric: value}
 Records = dict[tuple, dict[str, float]]
@@ -56,13 +60,46 @@ def _sort_key(key: tuple) -> tuple:
 
 
 # ---------------------------------------------------------------------------- runs.csv
+METRIC_PREFIXES = ("test/", "val/", "noise/", "missing/", "view/", "cal/", "ood/", "time/")
+UNIT = {"acc", "ece", "auroc", "aupr", "fpr95", "aurc"}  # fractions, in [0, 1]
+NON_NEGATIVE = {"nll", "brier"}
+
+
+def void_reason(key: str, value) -> str | None:
+    """Why a metric's value is void: null, NaN, infinite, not a number (``"0.9"``), or out of its range (an
+    accuracy, ECE, AUROC ... outside [0, 1]; a negative NLL, Brier score or time); None for a usable value or a key
+    that is no metric."""
+    if not key.startswith(METRIC_PREFIXES):
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"is {json.dumps(value)}, not a number"
+    if not math.isfinite(value):
+        return f"is {value}, not a finite number"
+    name = set(key.rsplit("/", 1)[-1].split("@")[0].split("_"))
+    if name & UNIT and not 0 <= value <= 1:
+        return f"is {value:g}, outside [0, 1]"
+    if (name & NON_NEGATIVE or key.startswith("time/")) and value < 0:
+        return f"is {value:g}, below 0"
+    return None
+
+
+def void_values(runs: list[Run]) -> list[str]:
+    """One line per void value of ``runs`` (:func:`void_reason`), naming its file and key."""
+    return [
+        f"{r.path / 'metrics.json'}: {k} {why}; its cell is void"
+        for r in runs
+        for k, v in r.metrics.items()
+        if (why := void_reason(k, v))
+    ]
+
+
 def records_of(runs: list[Run]) -> Records:
-    """Each run's numeric metrics (not its seed or epochs), keyed as a runs.csv row."""
+    """Each run's numeric metrics (not its seed or epochs), keyed as a runs.csv row; a void value is NaN."""
     return {
         (r.experiment, r.model, r.dataset, r.variant, r.seed): {
-            k: float(v)
+            k: math.nan if void_reason(k, v) else float(v)
             for k, v in r.metrics.items()
-            if k not in NON_METRICS and isinstance(v, (int, float)) and not isinstance(v, bool)
+            if k not in NON_METRICS and (void_reason(k, v) or isinstance(v, (int, float)) and not isinstance(v, bool))
         }
         for r in runs
     }
@@ -82,26 +119,40 @@ def write_runs(path: Path, records: Records) -> None:
 
 
 def read_runs(path: Path) -> Records:
-    """The records of a runs.csv written by :func:`write_runs`."""
-    with open(path, newline="") as f:
-        rows = list(csv.DictReader(f))
-    return {
-        (r["experiment"], r["model"], r["dataset"], r["variant"] or None, int(r["seed"])): {
-            k: float(v) for k, v in r.items() if k not in ID_COLUMNS and v != ""
-        }
-        for r in rows
-    }
+    """The records of a runs.csv written by :func:`write_runs`; :class:`RecordFileError` naming the file and line
+    where a row is cut short or long, or a seed or value is not a number."""
+    records = {}
+    try:
+        with open(path, newline="") as f:
+            for line, r in enumerate(csv.DictReader(f), 2):
+                if None in r.values() or None in r:
+                    raise ValueError(
+                        f"line {line} has {'fewer' if None in r.values() else 'more'} fields than its header"
+                    )
+                try:
+                    records[(r["experiment"], r["model"], r["dataset"], r["variant"] or None, int(r["seed"]))] = {
+                        k: float(v) for k, v in r.items() if k not in ID_COLUMNS and v != ""
+                    }
+                except ValueError as e:
+                    raise ValueError(f"line {line}: {e}") from None
+    except KeyError as e:
+        raise RecordFileError(path, "runs.csv", f"it has no column {e}") from None
+    except (ValueError, csv.Error) as e:  # UnicodeDecodeError is a ValueError
+        raise RecordFileError(path, "runs.csv", " ".join(str(e).split())[:160]) from None
+    return records
 
 
 # ---------------------------------------------------------------------------- results.csv
 def aggregate(records: Records) -> dict[tuple, Cell]:
-    """(experiment, model, variant, dataset, metric) -> Cell over seeds, finite values only."""
+    """(experiment, model, variant, dataset, metric) -> Cell over seeds; :data:`VOID` where a value is not finite."""
     values: dict[tuple, list[float]] = defaultdict(list)
     for (e, m, d, v, _), metrics in sorted(records.items(), key=lambda kv: _sort_key(kv[0])):
         for k, x in metrics.items():
-            if math.isfinite(x):
-                values[(e, m, v, d, k)].append(x)
-    return {k: summarise(v) for k, v in values.items()}
+            values[(e, m, v, d, k)].append(x)
+    return {
+        k: summarise(v) if all(map(math.isfinite, v)) else Cell(math.nan, math.nan, len(v), source=VOID)
+        for k, v in values.items()
+    }
 
 
 def derive(records: Records, previous: dict[tuple, Cell] | None = None) -> dict[tuple, Cell]:
@@ -147,7 +198,9 @@ def claims(records: Records, agg: dict[tuple, Cell], model: str = "mnp") -> list
                     if ours is None or theirs is None:
                         continue
                     row = {"experiment": e, "model": model, "dataset": d, "metric": k, "baseline": x}
-                    if LEGACY in (ours.source, theirs.source):
+                    if VOID in (ours.source, theirs.source):
+                        row.update(difference=None, p_value=None, n=None, verdict=UNTESTED_VOID)
+                    elif LEGACY in (ours.source, theirs.source):
                         row.update(difference=ours.mean - theirs.mean, p_value=None, n=None, verdict=UNTESTED)
                     else:
                         t = paired_test(

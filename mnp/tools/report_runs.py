@@ -173,7 +173,9 @@ def load(dirs: Iterable[str | Path], relabel: bool = False, evaluations: bool = 
     ``metrics.json`` written by ``evaluate.py`` (it has a ``checkpoint`` key) is not a sweep job
     and is left out, unless ``evaluations``: then it is its run re-scored (``+model.*``, a default decided after
     the run) and counts as the run, labelled by its own config.yaml. A ``dataset=custom`` run's dataset is its file's stem (:func:`mnp.core.naming.data_label`).
-    A job found twice (the same experiment, model, variant, dataset and seed) counts once: the most recent file wins. ``relabel``: each run's experiment and variant from where it
+    A job found twice (the same experiment, model, variant, dataset and seed) counts once when the two records are
+    equal or one is its evaluation (:func:`_replaces`); two different records of it are refused (:class:`DuplicateRun`).
+    A metrics.json whose seed is not an integer is ``unreadable``. ``relabel``: each run's experiment and variant from where it
     lives and how its saved config differs from today's defaults (:mod:`mnp.tools.relabel`).
     """
     runs: dict[tuple, Run] = {}
@@ -189,6 +191,10 @@ def load(dirs: Iterable[str | Path], relabel: bool = False, evaluations: bool = 
             if "model" not in m or "dataset" not in m:
                 jobs.append(_unreadable(mpath, "names no model and dataset, so it is not a run's metrics"))
                 continue
+            seed = m.get("seed", 0)
+            if isinstance(seed, bool) or not isinstance(seed, int):
+                jobs.append(_unreadable(mpath, f"holds seed {seed!r}, not an integer"))
+                continue
             cfg = _config_or_unreadable(mpath.parent, jobs)
             if cfg is None:
                 continue
@@ -198,25 +204,21 @@ def load(dirs: Iterable[str | Path], relabel: bool = False, evaluations: bool = 
             if relabel and cfg:
                 from mnp.tools.relabel import experiment_of, variant_of
 
-                variant = variant_of(cfg, str(m["model"]), str(m["dataset"]), int(m.get("seed", 0)))
+                variant = variant_of(cfg, str(m["model"]), str(m["dataset"]), seed)
                 experiment = experiment_of(mpath.parent, experiment)
             run = Run(
                 mpath.parent,
                 experiment,
                 str(m["model"]),
                 data_label(str(m["dataset"]), cfg.get("dataset")),
-                int(m.get("seed", 0)),
+                seed,
                 None if variant is None else str(variant),
                 m,
                 cfg,
             )
             key = (run.experiment, run.model, run.variant, run.dataset, run.seed)
-            if key in runs:
-                old = runs[key]
-                log.warning("duplicate run %s and %s; keeping the newer", old.path, run.path)
-                if old.path.joinpath("metrics.json").stat().st_mtime > mpath.stat().st_mtime:
-                    continue
-            runs[key] = run
+            if key not in runs or _replaces(run, runs[key]):
+                runs[key] = run
         for status in ("failed", "skipped"):
             for p in sorted(d.rglob(f"{status}.json")):
                 if not (p.parent / "metrics.json").exists() and (record := _read_record(p, jobs)) is not None:
@@ -225,13 +227,56 @@ def load(dirs: Iterable[str | Path], relabel: bool = False, evaluations: bool = 
     return list(runs.values()), jobs
 
 
+def _replaces(run: Run, old: Run) -> bool:
+    """Whether ``run`` replaces ``old``, a run of the same experiment, model, variant, dataset and seed: an
+    evaluation (evaluate.py's, ``checkpoint`` in its record) replaces the run it re-scores; an exact copy is kept
+    once; any other pair is a :class:`DuplicateRun`, since neither record can be trusted over the other."""
+    if ("checkpoint" in run.metrics) != ("checkpoint" in old.metrics):
+        evaluation, trained = (run, old) if "checkpoint" in run.metrics else (old, run)
+        log.warning("%s re-scores %s: the evaluation counts", evaluation.path, trained.path)
+        return evaluation is run
+    if run.metrics == old.metrics:
+        log.warning("%s is a copy of %s: counted once", run.path, old.path)
+        return False
+    raise DuplicateRun(
+        f"two different records of {run.model} / {run.dataset} / seed {run.seed} (experiment {run.experiment}"
+        f"{f', variant {run.variant}' if run.variant else ''}): {old.path / 'metrics.json'} and "
+        f"{run.path / 'metrics.json'}; move the one that is not the run's away and run again"
+    )
+
+
+class DuplicateRun(ValueError):
+    """Two different records of one job (experiment, model, variant, dataset, seed) under the directories read."""
+
+
+def code_version(run: Run) -> str:
+    """The commit the run's code came from (metrics.json's ``code/commit``; ``+dirty`` with uncommitted changes),
+    ``unrecorded`` for a run that names none (outside a git checkout, or from before the record)."""
+    commit = run.metrics.get("code/commit")
+    return f"{str(commit)[:10]}{'+dirty' if run.metrics.get('code/dirty') else ''}" if commit else "unrecorded"
+
+
+def mixed_versions(runs: list[Run], what: str) -> str:
+    """A line saying that ``runs`` (``what``) come from more than one code version ('' when they do not)."""
+    by: dict[str, list[Run]] = {}
+    for r in sorted(runs, key=lambda r: str(r.path)):
+        by.setdefault(code_version(r), []).append(r)
+    if len(by) < 2:
+        return ""
+    return f"{what} pool runs of {len(by)} code versions: " + "; ".join(
+        f"{v} ({len(rs)} runs, e.g. {rs[0].path})" for v, rs in sorted(by.items())
+    )
+
+
 LEGACY = "legacy_aggregate"  # a results.csv cell without per-run records: no interval, never tested
+VOID = "void"  # a cell of which a run reported no usable value (mnp.tools.report_records.void_values)
 
 
 @dataclass(frozen=True)
 class Cell:
     """One table cell: mean, sample std (ddof = 1) and number of seeds; ``ci`` its 95 % t-interval (None for
-    one seed or a legacy aggregate); ``source``: ``runs`` (derived from runs.csv) or :data:`LEGACY`."""
+    one seed or a legacy aggregate); ``source``: ``runs`` (derived from runs.csv), :data:`LEGACY` or :data:`VOID`
+    (mean and std NaN)."""
 
     mean: float
     std: float
@@ -297,9 +342,16 @@ def read_cells(path: Path) -> dict[tuple, Cell]:
         }
     except (KeyError, ValueError, TypeError, csv.Error) as e:  # UnicodeDecodeError is a ValueError
         problem = f"it has no column {e}" if isinstance(e, KeyError) else " ".join(str(e).split())[:120]
-        raise ValueError(
-            f"{path} is not a results.csv written by mnp.tools.report ({problem}); move it away or leave out --update"
-        ) from None
+        raise RecordFileError(path, "results.csv", problem) from None
+
+
+class RecordFileError(ValueError):
+    """A results.csv or runs.csv that mnp.tools.report did not write as it is now; ``what`` names the file and the
+    problem, the message adds the report's advice (docgen gives its own)."""
+
+    def __init__(self, path: Path, kind: str, problem: str):
+        self.what = f"{path} is not a {kind} written by mnp.tools.report ({problem})"
+        super().__init__(f"{self.what}; move it away or leave out --update")
 
 
 def read_results(path: Path) -> dict[tuple[str, str, str, str], dict]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mnp.tools.report_runs import DATASET_ORDER, LEGACY, Cell, dataset_label, order, order_rows, row_label
+from mnp.tools.report_runs import DATASET_ORDER, LEGACY, VOID, Cell, dataset_label, order, order_rows, row_label
 
 OOD_ORDER = ["svhn", "cifar100", "heldout"]
 OOD_NAMES = {"svhn": "SVHN", "cifar100": "CIFAR100", "heldout": "held-out classes"}
@@ -78,7 +78,7 @@ class Table:
         """1 for the best value of each column, 2 for the second (ties share a rank, on shown digits)."""
         out = {}
         for j, (_, _, metric) in enumerate(self.columns):
-            shown = {i: float(metric.fmt(c.mean)) for (i, jj), c in self.cells.items() if jj == j}
+            shown = {i: float(metric.fmt(c.mean)) for (i, jj), c in self.cells.items() if jj == j and c.source != VOID}
             distinct = sorted(set(shown.values()), reverse=metric.higher_better)
             for i, v in shown.items():
                 rank = distinct.index(v) + 1
@@ -218,8 +218,8 @@ def _row_cells(t: Table, i: int, ranks: dict, style: tuple) -> list[str]:
     cells = []
     for j, (_, _, metric) in enumerate(t.columns):
         c = t.cells.get((i, j))
-        if c is None:
-            cells.append(missing)
+        if c is None or c.source == VOID:
+            cells.append(missing if c is None else VOID)
             continue
         s = _cell_text(c, metric, style)
         s = {1: best, 2: second}.get(ranks.get((i, j)), "{}").format(s)

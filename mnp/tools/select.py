@@ -40,12 +40,13 @@ from mnp.tools.decision_record import (
     SelectionError,
     check_criterion,
     decide,
+    unshared_seeds,
     val_metrics,
     validation_runs,
     write_decision,
 )
 from mnp.tools.relabel import with_built_in_defaults
-from mnp.tools.report_runs import Run, load
+from mnp.tools.report_runs import DuplicateRun, Run, load, mixed_versions
 
 VIEW_WEIGHTING = "aggregation.view_weighting"  # the parts the infer mode varies
 DECODER = "decoder"
@@ -243,10 +244,16 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:
         check_criterion(args.criterion)
-        loaded = load(args.dirs)[0]
+        if args.out.is_dir():
+            raise SelectionError(f"--out {args.out} is a directory; give the decision record's .csv file")
+        loaded, jobs = load(args.dirs)
         if args.from_model and args.mode == "decide":
             raise SelectionError("--from-model names the runs infer scores; decide compares --model's runs")
-        runs = validation_runs(loaded, args.from_model or args.model, args.dataset)
+        model = args.from_model or args.model
+        runs = validation_runs(loaded, model, args.dataset)
+        if not runs:
+            raise SelectionError(f"no runs of {model} on {args.dataset} in {' '.join(args.dirs)}")
+        warnings = [f"{j.status} job left out: {j.describe()}" for j in jobs if j.record.get("model") in (None, model)]
         if args.mode == "decide":
             if not args.match and not args.rival:
                 raise SelectionError("decide needs --match or --rival: which runs are this decision's candidates")
@@ -254,6 +261,8 @@ def main(argv: list[str] | None = None) -> int:
             rivals = rival_runs(loaded, args.rival, args.dataset)
             candidates |= {name: {r.seed: val_metrics(r.metrics) for r in rs} for name, rs in rivals.items()}
             setting = settings(list(candidates), runs, args.base, rivals)
+            pooled = [r for r in runs if variant_of(r) in candidates or variant_of(r) == modern_variant(args.base)]
+            pooled += [r for rs in rivals.values() for r in rs]
         else:
             base = [r for r in runs if variant_of(r) == modern_variant(args.base)]
             if not base:
@@ -264,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 part, variants = VIEW_WEIGHTING, view_weighting_variants(args.quantiles, args.powers)
                 current = held = current_view_weighting(base)
-            candidates = infer_candidates(base, current, variants, part)
+            candidates, pooled = infer_candidates(base, current, variants, part), base
             setting = {
                 name: ",".join(f"model.{part}.{k}={v}" for k, v in values.items())
                 for name, values in [*variants.items(), (DEFAULT, held)]
@@ -272,10 +281,13 @@ def main(argv: list[str] | None = None) -> int:
         rows = decide(candidates, args.criterion, args.higher, args.require_p)
         for r in rows:
             r["setting"] = setting.get(r["candidate"], "")
-    except (SelectionError, UnfinishedRun, FileNotFoundError) as e:
+        write_decision(args.out, args.model, args.dataset, args.decision, rows, args.status, args.note)
+    except (SelectionError, DuplicateRun, UnfinishedRun, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    write_decision(args.out, args.model, args.dataset, args.decision, rows, args.status, args.note)
+    warnings += [unshared_seeds(candidates), mixed_versions(pooled, f"the candidates of {args.decision}")]
+    for w in filter(None, warnings):
+        print(f"warning: {w}", file=sys.stderr)
     for r in rows:
         print(
             f"{'*' if r['chosen'] else ' '} {r['candidate']:48s} {args.criterion} {r['score']:.4f} "
