@@ -21,6 +21,7 @@ from datamodules.base import Scaler
 from mnp.core.checkpointing import CFG_KEY, LAST, PREP_KEY, load_checkpoint
 from mnp.core.pipeline import load_run
 from mnp.core.stored_config import checked_run_config, restore_model
+from mnp.core.stored_prep import check_finite_weights, checked_preprocessing
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +108,8 @@ def load(run: str | Path, data_dir: str | None = None) -> Predictor:
         raise KeyError(f"{path} has no '{CFG_KEY}' entry; it was not written by train.py")
     if PREP_KEY in ckpt:
         run_cfg = checked_run_config(ckpt[CFG_KEY], path)
-        model, prep = restore_model(ckpt, run_cfg["model"]["_target_"], path), ckpt[PREP_KEY]
+        model = restore_model(ckpt, run_cfg["model"]["_target_"], path)
+        prep = checked_preprocessing(ckpt[PREP_KEY], model, path)
     else:
         log.warning(
             "%s holds no preprocessing (written before it was stored): refitting the scalers from the run's data file",
@@ -115,4 +117,5 @@ def load(run: str | Path, data_dir: str | None = None) -> Predictor:
         )
         run_cfg, _, _, dm, model, _ = load_run(path, data_dir)
         prep = dm.preprocessing()
+    check_finite_weights(model, path)
     return Predictor(model, prep, seed=int(run_cfg.get("seed", 0)))
