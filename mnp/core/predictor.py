@@ -5,19 +5,21 @@ The pipeline stores the preprocessing in every checkpoint (``PREP_KEY``, written
 view's scaler fitted on the training rows, the file's label of each class index, and the evaluation batch size.
 :meth:`Predictor.predict_proba` scales raw rows with it and predicts in the test loop's batches, each sampling
 from the test loop's generator, so on the run's test rows it gives ``predictions.npz``'s numbers exactly.
-A checkpoint written before the preprocessing was stored is refitted from the run's data file, with a warning.
+The stored values and the weights are checked at load (:mod:`mnp.core.stored_prep`). A checkpoint written before
+the preprocessing was stored is refitted from the run's data file, with a warning.
 """
 
 from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 import torch
 
 from datamodules.base import Scaler
+from datamodules.checks import link_fault
 from mnp.core.checkpointing import CFG_KEY, LAST, PREP_KEY, load_checkpoint
 from mnp.core.pipeline import load_run
 from mnp.core.stored_config import checked_run_config, restore_model
@@ -40,15 +42,33 @@ class Predictor:
         self.view_names = [f"x{v + 1}" for v in range(len(self.shift))]
 
     def _ordered(self, views: Sequence | Mapping) -> list:
-        """The views as a list in the run's order; a mapping is read by the file's view names (x1, x2, ...)."""
+        """The views as a list in the run's order; a mapping is read by the file's view names (x1, x2, ...), each
+        of which it must hold (a forgotten key was taken as a missing view without a word)."""
+        names = ", ".join(self.view_names)
         if isinstance(views, Mapping):
-            if unknown := sorted(set(views) - set(self.view_names)):
-                raise ValueError(f"unknown view {unknown[0]!r}; this run's views are {', '.join(self.view_names)}")
-            return [views.get(name) for name in self.view_names]
+            if unknown := sorted(set(views) - set(self.view_names), key=str):
+                raise ValueError(f"unknown view {unknown[0]!r}; this run's views are {names}")
+            if absent := [name for name in self.view_names if name not in views]:
+                raise ValueError(
+                    f"the views given lack {absent[0]!r}; this run's views are {names} "
+                    f"(give {absent[0]!r}: None to predict without that view)"
+                )
+            return [views[name] for name in self.view_names]
+        if isinstance(views, (str, bytes)) or not isinstance(views, Iterable):  # a str was read as views of letters
+            raise ValueError(
+                f"views must be a list of arrays, one per view ({names}), or a dict by view name; "
+                f"got a {type(views).__name__}"
+            )
         return list(views)
 
-    def transform(self, views: Sequence | Mapping) -> list[torch.Tensor | None]:
-        """Raw rows scaled as the run scaled its test rows (float32, as the model saw them); None stays None."""
+    def transform(self, views: Sequence | Mapping, scaling: str = "run") -> list[torch.Tensor | None]:
+        """Raw rows scaled as the run scaled its test rows (``scaling="run"``) or with its training scalers
+        (``"train"``), as float32, the model's precision; None stays None."""
+        if scaling not in ("run", "train"):
+            raise ValueError(
+                f"scaling must be 'run' (as the run scaled its test rows) or 'train' (the run's training scalers), "
+                f"got {scaling!r}"
+            )
         views = self._ordered(views)
         if len(views) != len(self.shift):
             raise ValueError(
@@ -59,33 +79,97 @@ class Predictor:
             if x is None:
                 out.append(None)
                 continue
-            x = np.asarray(x, dtype=np.float64)
+            name = self.view_names[v]
+            try:
+                x = np.asarray(x, dtype=np.float64)
+            except (TypeError, ValueError) as e:
+                raise ValueError(
+                    f"view {name} is not an array of numbers ({e}); give None for a missing view"
+                ) from None
             if x.ndim != 2 or x.shape[1] != len(shift):
                 raise ValueError(
-                    f"view {self.view_names[v]} has shape {x.shape}; the run was trained on rows of "
-                    f"{len(shift)} columns"
+                    f"view {name} has shape {x.shape}; the run was trained on rows of {len(shift)} columns"
                 )
-            if self.own_scaling:  # dataset.scale_test_separately: the rows given are scaled on their own statistics
-                sc = Scaler(self.scaling).fit(x)
-                shift, scale = sc.shift, sc.scale
-            with np.errstate(over="ignore", invalid="ignore"):
-                out.append(torch.as_tensor((x - shift) / scale, dtype=torch.float32))
+            if self.own_scaling and scaling == "run":
+                shift, scale = self._own_scaler(name, x, shift, scale)
+            out.append(torch.as_tensor(_scaled(name, x, shift, scale)))
         return out
 
-    def predict_proba(self, views: Sequence | Mapping) -> tuple[np.ndarray, np.ndarray]:
+    def _own_scaler(self, name: str, x: np.ndarray, shift: np.ndarray, scale: np.ndarray) -> tuple:
+        """The shift and scale of the rows given (``dataset.scale_test_separately``, as the run's test rows were).
+
+        A column the same in every row scales to 0: where the training scaler would not map it to 0, its values
+        are ignored. A warning says so; a view all of whose columns are so (one row, or copies of one) is
+        refused, since the prediction would not depend on it (round 5: L44)."""
+        rows = x[np.isfinite(x).all(1)]  # a missing (all-NaN) row has no say; a non-finite one is refused later
+        if not len(rows):
+            return shift, scale
+        # rtol: a column constant in training has its mean as shift, which may be an ulp off its value
+        lost = (np.ptp(rows, 0) == 0) & ~np.isclose(rows[0], shift, rtol=1e-9, atol=0)
+        if lost.any() and (np.ptp(rows, 0) == 0).all():
+            raise ValueError(
+                f"view {name}: the {len(rows)} row(s) given have one value per column, so scaled on their own "
+                "statistics (the run's dataset.scale_test_separately) they are all 0 and the prediction would "
+                "ignore them; pass the rows together, as the run's test set was, or scaling='train' to scale them "
+                "with the run's training scaler"
+            )
+        if lost.any():
+            log.warning(
+                "view %s: %d of its %d columns (the first: %d) have one value in all %d rows given, so scaled on "
+                "their own statistics (the run's dataset.scale_test_separately) they are 0 and their values are "
+                "ignored; pass more rows together, or scaling='train'",
+                name,
+                int(lost.sum()),
+                len(lost),
+                int(lost.argmax()),
+                len(rows),
+            )
+        own = Scaler(self.scaling).fit(rows)
+        return own.shift, own.scale
+
+    def predict_proba(self, views: Sequence | Mapping, scaling: str = "run") -> tuple[np.ndarray, np.ndarray]:
         """Mean predictive probabilities (N, K), column k for the label ``classes[k]``, and the uncertainty (N,)
-        of raw rows. A view given as None is missing in every row; a row all NaN in a view is missing there."""
-        probs, unc = self.model.predict_proba(self.transform(views), batch_size=self.batch_size, seed=self.seed)
+        of raw rows. A view given as None is missing in every row; a row all NaN in a view is missing there.
+
+        ``scaling``: "run" scales the rows as the run scaled its test rows: with its training scalers, or, in a
+        run with ``dataset.scale_test_separately=true``, on the statistics of the rows given (so pass them
+        together; one row alone is refused); "train": with the run's training scalers.
+        Sampling models (MNP, MC dropout) draw their Monte-Carlo samples per batch of ``eval_batch_size`` rows,
+        so a row's probabilities vary, within the Monte-Carlo error, with the other rows of the call and its
+        place among them; the same rows in the same order give the same numbers (the run's test rows give its
+        ``predictions.npz``). More samples (MNP: ``model.decoder.eval_samples``) shrink the variation."""
+        probs, unc = self.model.predict_proba(
+            self.transform(views, scaling), batch_size=self.batch_size, seed=self.seed
+        )
         return probs.numpy(), unc.numpy()
 
-    def predict(self, views: Sequence | Mapping) -> np.ndarray:
-        """The file's label of the most probable class of each raw row."""
-        return self.classes[self.predict_proba(views)[0].argmax(1)]
+    def predict(self, views: Sequence | Mapping, scaling: str = "run") -> np.ndarray:
+        """The file's label of the most probable class of each raw row (``scaling``: as in :meth:`predict_proba`)."""
+        return self.classes[self.predict_proba(views, scaling)[0].argmax(1)]
+
+
+def _scaled(name: str, x: np.ndarray, shift: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """``(x - shift) / scale`` in float32; a finite value whose scaled value overflows float32 is refused (the
+    cast made it an infinity, which was reported as one the user gave: round 5, L14)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        z = (x - shift) / scale
+        z32 = z.astype(np.float32)
+    if (over := np.isfinite(x) & ~np.isfinite(z32)).any():
+        r, c = (int(i) for i in np.argwhere(over)[0])
+        raise ValueError(
+            f"view {name} row {r} holds {x[r, c]:.6g} in column {c}, which scaled ({z[r, c]:.3g}) overflows "
+            f"float32, the model's precision (at most {np.finfo(np.float32).max:.3g}); clip it, or give the row "
+            "as NaN (a missing view)"
+        )
+    return z32
 
 
 def checkpoint_path(run: str | Path) -> Path:
     """A run directory's ``checkpoints/last.ckpt``, or the checkpoint file given."""
     run = Path(run).expanduser()
+    for link in (run, run / "checkpoints" / LAST):
+        if what := link_fault(link):
+            raise FileNotFoundError(f"{link} is {what}; point it at a run directory of train.py or a .ckpt")
     if run.is_dir():
         path = run / "checkpoints" / LAST
         if not path.is_file():
