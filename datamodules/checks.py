@@ -43,19 +43,24 @@ def fraction(key: str, value, lower_open: bool) -> float:
     return float(value)
 
 
-def check_regular_file(path: Path) -> None:
-    """A DataError when ``path`` exists but is no regular file: a directory, or a FIFO, device or socket, whose
-    reading would block or never end (it used to be reported as not found)."""
-    if path.is_symlink():  # one that loops or points nowhere was reported as not found
+def link_fault(path: Path) -> str | None:
+    """What a symbolic link that loops or points nowhere is, in words (such a path was reported as not found);
+    None for any other path."""
+    if path.is_symlink():
         try:
             os.stat(path)
         except OSError as e:
-            what = (
-                "a loop of symbolic links"
-                if e.errno == errno.ELOOP
-                else f"a symbolic link to {os.readlink(path)}, which does not exist"
-            )
-            raise DataError(f"{path} is {what}; point it at the data file") from None
+            if e.errno == errno.ELOOP:
+                return "a loop of symbolic links"
+            return f"a symbolic link to {os.readlink(path)}, which does not exist"
+    return None
+
+
+def check_regular_file(path: Path) -> None:
+    """A DataError when ``path`` exists but is no regular file: a directory, or a FIFO, device or socket, whose
+    reading would block or never end (it used to be reported as not found)."""
+    if what := link_fault(path):
+        raise DataError(f"{path} is {what}; point it at the data file")
     if path.is_dir():
         raise DataError(f"{path} is a directory, not a data file; accepted: {ACCEPTED}")
     if path.exists() and not path.is_file():
