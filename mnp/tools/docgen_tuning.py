@@ -4,27 +4,20 @@ it runs; ``python -m mnp.tune.apply`` writes the finished one's ``results/tuning
 
 from __future__ import annotations
 
-import csv
-import re
 from pathlib import Path
 
 from mnp.tools.report_runs import dataset_label, model_label
-
-BUDGET = re.compile(r"^# budget: (\d+) finished trials", re.M)
-FINISHED = ("complete", "pruned", "fail")
+from mnp.tune.records import read_trials
 
 
 def study(path: Path) -> dict:
     """One study's trials.csv: its budget, trials finished, the defaults' (trial 0) and the best mean fold score."""
-    text = path.read_text()
-    rows = list(csv.DictReader(line for line in text.splitlines() if not line.startswith("#")))
-    done = [r for r in rows if r["requeued"] == "False" and r["state"] in FINISHED]
+    rows, done, budget = read_trials(path.read_text())
     complete = [r for r in done if r["state"] == "complete"]
     best = min(complete, key=lambda r: float(r["mean"])) if complete else None
     first = rows[0] if rows and rows[0]["trial"] == "0" and rows[0]["state"] == "complete" else None
-    budget = BUDGET.search(text)
     return {
-        "budget": int(budget.group(1)) if budget else None,
+        "budget": budget,
         "done": len(done),
         "pruned": sum(r["state"] == "pruned" for r in done),
         "failed": sum(r["state"] == "fail" for r in done),

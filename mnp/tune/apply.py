@@ -10,18 +10,15 @@ study of your own data (``dataset=custom``) prints the winner's overrides instea
 from __future__ import annotations
 
 import argparse
-import csv
-import re
 import sys
 from pathlib import Path
 
 import yaml
 
 from datamodules.files import atomic_write
-from mnp.tune.records import tuned_config
+from mnp.tune.records import read_trials, tuned_config
 
 UNTUNED = ("mnp_official",)  # the authors' configuration stays theirs
-BUDGET = re.compile(r"^# budget: (\d+) finished trials", re.M)
 
 
 def finished_study(sweep_dir: Path) -> tuple[dict, str]:
@@ -30,12 +27,12 @@ def finished_study(sweep_dir: Path) -> tuple[dict, str]:
     if not trials.is_file() or not best.is_file():
         raise ValueError(f"{sweep_dir} holds no finished study (trials.csv and best.yaml): run experiment=tune first")
     text = trials.read_text()
-    budget = BUDGET.search(text)
-    rows = csv.DictReader(line for line in text.splitlines() if not line.startswith("#"))
-    done = sum(1 for r in rows if r["requeued"] == "False" and r["state"] in ("complete", "pruned", "fail"))
-    if budget is None or done < int(budget.group(1)):
-        need = budget.group(1) if budget else "?"
-        raise ValueError(f"{sweep_dir}: {done} of {need} trials finished; re-run the study's command to complete it")
+    _, done, budget = read_trials(text)
+    if budget is None or len(done) < budget:
+        need = budget if budget is not None else "?"
+        raise ValueError(
+            f"{sweep_dir}: {len(done)} of {need} trials finished; re-run the study's command to complete it"
+        )
     return yaml.safe_load(best.read_text()), text
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,16 @@ from optuna.trial import TrialState
 from datamodules.files import atomic_write
 
 COLUMNS = ["trial", "state", "requeued", "settings", "folds_done", "mean", "fold_scores", "chosen"]
+BUDGET = re.compile(r"^# budget: (\d+) finished trials", re.M)
+
+
+def read_trials(text: str) -> tuple[list[dict], list[dict], int | None]:
+    """A trials.csv's rows, the finished trials among them (complete, pruned or failed; a requeued one is not) and
+    its declared budget (None if the header lacks it)."""
+    rows = list(csv.DictReader(line for line in text.splitlines() if not line.startswith("#")))
+    done = [r for r in rows if r["requeued"] == "False" and r["state"] in ("complete", "pruned", "fail")]
+    budget = BUDGET.search(text)
+    return rows, done, int(budget.group(1)) if budget else None
 
 
 def trial_rows(study) -> list[dict[str, Any]]:
