@@ -20,3 +20,18 @@ def compose_train(out_dir, overrides=(), config_name: str = "train"):
             overrides=[f"paths.output_dir={out_dir}", "logger=none", "trainer.enable_progress_bar=false", *overrides],
             return_hydra_config=False,
         )
+
+
+def evaluate_config(ckpt_path, output_dir, evaluation: dict):
+    """The config evaluate.py builds for ``ckpt_path`` with ``+eval.*`` settings, on the CPU, output in ``output_dir``."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.create(
+        {
+            "ckpt_path": str(ckpt_path),
+            "output_dir": str(output_dir),
+            "data_dir": None,
+            "eval": dict(evaluation),
+            "trainer": {"accelerator": "cpu", "devices": 1},
+        }
+    )

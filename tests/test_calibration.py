@@ -9,7 +9,7 @@ import pytorch_lightning as pl
 import torch
 from torch import Tensor
 
-from cfg_utils import compose_train
+from cfg_utils import compose_train, evaluate_config
 from datamodules import TensorDataModule
 from mnp.core import metrics
 from mnp.core.calibration import fit_temperature, temper, tempered_nll
@@ -225,7 +225,6 @@ def test_the_report_shows_raw_and_temperature_scaled_columns_side_by_side(tmp_pa
 
 def test_evaluate_fits_the_same_temperature_from_the_checkpoint(tmp_path):
     """evaluate.py +eval.calibration=temperature on a run trained with validation rows: the T of train.py."""
-    from omegaconf import OmegaConf
     from mnp.core.pipeline import evaluate
 
     common = [
@@ -241,15 +240,7 @@ def test_evaluate_fits_the_same_temperature_from_the_checkpoint(tmp_path):
     plain = train(compose_train(tmp_path / "raw", common))
     assert not [k for k in plain if k.startswith(("cal/", "calibration/"))]
     ev = evaluate(
-        OmegaConf.create(
-            {
-                "ckpt_path": str(tmp_path / "raw" / "checkpoints" / "last.ckpt"),
-                "output_dir": str(tmp_path / "e"),
-                "data_dir": None,
-                "eval": {"calibration": "temperature"},
-                "trainer": {"accelerator": "cpu", "devices": 1},
-            }
-        )
+        evaluate_config(tmp_path / "raw" / "checkpoints" / "last.ckpt", tmp_path / "e", {"calibration": "temperature"})
     )
     assert ev["calibration/temperature"] == pytest.approx(res["calibration/temperature"], rel=1e-6)
     assert ev["cal/test/ece"] == pytest.approx(res["cal/test/ece"], abs=1e-6) and ev["test/ece"] == plain["test/ece"]

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from cfg_utils import compose_train
+from cfg_utils import compose_train, evaluate_config
 from mnp.core.conformal import SplitConformal, quantile_rank
 from mnp.core.eval_protocol import EvalProtocol
 from mnp.core.pipeline import train
@@ -149,7 +149,6 @@ def test_a_run_writes_the_conformal_keys_and_predict_set_gives_its_sets(tmp_path
     """train.py with eval.conformal=aps on a digits file; mnp.load(run).predict_set on the raw test rows gives the
     run's own sets; evaluate.py +eval.conformal=thr writes its keys too."""
     import mnp
-    from omegaconf import OmegaConf
 
     from mnp.core.pipeline import evaluate
     from test_predictor import digits_file
@@ -170,17 +169,7 @@ def test_a_run_writes_the_conformal_keys_and_predict_set_gives_its_sets(tmp_path
     assert (narrow <= sets).all() and narrow.sum() < sets.sum()
     with pytest.raises(ValueError, match=r"^alpha must be a number in \(0, 1\)"):
         mnp.load(tmp_path / "run").predict_set([x[:2, :32], x[:2, 32:]], alpha=0)
-    ev = evaluate(
-        OmegaConf.create(
-            {
-                "ckpt_path": str(tmp_path / "run" / "checkpoints" / "last.ckpt"),
-                "output_dir": str(tmp_path / "e"),
-                "data_dir": None,
-                "eval": {"conformal": "thr"},
-                "trainer": {"accelerator": "cpu", "devices": 1},
-            }
-        )
-    )
+    ev = evaluate(evaluate_config(tmp_path / "run" / "checkpoints" / "last.ckpt", tmp_path / "e", {"conformal": "thr"}))
     written = json.loads((tmp_path / "e" / "metrics.json").read_text())
     assert written["conformal/method"] == "thr" and written["conformal/test/coverage"] == ev["conformal/test/coverage"]
     assert {"conformal/test/size", "conformal/missing/size_mean", "conformal/noise/size@1"} <= set(written)
