@@ -384,3 +384,12 @@ def test_submitit_local_sweep(tmp_path):
         m = json.loads((jobs / f"mlp_synthetic_s{seed}{SUFFIX}" / "metrics.json").read_text())
         assert m["seed"] == seed and m["test/acc"] > 0.5
     assert (jobs / ".submitit").is_dir()  # the jobs really went through submitit
+
+
+def test_conformal_preset_is_the_declared_study():
+    cfg = compose_hydra(["experiment=conformal", "model=mlp", "dataset=synthetic"])
+    params = cfg.hydra.sweeper.params
+    assert set(options(params.model)) == {"mnp", "mcd", "de_ef", "de_lf", "sngp", "etp", "tmc", "mgp"}
+    assert options(params.dataset) == ["handwritten", "cub", "pie", "scene15"]
+    assert (cfg.eval.conformal, cfg.eval.conformal_alpha, cfg.eval.calibration) == ("aps", 0.1, "none")
+    assert cfg.dataset.val_fraction == 0.2 and cfg.eval.split == "test"
