@@ -9,7 +9,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mnp.tools.report_runs import DATASET_ORDER, LEGACY, VOID, Cell, dataset_label, order, order_rows, row_label
+from mnp.tools.report_runs import (
+    DATASET_ORDER,
+    LEGACY,
+    VOID,
+    Cell,
+    dataset_label,
+    markdown,
+    order,
+    order_rows,
+    row_label,
+)
 
 OOD_ORDER = ["svhn", "cifar100", "heldout"]
 OOD_NAMES = {"svhn": "SVHN", "cifar100": "CIFAR100", "heldout": "held-out classes"}
@@ -231,15 +241,9 @@ def table_md(t: Table, number: int) -> str:
     ranks = t.ranks()
     note = f"; † {LEGACY_NOTE}" if t.legacy else ""
     cf = f"cf. paper Table {t.paper}; " if t.paper else "not in the paper; "
-    lines = [
-        f"**Table {number}.** {t.title} ({cf}mean [95 % t-interval] over seeds; (n) = seeds{note})",
-        "",
-        "| Method | " + " | ".join(h for h, _, _ in t.columns) + " |",
-        "|---|" + "---|" * len(t.columns),
-    ]
-    for i, row in enumerate(t.rows):
-        lines.append(f"| {row_label(row)} | " + " | ".join(_row_cells(t, i, ranks, MD_STYLE)) + " |")
-    return "\n".join(lines)
+    rows = [[row_label(row), *_row_cells(t, i, ranks, MD_STYLE)] for i, row in enumerate(t.rows)]
+    caption = f"**Table {number}.** {t.title} ({cf}mean [95 % t-interval] over seeds; (n) = seeds{note})"
+    return caption + "\n\n" + markdown(["Method", *(h for h, _, _ in t.columns)], rows)
 
 
 def tex_escape(s: str) -> str:
@@ -283,17 +287,11 @@ def table_tex(t: Table, experiment: str) -> str:
 
 
 def speedup_md(s: dict[str, dict[str, float]], number: int) -> str:
-    lines = [
+    rows = [[dataset_label(d), *(f"{v[k]:.2f}" if k in v else "–" for k in ("train", "test"))] for d, v in s.items()]
+    return (
         f"**Table {number}.** Speed-up of MNP over MGP, MGP time / MNP time (cf. paper Table 5; ratio of "
-        "the seed means)",
-        "",
-        "| Dataset | Training | Testing |",
-        "|---|---|---|",
-    ]
-    for d, v in s.items():
-        cells = [f"{v[k]:.2f}" if k in v else "–" for k in ("train", "test")]
-        lines.append(f"| {dataset_label(d)} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+        "the seed means)\n\n" + markdown(["Dataset", "Training", "Testing"], rows)
+    )
 
 
 def speedup_tex(s: dict[str, dict[str, float]], experiment: str) -> str:
