@@ -35,7 +35,7 @@ from mnp.tools.docgen_results import DATASETS, MAIN
 from mnp.tools.docgen_sources import SourceError, reading
 from mnp.tools.report_records import claims, read_runs
 from mnp.tools.row_claims import add_row_tests
-from mnp.tools.report_runs import dataset_label, markdown, model_label, read_cells, read_results
+from mnp.tools.report_runs import dataset_label, markdown_table, model_label, read_cells, read_results
 
 ROOT = Path(__file__).resolve().parents[2]
 BLOCK = re.compile(r"(<!-- generated:(\w+) -->\n)(.*?)(<!-- /generated:\2 -->)", re.S)
@@ -83,7 +83,7 @@ def goals(src: dict) -> list[list[str]]:
 
 def render_goals(src: dict) -> str:
     """Each goal of the fidelity issue against `mnp`'s mean over its seeds: met, or missed by how much."""
-    return markdown(["dataset", "metric", "goal", "`mnp`", "seeds", "status"], goals(src))
+    return markdown_table(["dataset", "metric", "goal", "`mnp`", "seeds", "status"], goals(src))
 
 
 def render_goals_summary(src: dict) -> str:
@@ -106,7 +106,7 @@ def render_switches(src: dict) -> str:
              *(cell(res, "mnp", d, k, s, g, variant=v) for k, _, s, g in MAIN), seeds(res, "mnp", d, v)]
             for v in (variants if variants != [""] else [])
         ]  # fmt: skip
-    return markdown(["dataset", "`mnp` with", "acc %", "ECE", "noisy acc %", "seeds"], rows)
+    return markdown_table(["dataset", "`mnp` with", "acc %", "ECE", "noisy acc %", "seeds"], rows)
 
 
 def render_custom_defaults(src: dict) -> str:
@@ -131,7 +131,7 @@ def render_custom_defaults(src: dict) -> str:
                 + (f" ({now['epochs']} ep; before {before['epochs']} ep: {text(before)})" if now and before else "")
             )
         rows.append([f"`{m}`", *cells])
-    return markdown(["model", *files], rows)
+    return markdown_table(["model", *files], rows)
 
 
 def render_figure2(src: dict) -> str:
@@ -140,7 +140,7 @@ def render_figure2(src: dict) -> str:
         [name, f"{v['acc']:.3f}", f"{v['unc_id']:.3f}", f"{v['unc_ood']:.3f}"] for name, v in src["figure2"].items()
     ]
     header = ["attention", "test acc", "mean uncertainty, test set", "uncertainty at the OOD point (−2, 2)"]
-    return markdown(header, rows)
+    return markdown_table(header, rows)
 
 
 def render_depgraph(src: dict) -> str:
@@ -177,7 +177,7 @@ def render_model_keys(src: dict) -> str:
         for cls, models in names.items()
         for i, (key, domain) in enumerate(flat(cls.domains))
     ]
-    return markdown(["model", "key", "accepts"], rows)
+    return markdown_table(["model", "key", "accepts"], rows)
 
 
 def render_noise_curves(src: dict) -> str:
@@ -192,7 +192,7 @@ def render_noise_curves(src: dict) -> str:
         if ceil := panel["ceiling"]:
             ceiling = f"ceiling ({model_label(ceil['model'])}, noised views removed)"
             rows.append([dataset_label(d), ceiling, *(f"{ceil['acc']:.1f}" for _ in sigmas), ceil["n"]])
-    return markdown(["dataset", "model", *(f"{s:.3g}" for s in sigmas), "seeds"], rows)
+    return markdown_table(["dataset", "model", *(f"{s:.3g}" for s in sigmas), "seeds"], rows)
 
 
 def render_view_weighting(src: dict) -> str:
@@ -217,7 +217,7 @@ def render_view_weighting(src: dict) -> str:
         "acc % at σ ≥ 1",
         "noised views removed, acc %",
     ]
-    return markdown([*header, "seeds"], rows)
+    return markdown_table([*header, "seeds"], rows)
 
 
 RENDERERS = {

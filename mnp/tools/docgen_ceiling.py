@@ -14,7 +14,7 @@ from statistics import mean
 
 from mnp.tools.docgen_results import BASELINES, DATASETS, UNITS, test_text
 from mnp.tools.report_records import Records, seed_values
-from mnp.tools.report_runs import dataset_label, markdown, model_label
+from mnp.tools.report_runs import dataset_label, markdown_table, model_label
 from mnp.tools.stats import higher_is_better, paired_test, t_interval
 
 CEILING = "missing/acc_subsets_mean"  # the noised views removed (noise_figure's ceiling)
@@ -98,7 +98,7 @@ def render_ceiling_goals(src: dict) -> str:
         "T-scaled ECE the lowest or inside the lowest's interval",
         True,
     )
-    return markdown(["dataset", "goal", "MNP", "target", "status", "paired test"], rows)
+    return markdown_table(["dataset", "goal", "MNP", "target", "status", "paired test"], rows)
 
 
 RENDERERS = {"ceiling_goals": render_ceiling_goals}

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from mnp.tools.decision_record import BEST_MEAN
 from mnp.tools.docgen_sources import reading
-from mnp.tools.report_runs import dataset_label, markdown, model_label
+from mnp.tools.report_runs import dataset_label, markdown_table, model_label
 
 COLUMNS = [
     ("val/acc", "val acc %", 100, 2),
@@ -81,7 +81,7 @@ def render_decisions(src: dict) -> str:
                 "**chosen**" if r["chosen"] == "True" else "",
             ]
         )
-    return markdown(head, rows)
+    return markdown_table(head, rows)
 
 
 def render_decisions_open(src: dict) -> str:
@@ -93,7 +93,7 @@ def render_decisions_open(src: dict) -> str:
          r["what_it_needs"]]
         for r in src["decisions_open"]
     ]  # fmt: skip
-    return markdown(["model", "dataset", "setting", "today", "chosen before on", "what deciding it needs"], rows)
+    return markdown_table(["model", "dataset", "setting", "today", "chosen before on", "what deciding it needs"], rows)
 
 
 def render_unseen_seeds(src: dict) -> str:
@@ -110,7 +110,7 @@ def render_unseen_seeds(src: dict) -> str:
              f"{r['new_mean'] * scale:.{digits}f}{interval}", "yes" if r["committed_mean_in_new_ci"] else "no", p]
         )  # fmt: skip
     header = ["model", "dataset", "metric", "committed mean (seeds)", "unseen seeds", "their mean [95 % interval]"]
-    return markdown([*header, "committed mean inside", "Welch p"], rows)
+    return markdown_table([*header, "committed mean inside", "Welch p"], rows)
 
 
 RENDERERS = {

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from mnp.tools.report_paper import paper_values
 from mnp.tools.report_records import CLAIM_METRICS, UNTESTED
-from mnp.tools.report_runs import LEGACY, dataset_label, markdown, model_label
+from mnp.tools.report_runs import LEGACY, dataset_label, markdown_table, model_label
 from mnp.tools.stats import higher_is_better
 
 DATASETS = ["handwritten", "cub", "pie", "scene15"]
@@ -70,7 +70,7 @@ def render_paper_main(src: dict) -> str:
     for d in DATASETS:
         rows += [[dataset_label(d), f"`{m}`", *_row_cells(res, m, d), _n(res, m, d)] for m in ("mnp", "mnp_official")]
         rows.append(["", "paper", *(f"{paper[('mnp', d, k)] * s:.{g}f}" for k, _, s, g in MAIN), 5])
-    table = markdown(["dataset", "model", "acc %", "ECE", "noisy acc %", "seeds"], rows)
+    table = markdown_table(["dataset", "model", "acc %", "ECE", "noisy acc %", "seeds"], rows)
     return _legend(table.replace("|  | paper |", "| | paper |"))  # the committed rows of the paper: "| |", unpadded
 
 
@@ -81,7 +81,7 @@ def render_glance(src: dict) -> str:
     for d in DATASETS:
         theirs = " / ".join(f"{paper[('mnp', d, k)] * s:.{g}f}" for k, _, s, g in MAIN)
         rows.append([dataset_label(d), *_row_cells(res, "mnp", d), theirs, _n(res, "mnp", d)])
-    return _legend(markdown(["dataset", "`mnp` acc %", "ECE", "noisy acc %", "paper", "seeds"], rows))
+    return _legend(markdown_table(["dataset", "`mnp` acc %", "ECE", "noisy acc %", "paper", "seeds"], rows))
 
 
 def render_baselines(src: dict) -> str:
@@ -91,7 +91,7 @@ def render_baselines(src: dict) -> str:
     header, tables = ["model", *map(dataset_label, DATASETS)], []
     for k, label, s, g in MAIN:
         rows = [[model_label(m), *(ci_cell(res.get((m, "", d, k)), s, g) for d in DATASETS)] for m in models]
-        tables.append(f"**{label}**\n\n" + markdown(header, rows))
+        tables.append(f"**{label}**\n\n" + markdown_table(header, rows))
     return _legend("\n\n".join(tables))
 
 
@@ -104,7 +104,7 @@ def render_digits_c(src: dict) -> str:
         for m in [*BASELINES, "mnp", "mnp_official", "mlp"]
         if (n := _n(res, m, "digits_c"))
     ]
-    return _legend(markdown(["model", *(label for _, label, _, _ in cols), "seeds"], rows))
+    return _legend(markdown_table(["model", *(label for _, label, _, _ in cols), "seeds"], rows))
 
 
 def test_text(r: dict) -> str:
@@ -155,7 +155,7 @@ def render_claims(src: dict) -> str:
         + ", ".join(f"{v} {n}" for v, n in holm.items())
         + "."
     )
-    return _legend(summary + "\n\n" + markdown(["dataset", "MNP beats", *(UNITS[k][0] for k in metrics)], rows))
+    return _legend(summary + "\n\n" + markdown_table(["dataset", "MNP beats", *(UNITS[k][0] for k in metrics)], rows))
 
 
 QUESTIONS = [
@@ -193,7 +193,7 @@ def render_verdicts(src: dict) -> str:
                  f"{model_label(best)} {ci_cell(res[(best, '', d, k)], scale, digits, count=False)}",
                  f"{answer} ({test_text(claim)})"]
             )  # fmt: skip
-    return _legend(markdown(["dataset", "is MNP …", "MNP", "best baseline", "answer"], rows))
+    return _legend(markdown_table(["dataset", "is MNP …", "MNP", "best baseline", "answer"], rows))
 
 
 CALIBRATION = [
@@ -219,7 +219,7 @@ def render_calibration(src: dict) -> str:
         f"\n- MNP against {model_label(r['baseline'])} on {r['metric']} ({dataset_label(r['dataset'])}): {claim_text(r)}"
         for r in found
     )
-    return markdown(["dataset", "model", *(label for _, label, _, _ in CALIBRATION)], rows) + (
+    return markdown_table(["dataset", "model", *(label for _, label, _, _ in CALIBRATION)], rows) + (
         "\n" + tests if tests else ""
     )
 

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 from mnp.tools.docgen_sources import reading
-from mnp.tools.report_runs import dataset_label, markdown
+from mnp.tools.report_runs import dataset_label, markdown_table
 
 GPU_SESSION = "h200_9de9874"
 VARIANTS = {
@@ -51,7 +51,7 @@ def render_step_capture(src: dict) -> str:
         for d, c in src["step_capture"].get("cases", {}).items()
     ]  # fmt: skip
     syncs = 'host syncs in the step (`set_sync_debug_mode("error")`)'
-    return markdown(["dataset", syncs, "eager step", "the step as one CUDA graph", "speed-up"], rows)
+    return markdown_table(["dataset", syncs, "eager step", "the step as one CUDA graph", "speed-up"], rows)
 
 
 def render_gpu_runs(src: dict) -> str:
@@ -64,7 +64,7 @@ def render_gpu_runs(src: dict) -> str:
         for r in check.get("runs", [])
     ]  # fmt: skip
     header = ["acc %", "ECE", "noisy acc %", "train s / epoch", "`time/total_s`", "process wall s"]
-    return markdown([f"run ({check.get('device', '?')})", *header], rows)
+    return markdown_table([f"run ({check.get('device', '?')})", *header], rows)
 
 
 def render_gpu_graph_check(src: dict) -> str:
@@ -104,7 +104,7 @@ def render_gpu_bench(src: dict) -> str:
              mark(r["mgp_over_mnp_train"], 3), mark(r["mgp_over_mnp_graph_train"], 3),
              f"{mnp['test_s']:.4f} / {mgp['test_s']:.4f}", mark(r["mgp_over_mnp_test"], 5)]
         )  # fmt: skip
-    return markdown(header, rows)
+    return markdown_table(header, rows)
 
 
 def render_gpu_noise_batching(src: dict) -> str:
@@ -115,7 +115,7 @@ def render_gpu_noise_batching(src: dict) -> str:
          f"{100 * r['test_acc']:.2f}", f"{100 * r['noise_acc_mean']:.2f}"]
         for r in nb.get("runs", [])
     ]  # fmt: skip
-    return markdown(
+    return markdown_table(
         [f"`eval.noise_batch_rows` ({nb.get('device', '?')})", "test pass s", "test acc %", "noisy acc %"], rows
     )
 
@@ -143,7 +143,7 @@ def render_startup(src: dict, key: str = "startup") -> str:
         )  # fmt: skip
     header = ["commit", "torchvision", "process wall s", "process CPU s", "`time/total_s`", "wall − total s",
               "`time/startup_s`", "`import pytorch_lightning` wall s", "its CPU s", "runs"]  # fmt: skip
-    table = markdown(header, rows)
+    table = markdown_table(header, rows)
     if load := s.get("loadavg"):
         table += f"\n\nMedians; load average {load[0]}–{load[1]} on {s['after']['cpus']} cores."
     return table

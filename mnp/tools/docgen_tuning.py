@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mnp.tools.report_runs import dataset_label, markdown, model_label
+from mnp.tools.report_runs import dataset_label, markdown_table, model_label
 from mnp.tune.records import read_trials
 
 
@@ -47,7 +47,7 @@ def render_tuning(src: dict) -> str:
              f"{s['failed']})", fmt(s["default"]), best, f"`{s['settings']}`"]
         )  # fmt: skip
     header = ["study", "trials (pruned, failed)", "val NLL, defaults", "val NLL, best", "best trial's settings"]
-    return markdown(header, rows)
+    return markdown_table(header, rows)
 
 
 RENDERERS = {"tuning": render_tuning}

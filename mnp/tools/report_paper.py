@@ -9,7 +9,7 @@ from __future__ import annotations
 import csv
 from importlib import resources
 
-from mnp.tools.report_runs import DATASET_ORDER, MODEL_ORDER, dataset_label, markdown, model_label
+from mnp.tools.report_runs import DATASET_ORDER, MODEL_ORDER, dataset_label, markdown_table, model_label
 from mnp.tools.report_tables import ACC, ECE, NOISY_ACC, Metric
 
 PAPER_FILE = "paper_results.csv"
@@ -90,5 +90,6 @@ def paper_md(rows: list[dict], speed: dict[str, dict[str, dict[str, float]]]) ->
     ]
     return (
         "## Comparison with the paper (docs/method.md §7)\n\nOurs (mean over seeds) / paper; Δ = ours − paper, in the "
-        "table's units.\n\n" + markdown(["Experiment", "Method", "Dataset", "Metric", "Ours", "Paper", "Δ"], table)
+        "table's units.\n\n"
+        + markdown_table(["Experiment", "Method", "Dataset", "Metric", "Ours", "Paper", "Δ"], table)
     )

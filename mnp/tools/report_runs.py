@@ -331,7 +331,7 @@ _MD_ROW = DataRow("| ", " | ", " |")
 MARKDOWN = TableFormat(None, lambda widths, _: "|" + "---|" * len(widths), None, None, _MD_ROW, _MD_ROW, 0, None)
 
 
-def markdown(header: list[str], rows: Iterable[Iterable]) -> str:
+def markdown_table(header: list[str], rows: Iterable[Iterable]) -> str:
     """A markdown table of ``rows`` under ``header``, each cell as ``str`` writes it (numbers formatted beforehand)."""
     frame = pd.DataFrame([[str(c) for c in r] for r in rows], columns=header)
     return frame.to_markdown(index=False, tablefmt=MARKDOWN, stralign=None, numalign=None, disable_numparse=True)

@@ -15,7 +15,7 @@ from mnp.tools.report_runs import (
     VOID,
     Cell,
     dataset_label,
-    markdown,
+    markdown_table,
     order,
     order_rows,
     row_label,
@@ -243,7 +243,7 @@ def table_md(t: Table, number: int) -> str:
     cf = f"cf. paper Table {t.paper}; " if t.paper else "not in the paper; "
     rows = [[row_label(row), *_row_cells(t, i, ranks, MD_STYLE)] for i, row in enumerate(t.rows)]
     caption = f"**Table {number}.** {t.title} ({cf}mean [95 % t-interval] over seeds; (n) = seeds{note})"
-    return caption + "\n\n" + markdown(["Method", *(h for h, _, _ in t.columns)], rows)
+    return caption + "\n\n" + markdown_table(["Method", *(h for h, _, _ in t.columns)], rows)
 
 
 def tex_escape(s: str) -> str:
@@ -290,7 +290,7 @@ def speedup_md(s: dict[str, dict[str, float]], number: int) -> str:
     rows = [[dataset_label(d), *(f"{v[k]:.2f}" if k in v else "–" for k in ("train", "test"))] for d, v in s.items()]
     return (
         f"**Table {number}.** Speed-up of MNP over MGP, MGP time / MNP time (cf. paper Table 5; ratio of "
-        "the seed means)\n\n" + markdown(["Dataset", "Training", "Testing"], rows)
+        "the seed means)\n\n" + markdown_table(["Dataset", "Training", "Testing"], rows)
     )
 
 
