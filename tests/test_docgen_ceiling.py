@@ -23,21 +23,17 @@ def records(values: dict[tuple[str, str], dict[str, list[float]]], experiment: s
     return out
 
 
-def cells(row: str) -> list[str]:
-    return [c.strip() for c in row.strip("|").split("|")]
-
-
 def test_a_goal_is_met_at_its_target_and_missed_below_it_by_the_gap():
     ours = {0: 0.80, 1: 0.82, 2: 0.81}
     theirs = {0: 0.79, 1: 0.80, 2: 0.83}
     target = np.mean(list(theirs.values())) - 0.01  # within one point
-    _, _, mnp, tgt, status, test = cells(goal_row("cub", "g", "test/acc", ours, "mgp", theirs, target))
+    _, _, mnp, tgt, status, test = goal_row("cub", "g", "test/acc", ours, "mgp", theirs, target)
     assert (mnp, tgt, status) == ("81.00", "79.67 (MGP)", "**met**")
     p = stats.ttest_rel([0.80, 0.82, 0.81], [0.79, 0.80, 0.83]).pvalue
     assert test == f"MNP − MGP: p = {p:.3f}; Δ +0.33, 3 seeds"
-    status = cells(goal_row("cub", "g", "test/acc", ours, "mgp", theirs, 0.8150))[4]
+    status = goal_row("cub", "g", "test/acc", ours, "mgp", theirs, 0.8150)[4]
     assert status == "missed by 0.50"  # 81.50 − 81.00
-    ece = cells(goal_row("pie", "g", "test/ece", {0: 0.05, 1: 0.07}, "sngp", {0: 0.04, 1: 0.04}, 0.04))
+    ece = goal_row("pie", "g", "test/ece", {0: 0.05, 1: 0.07}, "sngp", {0: 0.04, 1: 0.04}, 0.04)
     assert ece[2:5] == ["0.060", "0.040 (SNGP)", "missed by 0.020"]  # lower is better
 
 
@@ -50,13 +46,13 @@ def test_the_t_scaled_goal_accepts_mnp_inside_the_lowest_models_interval_and_nam
     rec = records({("mnp", "cub"): {"cal/test/ece": inside}, ("sngp", "cub"): {"cal/test/ece": sngp},
                    ("mcd", "cub"): {"cal/test/ece": [0.09] * 5}}, "calibration")  # fmt: skip
     (row,) = ece_rows(rec, "calibration", "cal/test/ece", "g", True)
-    assert cells(row)[3:5] == [f"{high:.3f} (SNGP)", "**met**"]
+    assert row[3:5] == [f"{high:.3f} (SNGP)", "**met**"]
     outside = [x + 0.02 for x in sngp]
     rec = records({("mnp", "cub"): {"cal/test/ece": outside}, ("sngp", "cub"): {"cal/test/ece": sngp}}, "calibration")
     (row,) = ece_rows(rec, "calibration", "cal/test/ece", "g", True)
-    assert cells(row)[4] == f"missed by {np.mean(outside) - high:.3f}"
+    assert row[4] == f"missed by {np.mean(outside) - high:.3f}"
     (raw,) = ece_rows(rec, "calibration", "cal/test/ece", "g", False)  # raw: the lowest mean itself
-    assert cells(raw)[3:5] == [f"{np.mean(sngp):.3f} (SNGP)", f"missed by {0.02:.3f}"]
+    assert raw[3:5] == [f"{np.mean(sngp):.3f} (SNGP)", f"missed by {0.02:.3f}"]
 
 
 def test_cubs_noisy_goal_averages_each_seed_over_sigma_at_least_2_against_the_ceiling_models_runs():
@@ -66,7 +62,7 @@ def test_cubs_noisy_goal_averages_each_seed_over_sigma_at_least_2_against_the_ce
                    ("de_lf", "cub"): {"missing/acc_subsets_mean": [0.80] * 5}})  # fmt: skip
     (row,) = ceiling_rows(rec, {"cub": {"ceiling": {"model": "de_lf"}}})
     per_seed = [(2 * (0.78 + 0.01 * i) + 0.75) / 3 for i in range(5)]
-    goal, mnp, target, status = cells(row)[1:5]
+    goal, mnp, target, status = row[1:5]
     assert goal == "accuracy at σ ≥ 2 within 1 point of the ceiling"
     assert (mnp, target) == (f"{100 * np.mean(per_seed):.2f}", "79.00 (DE (LF))")
     assert status == f"missed by {100 * (0.79 - np.mean(per_seed)):.2f}"

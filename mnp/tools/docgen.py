@@ -35,7 +35,7 @@ from mnp.tools.docgen_results import DATASETS, MAIN
 from mnp.tools.docgen_sources import SourceError, reading
 from mnp.tools.report_records import claims, read_runs
 from mnp.tools.row_claims import add_row_tests
-from mnp.tools.report_runs import dataset_label, model_label, read_cells, read_results
+from mnp.tools.report_runs import dataset_label, markdown_table, model_label, read_cells, read_results
 
 ROOT = Path(__file__).resolve().parents[2]
 BLOCK = re.compile(r"(<!-- generated:(\w+) -->\n)(.*?)(<!-- /generated:\2 -->)", re.S)
@@ -64,35 +64,32 @@ def _goal_rows() -> list[dict]:
         return list(csv.DictReader(line for line in f if not line.startswith("#")))
 
 
+def goals(src: dict) -> list[list[str]]:
+    """Each goal of the fidelity issue against `mnp`'s mean over its seeds: dataset, metric, goal, `mnp`, seeds and
+    status (met, missed by how much, or not run)."""
+    rows = []
+    for g in _goal_rows():
+        scale, digits = {k: (s, d) for k, _, s, d in MAIN}[g["metric"]]
+        c, goal = src["paper_main"].get(("mnp", "", g["dataset"], g["metric"])), float(g["goal"])
+        ours = None if c is None else c["mean"] * scale
+        met = ours is not None and (ours >= goal if g["direction"] == "≥" else ours <= goal)
+        status = "not run" if ours is None else "met" if met else f"missed by {abs(ours - goal):.{digits}f}"
+        shown = "–" if ours is None else f"{ours:.{digits}f}"
+        rows.append(
+            [dataset_label(g["dataset"]), g["label"], f"{g['direction']} {goal:g}", shown, c["n"] if c else 0, status]
+        )
+    return rows
+
+
 def render_goals(src: dict) -> str:
     """Each goal of the fidelity issue against `mnp`'s mean over its seeds: met, or missed by how much."""
-    res = src["paper_main"]
-    rows = ["| dataset | metric | goal | `mnp` | seeds | status |", "|---|---|---|---|---|---|"]
-    for g in _goal_rows():
-        key, scale, digits = {k: (k, s, d) for k, _, s, d in MAIN}[g["metric"]]
-        c = res.get(("mnp", "", g["dataset"], key))
-        goal = float(g["goal"])
-        if c is None:
-            rows.append(
-                f"| {dataset_label(g['dataset'])} | {g['label']} | {g['direction']} {goal:g} | – | 0 | not run |"
-            )
-            continue
-        ours = c["mean"] * scale
-        met = ours >= goal if g["direction"] == "≥" else ours <= goal
-        status = "met" if met else f"missed by {abs(ours - goal):.{digits}f}"
-        rows.append(
-            f"| {dataset_label(g['dataset'])} | {g['label']} | {g['direction']} {goal:g} | {ours:.{digits}f} | "
-            f"{c['n']} | {status} |"
-        )
-    return "\n".join(rows)
+    return markdown_table(["dataset", "metric", "goal", "`mnp`", "seeds", "status"], goals(src))
 
 
 def render_goals_summary(src: dict) -> str:
     """README: per dataset, which goals of the fidelity issue `mnp` meets and by how much it misses the others."""
-    rows = [r for r in render_goals(src).splitlines()[2:]]
     by: dict[str, list[str]] = {}
-    for r in rows:
-        dataset, metric, goal, ours, n, status = [c.strip() for c in r.strip("|").split("|")]
+    for dataset, metric, _, ours, n, status in goals(src):
         by.setdefault(f"{dataset} ({n} seeds)", []).append(
             f"{metric} {ours} ({status})" if status != "not run" else f"{metric} not run"
         )
@@ -101,19 +98,15 @@ def render_goals_summary(src: dict) -> str:
 
 def render_switches(src: dict) -> str:
     """Each measured switch of `mnp` against its defaults on the same seeds."""
-    res = src["switches"]
-    rows = ["| dataset | `mnp` with | acc % | ECE | noisy acc % | seeds |", "|---|---|---|---|---|---|"]
+    res, rows = src["switches"], []
     for d in DATASETS:
         variants = sorted({v for (m, v, dd, _) in res if m == "mnp" and dd == d})
-        if variants == [""] or not variants:
-            continue
-        for v in variants:
-            rows.append(
-                f"| {dataset_label(d)} | {modern_variant(v).replace(',', ', ') if v else 'defaults'} | "
-                + " | ".join(cell(res, "mnp", d, k, s, g, variant=v) for k, _, s, g in MAIN)
-                + f" | {seeds(res, 'mnp', d, v)} |"
-            )
-    return "\n".join(rows)
+        rows += [
+            [dataset_label(d), modern_variant(v).replace(",", ", ") if v else "defaults",
+             *(cell(res, "mnp", d, k, s, g, variant=v) for k, _, s, g in MAIN), seeds(res, "mnp", d, v)]
+            for v in (variants if variants != [""] else [])
+        ]  # fmt: skip
+    return markdown_table(["dataset", "`mnp` with", "acc %", "ECE", "noisy acc %", "seeds"], rows)
 
 
 def render_custom_defaults(src: dict) -> str:
@@ -121,8 +114,7 @@ def render_custom_defaults(src: dict) -> str:
     (benchmarks/custom_defaults.json)."""
     runs = src["custom_defaults"].get("runs", [])
     by = {(r["dataset"], r["model"], r.get("config", "defaults")): r for r in runs}
-    files = list(dict.fromkeys(r["dataset"] for r in runs))
-    rows = ["| model | " + " | ".join(files) + " |", "|---|" + "---|" * len(files)]
+    files, rows = list(dict.fromkeys(r["dataset"] for r in runs)), []
 
     def text(r: dict | None) -> str:
         if r is None:
@@ -138,19 +130,17 @@ def render_custom_defaults(src: dict) -> str:
                 text(now)
                 + (f" ({now['epochs']} ep; before {before['epochs']} ep: {text(before)})" if now and before else "")
             )
-        rows.append(f"| `{m}` | " + " | ".join(cells) + " |")
-    return "\n".join(rows)
+        rows.append([f"`{m}`", *cells])
+    return markdown_table(["model", *files], rows)
 
 
 def render_figure2(src: dict) -> str:
     """The paper's Figure 2 on the two moons (figures/figure2.json, ``python -m mnp.tools.figure2 --out figures``)."""
-    fig = src["figure2"]
     rows = [
-        "| attention | test acc | mean uncertainty, test set | uncertainty at the OOD point (−2, 2) |",
-        "|---|---|---|---|",
+        [name, f"{v['acc']:.3f}", f"{v['unc_id']:.3f}", f"{v['unc_ood']:.3f}"] for name, v in src["figure2"].items()
     ]
-    rows += [f"| {name} | {v['acc']:.3f} | {v['unc_id']:.3f} | {v['unc_ood']:.3f} |" for name, v in fig.items()]
-    return "\n".join(rows)
+    header = ["attention", "test acc", "mean uncertainty, test set", "uncertainty at the OOD point (−2, 2)"]
+    return markdown_table(header, rows)
 
 
 def render_depgraph(src: dict) -> str:
@@ -182,55 +172,52 @@ def render_model_keys(src: dict) -> str:
         for key, domain in domains.items():
             yield from flat(domain, f"{prefix}{key}.") if isinstance(domain, Mapping) else [(prefix + key, domain)]
 
-    rows = ["| model | key | accepts |", "|---|---|---|"]
-    for cls, models in names.items():
-        for i, (key, domain) in enumerate(flat(cls.domains)):
-            rows.append(f"| {', '.join(models) if i == 0 else ''} | `{key}` | {domain.text()} |")
-    return "\n".join(rows)
+    rows = [
+        [", ".join(models) if i == 0 else "", f"`{key}`", domain.text()]
+        for cls, models in names.items()
+        for i, (key, domain) in enumerate(flat(cls.domains))
+    ]
+    return markdown_table(["model", "key", "accepts"], rows)
 
 
 def render_noise_curves(src: dict) -> str:
     """Accuracy % per σ of MNP and MGP with the ceiling, per dataset (figures/noise_curves.json, the figure's numbers)."""
     data = src["noise_curves"]
     sigmas = next(iter(next(iter(data.values()))["models"].values()))["sigma"] if data else []
-    rows = [
-        "| dataset | model | " + " | ".join(f"{s:.3g}" for s in sigmas) + " | seeds |",
-        "|---|---|" + "---|" * (len(sigmas) + 1),
-    ]
+    rows = []
     for d, panel in data.items():
         for m in ("mnp", "mgp"):
             if (c := panel["models"].get(m)) is not None:
-                rows.append(
-                    f"| {dataset_label(d)} | {model_label(m)} | "
-                    + " | ".join(f"{a:.1f}" for a in c["acc"])
-                    + f" | {c['n']} |"
-                )
+                rows.append([dataset_label(d), model_label(m), *(f"{a:.1f}" for a in c["acc"]), c["n"]])
         if ceil := panel["ceiling"]:
-            rows.append(
-                f"| {dataset_label(d)} | ceiling ({model_label(ceil['model'])}, noised views removed) | "
-                + " | ".join(f"{ceil['acc']:.1f}" for _ in sigmas)
-                + f" | {ceil['n']} |"
-            )
-    return "\n".join(rows)
+            ceiling = f"ceiling ({model_label(ceil['model'])}, noised views removed)"
+            rows.append([dataset_label(d), ceiling, *(f"{ceil['acc']:.1f}" for _ in sigmas), ceil["n"]])
+    return markdown_table(["dataset", "model", *(f"{s:.3g}" for s in sigmas), "seeds"], rows)
 
 
 def render_view_weighting(src: dict) -> str:
     """Eq. 8 against eq. 8′ at test time on the same trained runs (benchmarks/view_weighting_<dataset>.json)."""
-    rows = [
-        "| dataset | view weighting | acc % | ECE | noisy acc % | acc % at σ ≥ 1 | noised views removed, acc % | seeds |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
+    rows = []
     for d in DATASETS:
         if (bench := src["view_weighting"].get(d)) is None:
             continue
         for name, m in bench["mean"].items():
             high = [v for k, v in m.items() if k.startswith("noise/acc@") and float(k.split("@")[1]) >= 1]
             rows.append(
-                f"| {dataset_label(d)} | {name} | {100 * m['test/acc']:.2f} | {m['test/ece']:.3f} | "
-                f"{100 * m['noise/acc_mean']:.2f} | {100 * sum(high) / len(high):.1f} | "
-                f"{100 * m['missing/acc_subsets_mean']:.1f} | {len(bench['seeds'])} |"
-            )
-    return "\n".join(rows)
+                [dataset_label(d), name, f"{100 * m['test/acc']:.2f}", f"{m['test/ece']:.3f}",
+                 f"{100 * m['noise/acc_mean']:.2f}", f"{100 * sum(high) / len(high):.1f}",
+                 f"{100 * m['missing/acc_subsets_mean']:.1f}", len(bench["seeds"])]
+            )  # fmt: skip
+    header = [
+        "dataset",
+        "view weighting",
+        "acc %",
+        "ECE",
+        "noisy acc %",
+        "acc % at σ ≥ 1",
+        "noised views removed, acc %",
+    ]
+    return markdown_table([*header, "seeds"], rows)
 
 
 RENDERERS = {

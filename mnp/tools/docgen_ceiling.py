@@ -14,7 +14,7 @@ from statistics import mean
 
 from mnp.tools.docgen_results import BASELINES, DATASETS, UNITS, test_text
 from mnp.tools.report_records import Records, seed_values
-from mnp.tools.report_runs import dataset_label, model_label
+from mnp.tools.report_runs import dataset_label, markdown_table, model_label
 from mnp.tools.stats import higher_is_better, paired_test, t_interval
 
 CEILING = "missing/acc_subsets_mean"  # the noised views removed (noise_figure's ceiling)
@@ -29,7 +29,7 @@ def per_seed(records: Records, experiment: str, model: str, dataset: str, metric
     return {s: mean(c[s] for c in cols) for s in sorted(seeds)}
 
 
-def goal_row(dataset: str, goal: str, unit: str, ours: dict, rival: str, theirs: dict, target: float) -> str:
+def goal_row(dataset: str, goal: str, unit: str, ours: dict, rival: str, theirs: dict, target: float) -> list[str]:
     """One row: MNP's mean, the target (from ``rival``'s runs ``theirs``), met or missed by how much, the test;
     ``unit``, a metric of :data:`UNITS`, gives the direction and the format (accuracies in %)."""
     _, scale, digits = UNITS[unit]
@@ -39,13 +39,11 @@ def goal_row(dataset: str, goal: str, unit: str, ours: dict, rival: str, theirs:
     status = "**met**" if gap <= 0 else f"missed by {f(gap)}"
     t = paired_test(ours, theirs)
     test = test_text({"metric": unit, "difference": t.difference, "p_value": t.p_value, "n": t.n, "verdict": ""})
-    return (
-        f"| {dataset_label(dataset)} | {goal} | {f(ours_mean)} | {f(target)} ({model_label(rival)}) | {status} | "
-        f"MNP − {model_label(rival)}: {test} |"
-    )
+    rival = model_label(rival)
+    return [dataset_label(dataset), goal, f(ours_mean), f"{f(target)} ({rival})", status, f"MNP − {rival}: {test}"]
 
 
-def ceiling_rows(records: Records, ceiling: dict) -> list[str]:
+def ceiling_rows(records: Records, ceiling: dict) -> list[list[str]]:
     """CUB's single views against MGP's and its noisy accuracy at σ ≥ 2 against the ceiling; Scene15's accuracy at
     σ = 1 and 2.15 against MGP's."""
     rows = []
@@ -72,7 +70,7 @@ def ceiling_rows(records: Records, ceiling: dict) -> list[str]:
     return rows
 
 
-def ece_rows(records: Records, experiment: str, metric: str, goal: str, within_interval: bool) -> list[str]:
+def ece_rows(records: Records, experiment: str, metric: str, goal: str, within_interval: bool) -> list[list[str]]:
     """Per dataset, MNP's ``metric`` against the lowest baseline mean: at most it, or (``within_interval``) MNP the
     lowest or inside the lowest's 95 % interval (the runner-up's test where MNP is the lowest)."""
     rows = []
@@ -91,8 +89,7 @@ def ece_rows(records: Records, experiment: str, metric: str, goal: str, within_i
 
 def render_ceiling_goals(src: dict) -> str:
     """Issue 31's goals, one row each (main table's runs, and experiment=calibration's for the T-scaled ECE)."""
-    rows = ["| dataset | goal | MNP | target | status | paired test |", "|---|---|---|---|---|---|"]
-    rows += ceiling_rows(src["records"], src["noise_curves"])
+    rows = ceiling_rows(src["records"], src["noise_curves"])
     rows += ece_rows(src["records"], "paper_main", "test/ece", "raw ECE at most the best baseline's", False)
     rows += ece_rows(
         src["calibration_records"],
@@ -101,7 +98,7 @@ def render_ceiling_goals(src: dict) -> str:
         "T-scaled ECE the lowest or inside the lowest's interval",
         True,
     )
-    return "\n".join(rows)
+    return markdown_table(["dataset", "goal", "MNP", "target", "status", "paired test"], rows)
 
 
 RENDERERS = {"ceiling_goals": render_ceiling_goals}

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from mnp.tools.decision_record import BEST_MEAN
 from mnp.tools.docgen_sources import reading
-from mnp.tools.report_runs import dataset_label, model_label
+from mnp.tools.report_runs import dataset_label, markdown_table, model_label
 
 COLUMNS = [
     ("val/acc", "val acc %", 100, 2),
@@ -62,68 +62,55 @@ def render_decisions(src: dict) -> str:
         "seeds",
         "chosen",
     ]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    rows = []
     for r in src["decisions"]:
         setting = r["setting"] or r["candidate"]
-        mark = "**chosen**" if r["chosen"] == "True" else ""
         status = "" if r["status"] == "decided" else f" ({r['status']})"
         p = r["p_vs_default"]
-        lines.append(
-            "| "
-            + " | ".join(
-                [
-                    model_label(r["model"]),
-                    dataset_label(r["dataset"]),
-                    r["decision"] + status,
-                    f"`{setting}`" + (" (reference: the defaults then)" if r["candidate"] == "default" else ""),
-                    *(_num(r, key, scale, digits) for key, _, scale, digits in COLUMNS),
-                    f"{r['criterion']} ({r['goal']}{_rule(r)})",
-                    "–" if r["candidate"] == "default" else f"{float(r['diff_vs_default']):+.4f}",
-                    "–" if r["candidate"] == "default" or p in ("", "nan") else f"{float(p):.2g}",
-                    r["n"],
-                    mark,
-                ]
-            )
-            + " |"
+        rows.append(
+            [
+                model_label(r["model"]),
+                dataset_label(r["dataset"]),
+                r["decision"] + status,
+                f"`{setting}`" + (" (reference: the defaults then)" if r["candidate"] == "default" else ""),
+                *(_num(r, key, scale, digits) for key, _, scale, digits in COLUMNS),
+                f"{r['criterion']} ({r['goal']}{_rule(r)})",
+                "–" if r["candidate"] == "default" else f"{float(r['diff_vs_default']):+.4f}",
+                "–" if r["candidate"] == "default" or p in ("", "nan") else f"{float(p):.2g}",
+                r["n"],
+                "**chosen**" if r["chosen"] == "True" else "",
+            ]
         )
-    return "\n".join(lines)
+    return markdown_table(head, rows)
 
 
 def render_decisions_open(src: dict) -> str:
     """The defaults not yet decided on validation rows (results/decisions/open.csv), and what each needs."""
     if not src["decisions_open"]:
         return "None: every default of `conf/` that is not the paper's own choice has a decision record above."
-    lines = [
-        "| model | dataset | setting | today | chosen before on | what deciding it needs |",
-        "|---|---|---|---|---|---|",
-    ]
-    for r in src["decisions_open"]:
-        lines.append(
-            f"| {model_label(r['model'])} | {dataset_label(r['dataset'])} | {r['decision']} | {r['today']} | "
-            f"{r['chosen_before_on']} | {r['what_it_needs']} |"
-        )
-    return "\n".join(lines)
+    rows = [
+        [model_label(r["model"]), dataset_label(r["dataset"]), r["decision"], r["today"], r["chosen_before_on"],
+         r["what_it_needs"]]
+        for r in src["decisions_open"]
+    ]  # fmt: skip
+    return markdown_table(["model", "dataset", "setting", "today", "chosen before on", "what deciding it needs"], rows)
 
 
 def render_unseen_seeds(src: dict) -> str:
     """The committed cells against seeds no decision saw: new mean and interval, Welch's p."""
-    lines = [
-        "| model | dataset | metric | committed mean (seeds) | unseen seeds | their mean [95 % interval] | "
-        "committed mean inside | Welch p |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
+    rows = []
     for r in src["unseen_seeds"]:
         scale, digits = (1, 3) if r["metric"].endswith("ece") else (100, 2)
         lo_hi = r["new_ci95"]
         interval = f" [{lo_hi[0] * scale:.{digits}f}, {lo_hi[1] * scale:.{digits}f}]" if lo_hi else ""
         p = "–" if r["welch_p"] is None else f"{r['welch_p']:.2g}"
-        lines.append(
-            f"| {model_label(r['model'])} | {dataset_label(r['dataset'])} | {r['metric']} | "
-            f"{r['committed_mean'] * scale:.{digits}f} ({r['committed_n']}) | "
-            f"{', '.join(map(str, r['seeds']))} | {r['new_mean'] * scale:.{digits}f}{interval} | "
-            f"{'yes' if r['committed_mean_in_new_ci'] else 'no'} | {p} |"
-        )
-    return "\n".join(lines)
+        rows.append(
+            [model_label(r["model"]), dataset_label(r["dataset"]), r["metric"],
+             f"{r['committed_mean'] * scale:.{digits}f} ({r['committed_n']})", ", ".join(map(str, r["seeds"])),
+             f"{r['new_mean'] * scale:.{digits}f}{interval}", "yes" if r["committed_mean_in_new_ci"] else "no", p]
+        )  # fmt: skip
+    header = ["model", "dataset", "metric", "committed mean (seeds)", "unseen seeds", "their mean [95 % interval]"]
+    return markdown_table([*header, "committed mean inside", "Welch p"], rows)
 
 
 RENDERERS = {

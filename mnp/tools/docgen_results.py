@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from mnp.tools.report_paper import paper_values
 from mnp.tools.report_records import CLAIM_METRICS, UNTESTED
-from mnp.tools.report_runs import LEGACY, dataset_label, model_label
+from mnp.tools.report_runs import LEGACY, dataset_label, markdown_table, model_label
 from mnp.tools.stats import higher_is_better
 
 DATASETS = ["handwritten", "cub", "pie", "scene15"]
@@ -49,8 +49,8 @@ def _n(res: dict, model: str, dataset: str) -> int:
     return c["n"] if c else 0
 
 
-def _legend(rows: list[str]) -> str:
-    return "\n".join(rows + (["", LEGEND] if any("†" in r for r in rows) else []))
+def _legend(text: str) -> str:
+    return text + (f"\n\n{LEGEND}" if "†" in text else "")
 
 
 def _row_cells(res: dict, model: str, dataset: str, cols: list = MAIN) -> list[str]:
@@ -66,57 +66,45 @@ def _row_cells(res: dict, model: str, dataset: str, cols: list = MAIN) -> list[s
 def render_paper_main(src: dict) -> str:
     """MNP and mnp_official against the paper, per dataset."""
     res, paper = src["paper_main"], paper_values()
-    rows = ["| dataset | model | acc % | ECE | noisy acc % | seeds |", "|---|---|---|---|---|---|"]
+    rows = []
     for d in DATASETS:
-        for m in ("mnp", "mnp_official"):
-            rows.append(
-                f"| {dataset_label(d)} | `{m}` | " + " | ".join(_row_cells(res, m, d)) + f" | {_n(res, m, d)} |"
-            )
-        rows.append("| | paper | " + " | ".join(f"{paper[('mnp', d, k)] * s:.{g}f}" for k, _, s, g in MAIN) + " | 5 |")
-    return _legend(rows)
+        rows += [[dataset_label(d), f"`{m}`", *_row_cells(res, m, d), _n(res, m, d)] for m in ("mnp", "mnp_official")]
+        rows.append(["", "paper", *(f"{paper[('mnp', d, k)] * s:.{g}f}" for k, _, s, g in MAIN), 5])
+    table = markdown_table(["dataset", "model", "acc %", "ECE", "noisy acc %", "seeds"], rows)
+    return _legend(table.replace("|  | paper |", "| | paper |"))  # the committed rows of the paper: "| |", unpadded
 
 
 def render_glance(src: dict) -> str:
     """README: `mnp` against the paper, acc / ECE / noisy acc."""
     res, paper = src["paper_main"], paper_values()
-    rows = ["| dataset | `mnp` acc % | ECE | noisy acc % | paper | seeds |", "|---|---|---|---|---|---|"]
+    rows = []
     for d in DATASETS:
         theirs = " / ".join(f"{paper[('mnp', d, k)] * s:.{g}f}" for k, _, s, g in MAIN)
-        rows.append(
-            f"| {dataset_label(d)} | " + " | ".join(_row_cells(res, "mnp", d)) + f" | {theirs} | {_n(res, 'mnp', d)} |"
-        )
-    return _legend(rows)
+        rows.append([dataset_label(d), *_row_cells(res, "mnp", d), theirs, _n(res, "mnp", d)])
+    return _legend(markdown_table(["dataset", "`mnp` acc %", "ECE", "noisy acc %", "paper", "seeds"], rows))
 
 
 def render_baselines(src: dict) -> str:
     """Every model here: one table per metric, model × dataset, each cell with its seeds."""
     res = src["paper_main"]
     models = [m for m in BASELINES + ["mnp", "mnp_official"] if any(_n(res, m, d) for d in DATASETS)]
-    rows = []
+    header, tables = ["model", *map(dataset_label, DATASETS)], []
     for k, label, s, g in MAIN:
-        rows += [
-            f"**{label}**",
-            "",
-            "| model | " + " | ".join(dataset_label(d) for d in DATASETS) + " |",
-            "|---|" + "---|" * len(DATASETS),
-        ]
-        rows += [
-            f"| {model_label(m)} | " + " | ".join(ci_cell(res.get((m, "", d, k)), s, g) for d in DATASETS) + " |"
-            for m in models
-        ]
-        rows.append("")
-    return _legend(rows[:-1])
+        rows = [[model_label(m), *(ci_cell(res.get((m, "", d, k)), s, g) for d in DATASETS)] for m in models]
+        tables.append(f"**{label}**\n\n" + markdown_table(header, rows))
+    return _legend("\n\n".join(tables))
 
 
 def render_digits_c(src: dict) -> str:
     """Every model on digits_c, the offline stand-in for CIFAR10-C, with OOD AUROC against the photos set."""
     res = src["digits_c"]
     cols = [*MAIN, ("ood/photos/auroc", "OOD AUROC (photos)", 1, 3)]
-    rows = ["| model | " + " | ".join(label for _, label, _, _ in cols) + " | seeds |", "|---" * (len(cols) + 2) + "|"]
-    for m in [*BASELINES, "mnp", "mnp_official", "mlp"]:
-        if n := _n(res, m, "digits_c"):
-            rows.append(f"| {model_label(m)} | " + " | ".join(_row_cells(res, m, "digits_c", cols)) + f" | {n} |")
-    return _legend(rows)
+    rows = [
+        [model_label(m), *_row_cells(res, m, "digits_c", cols), n]
+        for m in [*BASELINES, "mnp", "mnp_official", "mlp"]
+        if (n := _n(res, m, "digits_c"))
+    ]
+    return _legend(markdown_table(["model", *(label for _, label, _, _ in cols), "seeds"], rows))
 
 
 def test_text(r: dict) -> str:
@@ -155,15 +143,9 @@ def render_claims(src: dict) -> str:
     metrics = [k for k in CLAIM_METRICS if any(r["metric"] == k for r in found)]
     by = {(r["dataset"], r["baseline"], r["metric"]): r for r in found}
     rows = [
-        "| dataset | MNP beats | " + " | ".join(UNITS[k][0] for k in metrics) + " |",
-        "|---|---|" + "---|" * len(metrics),
+        [dataset_label(d), model_label(x), *(claim_text(by[(d, x, k)]) if (d, x, k) in by else "–" for k in metrics)]
+        for d, x in dict.fromkeys((r["dataset"], r["baseline"]) for r in found)
     ]
-    for d, x in dict.fromkeys((r["dataset"], r["baseline"]) for r in found):
-        rows.append(
-            f"| {dataset_label(d)} | {model_label(x)} | "
-            + " | ".join(claim_text(by[(d, x, k)]) if (d, x, k) in by else "–" for k in metrics)
-            + " |"
-        )
     counts = {v: sum(r["verdict"] == v for r in found) for v in dict.fromkeys(r["verdict"] for r in found)}
     holm = {v: sum(r.get("verdict_holm") == v for r in found) for v in counts}
     summary = (
@@ -173,7 +155,7 @@ def render_claims(src: dict) -> str:
         + ", ".join(f"{v} {n}" for v, n in holm.items())
         + "."
     )
-    return _legend([summary, ""] + rows)
+    return _legend(summary + "\n\n" + markdown_table(["dataset", "MNP beats", *(UNITS[k][0] for k in metrics)], rows))
 
 
 QUESTIONS = [
@@ -188,7 +170,7 @@ def render_verdicts(src: dict) -> str:
     """Per dataset and question, `mnp` against the baseline with the best mean (the runner-up where `mnp` is best):
     the paired test of that claim decides the answer."""
     res, by = src["paper_main"], {(r["dataset"], r["baseline"], r["metric"]): r for r in src["claims"]}
-    rows = ["| dataset | is MNP … | MNP | best baseline | answer |", "|---|---|---|---|---|"]
+    rows = []
     for d in DATASETS:
         for k, question in QUESTIONS:
             _, scale, digits = UNITS[k]
@@ -207,11 +189,11 @@ def render_verdicts(src: dict) -> str:
                 "not significant": f"level with {model_label(best)}",
             }.get(claim["verdict"], f"untested†: {'MNP' if ahead else model_label(best)} ahead by mean")
             rows.append(
-                f"| {dataset_label(d)} | {question} | {ci_cell(mnp, scale, digits, count=False)} | "
-                f"{model_label(best)} {ci_cell(res[(best, '', d, k)], scale, digits, count=False)} | "
-                f"{answer} ({test_text(claim)}) |"
-            )
-    return _legend(rows)
+                [dataset_label(d), question, ci_cell(mnp, scale, digits, count=False),
+                 f"{model_label(best)} {ci_cell(res[(best, '', d, k)], scale, digits, count=False)}",
+                 f"{answer} ({test_text(claim)})"]
+            )  # fmt: skip
+    return _legend(markdown_table(["dataset", "is MNP …", "MNP", "best baseline", "answer"], rows))
 
 
 CALIBRATION = [
@@ -228,22 +210,18 @@ def render_calibration(src: dict) -> str:
     res, found = src["calibration"], [r for r in src["calibration_claims"] if r["metric"].startswith("cal/")]
     datasets = sorted({d for (_, _, d, _) in res}, key=lambda d: (d not in DATASETS, d))
     rows = [
-        "| dataset | model | " + " | ".join(label for _, label, _, _ in CALIBRATION) + " |",
-        "|---|---|" + "---|" * len(CALIBRATION),
+        [dataset_label(d), model_label(m), *(ci_cell(res.get((m, "", d, k)), sc, g) for k, _, sc, g in CALIBRATION)]
+        for d in datasets
+        for m in [*BASELINES, "mnp"]
+        if (m, "", d, "test/ece") in res
     ]
-    for d in datasets:
-        for m in [*BASELINES, "mnp"]:
-            if (m, "", d, "test/ece") in res:
-                rows.append(
-                    f"| {dataset_label(d)} | {model_label(m)} | "
-                    + " | ".join(ci_cell(res.get((m, "", d, k)), sc, g) for k, _, sc, g in CALIBRATION)
-                    + " |"
-                )
-    tests = [
-        f"- MNP against {model_label(r['baseline'])} on {r['metric']} ({dataset_label(r['dataset'])}): {claim_text(r)}"
+    tests = "".join(
+        f"\n- MNP against {model_label(r['baseline'])} on {r['metric']} ({dataset_label(r['dataset'])}): {claim_text(r)}"
         for r in found
-    ]
-    return "\n".join(rows + ([""] + tests if tests else []))
+    )
+    return markdown_table(["dataset", "model", *(label for _, label, _, _ in CALIBRATION)], rows) + (
+        "\n" + tests if tests else ""
+    )
 
 
 RENDERERS = {

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 from mnp.tools.docgen_sources import reading
-from mnp.tools.report_runs import dataset_label
+from mnp.tools.report_runs import dataset_label, markdown_table
 
 GPU_SESSION = "h200_9de9874"
 VARIANTS = {
@@ -45,35 +45,26 @@ def sources(root: Path) -> dict:
 def render_step_capture(src: dict) -> str:
     """MNP's training step on a GPU, eager against one CUDA graph (benchmarks/step_capture_h100.json)."""
     rows = [
-        '| dataset | host syncs in the step (`set_sync_debug_mode("error")`) | eager step | the step as one CUDA graph '
-        "| speed-up |",
-        "|---|---|---|---|---|",
-    ]
-    for d, c in src["step_capture"].get("cases", {}).items():
-        graph = f"{c['graph_ms']:.2f} ms" if "graph_ms" in c else "capture failed"
-        speed = f"{c['speedup']:.1f}×" if "speedup" in c else "–"
-        rows.append(
-            f"| {dataset_label(d)} | {'none' if c.get('host_sync_free') else 'some'} | {c['eager_ms']:.2f} ms | "
-            f"{graph} | {speed} |"
-        )
-    return "\n".join(rows)
+        [dataset_label(d), "none" if c.get("host_sync_free") else "some", f"{c['eager_ms']:.2f} ms",
+         f"{c['graph_ms']:.2f} ms" if "graph_ms" in c else "capture failed",
+         f"{c['speedup']:.1f}×" if "speedup" in c else "–"]
+        for d, c in src["step_capture"].get("cases", {}).items()
+    ]  # fmt: skip
+    syncs = 'host syncs in the step (`set_sync_debug_mode("error")`)'
+    return markdown_table(["dataset", syncs, "eager step", "the step as one CUDA graph", "speed-up"], rows)
 
 
 def render_gpu_runs(src: dict) -> str:
     """Whole train.py runs on the GPU, seed 0 (gpu_check.json of the session)."""
     check = src["gpu"].get("gpu_check", {})
     rows = [
-        f"| run ({check.get('device', '?')}) | acc % | ECE | noisy acc % | train s / epoch | `time/total_s` | "
-        "process wall s |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for r in check.get("runs", []):
-        rows.append(
-            f"| {dataset_label(r['dataset'])}, {VARIANTS.get(r['variant'], r['variant'])} | "
-            f"{100 * r['test/acc']:.2f} | {r['test/ece']:.4f} | {100 * r['noise/acc_mean']:.2f} | "
-            f"{r['time/train_epoch_s']:.3f} | {r['time/total_s']:.2f} | {r['wall_s']:.1f} |"
-        )
-    return "\n".join(rows)
+        [f"{dataset_label(r['dataset'])}, {VARIANTS.get(r['variant'], r['variant'])}", f"{100 * r['test/acc']:.2f}",
+         f"{r['test/ece']:.4f}", f"{100 * r['noise/acc_mean']:.2f}", f"{r['time/train_epoch_s']:.3f}",
+         f"{r['time/total_s']:.2f}", f"{r['wall_s']:.1f}"]
+        for r in check.get("runs", [])
+    ]  # fmt: skip
+    header = ["acc %", "ECE", "noisy acc %", "train s / epoch", "`time/total_s`", "process wall s"]
+    return markdown_table([f"run ({check.get('device', '?')})", *header], rows)
 
 
 def render_gpu_graph_check(src: dict) -> str:
@@ -94,12 +85,12 @@ def render_gpu_bench(src: dict) -> str:
     """Seconds per training epoch and test pass on the GPU, MNP eager and captured against MGP (bench_gpu.json)."""
     bench = src["gpu"].get("bench_gpu", {})
     cases = {(c["dataset"], c["model"]): c for c in bench.get("cases", [])}
-    rows = [
-        f"| case ({bench.get('meta', {}).get('device', '?')}) | MNP train epoch s, eager → captured | MGP train epoch s | "
-        "MNP eager / captured | MGP / MNP, eager (target ≥ 3) | MGP / MNP, captured (target ≥ 3) | "
-        "MNP / MGP test pass s | MGP / MNP test (target ≥ 5) |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
+    header = [
+        f"case ({bench.get('meta', {}).get('device', '?')})", "MNP train epoch s, eager → captured", "MGP train epoch s",
+        "MNP eager / captured", "MGP / MNP, eager (target ≥ 3)", "MGP / MNP, captured (target ≥ 3)",
+        "MNP / MGP test pass s", "MGP / MNP test (target ≥ 5)",
+    ]  # fmt: skip
+    rows = []
 
     def mark(v: float, target: float) -> str:
         return f"{v:.2f} {'✓' if v >= target else '✗'}"
@@ -108,38 +99,31 @@ def render_gpu_bench(src: dict) -> str:
         mnp, graph, mgp = cases[(d, "mnp")], cases[(d, "mnp_graph")], cases[(d, "mgp")]
         star = "*" if mnp["extrapolated"] else ""
         rows.append(
-            f"| {dataset_label(d)}{star} | {mnp['train_epoch_s']:.3f} → {graph['train_epoch_s']:.3f} | "
-            f"{mgp['train_epoch_s']:.3f} | {r['mnp_over_mnp_graph_train']:.2f} | "
-            f"{mark(r['mgp_over_mnp_train'], 3)} | {mark(r['mgp_over_mnp_graph_train'], 3)} | "
-            f"{mnp['test_s']:.4f} / {mgp['test_s']:.4f} | {mark(r['mgp_over_mnp_test'], 5)} |"
-        )
-    return "\n".join(rows)
+            [f"{dataset_label(d)}{star}", f"{mnp['train_epoch_s']:.3f} → {graph['train_epoch_s']:.3f}",
+             f"{mgp['train_epoch_s']:.3f}", f"{r['mnp_over_mnp_graph_train']:.2f}",
+             mark(r["mgp_over_mnp_train"], 3), mark(r["mgp_over_mnp_graph_train"], 3),
+             f"{mnp['test_s']:.4f} / {mgp['test_s']:.4f}", mark(r["mgp_over_mnp_test"], 5)]
+        )  # fmt: skip
+    return markdown_table(header, rows)
 
 
 def render_gpu_noise_batching(src: dict) -> str:
     """The test pass with the noise protocol in calls of N rows on the GPU (noise_batching_gpu.json)."""
     nb = src["gpu"].get("noise_batching_gpu", {})
     rows = [
-        f"| `eval.noise_batch_rows` ({nb.get('device', '?')}) | test pass s | test acc % | noisy acc % |",
-        "|---|---|---|---|",
-    ]
-    for r in nb.get("runs", []):
-        rows.append(
-            f"| {r['noise_batch_rows'] or '0 (one call per level and subset)'} | {r['test_pass_s']:.2f} | "
-            f"{100 * r['test_acc']:.2f} | {100 * r['noise_acc_mean']:.2f} |"
-        )
-    return "\n".join(rows)
+        [r["noise_batch_rows"] or "0 (one call per level and subset)", f"{r['test_pass_s']:.2f}",
+         f"{100 * r['test_acc']:.2f}", f"{100 * r['noise_acc_mean']:.2f}"]
+        for r in nb.get("runs", [])
+    ]  # fmt: skip
+    return markdown_table(
+        [f"`eval.noise_batch_rows` ({nb.get('device', '?')})", "test pass s", "test acc %", "noisy acc %"], rows
+    )
 
 
 def render_startup(src: dict, key: str = "startup") -> str:
     """A short train.py run's wall time against time/total_s, before and after (benchmarks/startup_cpu.json; with
     ``key="startup_torchvision"`` the same checkout with and without torchvision installed)."""
-    s = src[key]
-    rows = [
-        "| commit | torchvision | process wall s | process CPU s | `time/total_s` | wall − total s | `time/startup_s` "
-        "| `import pytorch_lightning` wall s | its CPU s | runs |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
+    s, rows = src[key], []
 
     def cell(value) -> str:
         return "–" if value is None else f"{value:.2f}"
@@ -153,13 +137,16 @@ def render_startup(src: dict, key: str = "startup") -> str:
         imports = (e.get("imports_s") or shared or {}).get("pytorch_lightning")
         imports_cpu = (e.get("imports_cpu_s") or {}).get("pytorch_lightning")
         rows.append(
-            f"| {e['commit']} ({label}) | {vision} | {m['wall_s']:.1f} | {cell(m.get('cpu_s'))} | "
-            f"{m['time/total_s']:.1f} | {m['wall_minus_total_s']:.1f} | {cell(m.get('time/startup_s'))} | "
-            f"{cell(imports)} | {cell(imports_cpu)} | {len(e['runs'])} |"
-        )
+            [f"{e['commit']} ({label})", vision, f"{m['wall_s']:.1f}", cell(m.get("cpu_s")), f"{m['time/total_s']:.1f}",
+             f"{m['wall_minus_total_s']:.1f}", cell(m.get("time/startup_s")), cell(imports), cell(imports_cpu),
+             len(e["runs"])]
+        )  # fmt: skip
+    header = ["commit", "torchvision", "process wall s", "process CPU s", "`time/total_s`", "wall − total s",
+              "`time/startup_s`", "`import pytorch_lightning` wall s", "its CPU s", "runs"]  # fmt: skip
+    table = markdown_table(header, rows)
     if load := s.get("loadavg"):
-        rows += ["", f"Medians; load average {load[0]}–{load[1]} on {s['after']['cpus']} cores."]
-    return "\n".join(rows)
+        table += f"\n\nMedians; load average {load[0]}–{load[1]} on {s['after']['cpus']} cores."
+    return table
 
 
 RENDERERS = {

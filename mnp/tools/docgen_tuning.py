@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mnp.tools.report_runs import dataset_label, model_label
+from mnp.tools.report_runs import dataset_label, markdown_table, model_label
 from mnp.tune.records import read_trials
 
 
@@ -35,20 +35,19 @@ def sources(root: Path) -> dict:
 def render_tuning(src: dict) -> str:
     """Per study: trials finished of the budget, pruned and failed ones, the mean fold val NLL of the defaults
     (trial 0) and of the best trial, and the best trial's settings."""
-    rows = [
-        "| study | trials (pruned, failed) | val NLL, defaults | val NLL, best | best trial's settings |",
-        "|---|---|---|---|---|",
-    ]
+    if not src["tuning"]:
+        return "No study has been recorded yet."
+    fmt = lambda v: "–" if v is None else f"{v:.4f}"  # noqa: E731
+    rows = []
     for name, s in src["tuning"].items():
         model, dataset = name.rsplit("_", 1)
-        fmt = lambda v: "–" if v is None else f"{v:.4f}"  # noqa: E731
+        best = fmt(s["best"]) + (f" (trial {s['best_trial']})" if s["best_trial"] is not None else "")
         rows.append(
-            f"| {model_label(model)} on {dataset_label(dataset)} | {s['done']} of {s['budget']} ({s['pruned']}, "
-            f"{s['failed']}) | {fmt(s['default'])} | {fmt(s['best'])}"
-            + (f" (trial {s['best_trial']})" if s["best_trial"] is not None else "")
-            + f" | `{s['settings']}` |"
-        )
-    return "\n".join(rows) if src["tuning"] else "No study has been recorded yet."
+            [f"{model_label(model)} on {dataset_label(dataset)}", f"{s['done']} of {s['budget']} ({s['pruned']}, "
+             f"{s['failed']})", fmt(s["default"]), best, f"`{s['settings']}`"]
+        )  # fmt: skip
+    header = ["study", "trials (pruned, failed)", "val NLL, defaults", "val NLL, best", "best trial's settings"]
+    return markdown_table(header, rows)
 
 
 RENDERERS = {"tuning": render_tuning}

@@ -9,7 +9,7 @@ from __future__ import annotations
 import csv
 from importlib import resources
 
-from mnp.tools.report_runs import DATASET_ORDER, MODEL_ORDER, dataset_label, model_label
+from mnp.tools.report_runs import DATASET_ORDER, MODEL_ORDER, dataset_label, markdown_table, model_label
 from mnp.tools.report_tables import ACC, ECE, NOISY_ACC, Metric
 
 PAPER_FILE = "paper_results.csv"
@@ -69,33 +69,27 @@ def paper_comparison(agg: dict) -> list[dict]:
 def paper_md(rows: list[dict], speed: dict[str, dict[str, dict[str, float]]]) -> str:
     """The comparison section: ``rows`` of :func:`paper_comparison`, and ``speed`` (experiment ->
     dataset -> our speed-ups) against the paper's."""
-    lines = [
-        "## Comparison with the paper (docs/method.md §7)",
-        "",
-        "Ours (mean over seeds) / paper; Δ = ours − paper, in the table's units.",
-        "",
-        "| Experiment | Method | Dataset | Metric | Ours | Paper | Δ |",
-        "|---|---|---|---|---|---|---|",
-    ]
     morder = {m: i for i, m in enumerate(MODEL_ORDER)}
     dorder = {d: i for i, d in enumerate(DATASET_ORDER)}
+    table = []
     for r in sorted(
         rows, key=lambda r: (r["experiment"], morder.get(r["model"], 99), dorder.get(r["dataset"], 99), r["metric"])
     ):
         mt = metric_for(r["metric"])
-        lines.append(
-            f"| {r['experiment']} | {model_label(r['model'])} | {dataset_label(r['dataset'])} "
-            f"| {r['metric']} | {mt.fmt(r['ours'])} | {mt.fmt(r['paper'])} "
-            f"| {r['diff'] * mt.scale:+.{mt.digits}f} |"
-        )
+        table.append(
+            [r["experiment"], model_label(r["model"]), dataset_label(r["dataset"]), r["metric"], mt.fmt(r["ours"]),
+             mt.fmt(r["paper"]), f"{r['diff'] * mt.scale:+.{mt.digits}f}"]
+        )  # fmt: skip
     paper_speed = paper_speedups()
-    for e, s in speed.items():
-        for d, v in s.items():
-            for k in ("train", "test"):
-                if k in v and k in paper_speed.get(d, {}):
-                    p = paper_speed[d][k]
-                    lines.append(
-                        f"| {e} | MNP/MGP | {dataset_label(d)} | speed-up {k} | {v[k]:.2f} | {p:.2f} | "
-                        f"{v[k] - p:+.2f} |"
-                    )
-    return "\n".join(lines)
+    table += [
+        [e, "MNP/MGP", dataset_label(d), f"speed-up {k}", f"{v[k]:.2f}", f"{p:.2f}", f"{v[k] - p:+.2f}"]
+        for e, s in speed.items()
+        for d, v in s.items()
+        for k in ("train", "test")
+        if k in v and (p := paper_speed.get(d, {}).get(k)) is not None
+    ]
+    return (
+        "## Comparison with the paper (docs/method.md §7)\n\nOurs (mean over seeds) / paper; Δ = ours − paper, in the "
+        "table's units.\n\n"
+        + markdown_table(["Experiment", "Method", "Dataset", "Metric", "Ours", "Paper", "Δ"], table)
+    )

@@ -11,7 +11,9 @@ from pathlib import Path
 from typing import Iterable
 
 import numpy as np
+import pandas as pd
 from omegaconf import OmegaConf
+from tabulate import DataRow, TableFormat
 
 from mnp.core.migrations import upgrade_run_config
 from mnp.core.naming import data_label
@@ -322,6 +324,17 @@ def row_label(row: tuple[str, str | None]) -> str:
 
 def dataset_label(d: str) -> str:
     return DATASET_NAMES.get(d, d)
+
+
+# the committed tables' form: cells as given, unpadded, under a |---|---| rule (tabulate's "pipe" pads them)
+_MD_ROW = DataRow("| ", " | ", " |")
+MARKDOWN = TableFormat(None, lambda widths, _: "|" + "---|" * len(widths), None, None, _MD_ROW, _MD_ROW, 0, None)
+
+
+def markdown_table(header: list[str], rows: Iterable[Iterable]) -> str:
+    """A markdown table of ``rows`` under ``header``, each cell as ``str`` writes it (numbers formatted beforehand)."""
+    frame = pd.DataFrame([[str(c) for c in r] for r in rows], columns=header)
+    return frame.to_markdown(index=False, tablefmt=MARKDOWN, stralign=None, numalign=None, disable_numparse=True)
 
 
 def read_cells(path: Path) -> dict[tuple, Cell]:

@@ -9,7 +9,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mnp.tools.report_runs import DATASET_ORDER, LEGACY, VOID, Cell, dataset_label, order, order_rows, row_label
+from mnp.tools.report_runs import (
+    DATASET_ORDER,
+    LEGACY,
+    VOID,
+    Cell,
+    dataset_label,
+    markdown_table,
+    order,
+    order_rows,
+    row_label,
+)
 
 OOD_ORDER = ["svhn", "cifar100", "heldout"]
 OOD_NAMES = {"svhn": "SVHN", "cifar100": "CIFAR100", "heldout": "held-out classes"}
@@ -231,15 +241,9 @@ def table_md(t: Table, number: int) -> str:
     ranks = t.ranks()
     note = f"; † {LEGACY_NOTE}" if t.legacy else ""
     cf = f"cf. paper Table {t.paper}; " if t.paper else "not in the paper; "
-    lines = [
-        f"**Table {number}.** {t.title} ({cf}mean [95 % t-interval] over seeds; (n) = seeds{note})",
-        "",
-        "| Method | " + " | ".join(h for h, _, _ in t.columns) + " |",
-        "|---|" + "---|" * len(t.columns),
-    ]
-    for i, row in enumerate(t.rows):
-        lines.append(f"| {row_label(row)} | " + " | ".join(_row_cells(t, i, ranks, MD_STYLE)) + " |")
-    return "\n".join(lines)
+    rows = [[row_label(row), *_row_cells(t, i, ranks, MD_STYLE)] for i, row in enumerate(t.rows)]
+    caption = f"**Table {number}.** {t.title} ({cf}mean [95 % t-interval] over seeds; (n) = seeds{note})"
+    return caption + "\n\n" + markdown_table(["Method", *(h for h, _, _ in t.columns)], rows)
 
 
 def tex_escape(s: str) -> str:
@@ -257,62 +261,46 @@ def tex_escape(s: str) -> str:
     return s
 
 
+def latex_table(caption: str, label: str, header: list[str], rows: list[list[str]], resize: bool = False) -> str:
+    """A booktabs table of ``rows`` under ``header`` (cells already escaped), the first column left-aligned;
+    ``resize``: scaled to the text width."""
+    tabular = r"\begin{tabular}{l" + "c" * (len(header) - 1) + "}"
+    return "\n".join(
+        [r"\begin{table}[!h]", r"\centering", rf"\caption{{{caption}}}", rf"\label{{{label}}}",
+         rf"\resizebox{{\textwidth}}{{!}}{{{tabular}" if resize else tabular, r"\toprule", " & ".join(header) + r" \\",
+         r"\midrule", *(" & ".join(r) + r" \\" for r in rows), r"\bottomrule", r"\end{tabular}" + "}" * resize,
+         r"\end{table}"]
+    )  # fmt: skip
+
+
 def table_tex(t: Table, experiment: str) -> str:
     """A LaTeX table; LaTeX numbers it, in the same order as :func:`table_md`'s numbers."""
     ranks = t.ranks()
     note = rf"; $^\dagger$ {LEGACY_NOTE}" if t.legacy else ""
-    lines = [
-        r"\begin{table}[!h]",
-        r"\centering",
-        rf"\caption{{{tex_escape(t.title)} Mean and 95\% t-interval over seeds [low, high], number of seeds in "
-        + (
-            rf"parentheses (cf.\ paper Table {t.paper}){note}.}}"
-            if t.paper
-            else rf"parentheses (not in the paper){note}.}}"
-        ),
-        rf"\label{{table:{tex_escape(experiment)}-{t.label}}}",
-        r"\resizebox{\textwidth}{!}{\begin{tabular}{l" + "c" * len(t.columns) + "}",
-        r"\toprule",
-        "Method & " + " & ".join(tex_escape(h) for h, _, _ in t.columns) + r" \\",
-        r"\midrule",
-    ]
-    for i, row in enumerate(t.rows):
-        lines.append(f"{tex_escape(row_label(row))} & " + " & ".join(_row_cells(t, i, ranks, TEX_STYLE)) + r" \\")
-    lines += [r"\bottomrule", r"\end{tabular}}", r"\end{table}"]
-    return "\n".join(lines)
+    cf = rf"cf.\ paper Table {t.paper}" if t.paper else "not in the paper"
+    caption = (
+        rf"{tex_escape(t.title)} Mean and 95\% t-interval over seeds [low, high], number of seeds in parentheses "
+        rf"({cf}){note}."
+    )
+    header = ["Method", *(tex_escape(h) for h, _, _ in t.columns)]
+    rows = [[tex_escape(row_label(row)), *_row_cells(t, i, ranks, TEX_STYLE)] for i, row in enumerate(t.rows)]
+    return latex_table(caption, f"table:{tex_escape(experiment)}-{t.label}", header, rows, resize=True)
 
 
 def speedup_md(s: dict[str, dict[str, float]], number: int) -> str:
-    lines = [
+    rows = [[dataset_label(d), *(f"{v[k]:.2f}" if k in v else "–" for k in ("train", "test"))] for d, v in s.items()]
+    return (
         f"**Table {number}.** Speed-up of MNP over MGP, MGP time / MNP time (cf. paper Table 5; ratio of "
-        "the seed means)",
-        "",
-        "| Dataset | Training | Testing |",
-        "|---|---|---|",
-    ]
-    for d, v in s.items():
-        cells = [f"{v[k]:.2f}" if k in v else "–" for k in ("train", "test")]
-        lines.append(f"| {dataset_label(d)} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+        "the seed means)\n\n" + markdown_table(["Dataset", "Training", "Testing"], rows)
+    )
 
 
 def speedup_tex(s: dict[str, dict[str, float]], experiment: str) -> str:
-    lines = [
-        r"\begin{table}[!h]",
-        r"\centering",
-        r"\caption{Speed-up ($\times$) of MNP over MGP: ratio of wall-clock time per epoch (MGP / MNP) "
-        r"(cf.\ paper Table 5).}",
-        rf"\label{{table:{tex_escape(experiment)}-speed-up}}",
-        r"\begin{tabular}{lcc}",
-        r"\toprule",
-        r"Dataset & Training & Testing \\",
-        r"\midrule",
+    caption = (
+        r"Speed-up ($\times$) of MNP over MGP: ratio of wall-clock time per epoch (MGP / MNP) (cf.\ paper Table 5)."
+    )
+    rows = [
+        [tex_escape(dataset_label(d)), *(f"{v[k]:.2f}" if k in v else "--" for k in ("train", "test"))]
+        for d, v in s.items()
     ]
-    for d, v in s.items():
-        lines.append(
-            f"{tex_escape(dataset_label(d))} & "
-            + " & ".join(f"{v[k]:.2f}" if k in v else "--" for k in ("train", "test"))
-            + r" \\"
-        )
-    lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}"]
-    return "\n".join(lines)
+    return latex_table(caption, f"table:{tex_escape(experiment)}-speed-up", ["Dataset", "Training", "Testing"], rows)
