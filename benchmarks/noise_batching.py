@@ -20,8 +20,8 @@ from pathlib import Path
 import pytorch_lightning as pl
 import torch
 
-from mnp.core.builders import build_datamodule, build_model
-from mnp.core.validate import resolve_auto
+from mnp.cli.builders import build_datamodule, build_model
+from mnp.cli.validate import resolve_auto
 
 ROOT = Path(__file__).resolve().parents[1]
 

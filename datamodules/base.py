@@ -148,7 +148,7 @@ class MultiViewDataModule(pl.LightningDataModule):
 
     def data_files(self) -> list[Path]:
         """The files :meth:`load` reads, in a fixed order (known before reading; some may not exist yet).
-        A run records their sha256, so a file changed since is noticed (mnp/core/rundir.py)."""
+        A run records their sha256, so a file changed since is noticed (mnp/runs/rundir.py)."""
         return []
 
     # ---------------------------------------------------------------- setup
@@ -281,7 +281,7 @@ class MultiViewDataModule(pl.LightningDataModule):
         return t
 
     def preprocessing(self) -> dict:
-        """What predicting on raw rows needs (:mod:`mnp.core.predictor`), as tensors and plain values that a
+        """What predicting on raw rows needs (:mod:`mnp.cli.predictor`), as tensors and plain values that a
         checkpoint stores: each view's scaler fitted on the training rows and the file's label of each class."""
         return {
             "scaling": self.scaling,

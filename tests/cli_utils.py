@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from cfg_utils import ROOT
-from mnp.core.cli import run_guarded
+from mnp.cli.cli import run_guarded
 
 
 def guarded_error(fn, cfg, capsys) -> str:

@@ -10,11 +10,11 @@ import pytest
 import torch
 
 from cfg_utils import compose_train, evaluate_config
-from mnp.core.conformal import SplitConformal, quantile_rank
-from mnp.core.eval_protocol import EvalProtocol
-from mnp.core.pipeline import train
-from mnp.core.posthoc import PostHoc
-from mnp.core.validate import ConfigError, check_eval, validate
+from mnp.eval.conformal import SplitConformal, quantile_rank
+from mnp.eval.eval_protocol import EvalProtocol
+from mnp.cli.pipeline import train
+from mnp.eval.posthoc import PostHoc
+from mnp.cli.validate import ConfigError, check_eval, validate
 from test_calibration import Overconfident, logit_module, run_test
 from test_posthoc import Identity, Rows
 
@@ -150,7 +150,7 @@ def test_a_run_writes_the_conformal_keys_and_predict_set_gives_its_sets(tmp_path
     run's own sets; evaluate.py +eval.conformal=thr writes its keys too."""
     import mnp
 
-    from mnp.core.pipeline import evaluate
+    from mnp.cli.pipeline import evaluate
     from test_predictor import digits_file
 
     data = tmp_path / "digits.npz"

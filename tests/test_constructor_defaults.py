@@ -12,8 +12,8 @@ from sklearn.datasets import load_digits
 
 from cfg_utils import CONF, compose_train
 from datamodules import TensorDataModule
-from mnp.core.pipeline import train
-from mnp.optim import make_optimizer
+from mnp.cli.pipeline import train
+from mnp.framework.optim import make_optimizer
 
 BASELINES = ["mlp", "mcd", "de_ef", "de_lf", "sngp", "etp", "tmc", "mgp"]
 # a second model of one class: conf/model/<m>.yaml states the constructor arguments that make it that model

@@ -234,7 +234,7 @@ def test_mlp_learns_handwritten(tmp_path, real_file):
     """`python train.py model=mlp dataset=handwritten trainer.max_epochs=5` reaches >= 95% test accuracy."""
     from cfg_utils import compose_train
 
-    from mnp.core.pipeline import train
+    from mnp.cli.pipeline import train
 
     data_dir = real_file("handwritten", "handwritten_6views.mat").parent.parent
     os.environ.setdefault("WANDB_MODE", "disabled")

@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 
 from cfg_utils import compose_train
-from mnp.core.pipeline import train
+from mnp.cli.pipeline import train
 
 
 class DumpRank(pl.Callback):

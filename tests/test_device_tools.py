@@ -109,7 +109,7 @@ def test_gpu_check_records_each_step_and_skips_what_the_deadline_leaves_no_time_
 def test_gpu_check_runs_compose_as_valid_train_configs(tmp_path):
     """Every whole run's overrides compose and validate (on the CPU: the emulated graph)."""
     from cfg_utils import compose_train
-    from mnp.core.validate import resolve_auto, validate
+    from mnp.cli.validate import resolve_auto, validate
 
     for cpu in (False, True):
         for dataset, variant in gpu_check.ORDER:

@@ -8,8 +8,8 @@ from sklearn.datasets import load_digits
 
 import mnp
 from cfg_utils import ROOT, compose_train
-from mnp.core import stored_config
-from mnp.core.pipeline import evaluate, train
+from mnp.runs import stored_config
+from mnp.cli.pipeline import evaluate, train
 from mnp.tools.report import report
 
 EXAMPLES = ROOT / "docs" / "examples"

@@ -118,7 +118,7 @@ def test_missing_weights_offline_say_where_to_put_them(monkeypatch):
         F.inception_v3("IMAGENET1K_V1")
     msg = str(e.value)
     assert "\n" not in msg and "checkpoints/inception_v3_google-0cc3c7bd.pth" in msg and "weights=null" in msg
-    with pytest.raises(MissingData, match="does not exist"):  # a sweep skips the job (mnp.core.sweep)
+    with pytest.raises(MissingData, match="does not exist"):  # a sweep skips the job (mnp.cli.sweep)
         F.inception_v3("/nonexistent/inception.pth")
     assert isinstance(e.value, MissingData)
 

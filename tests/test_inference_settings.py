@@ -1,4 +1,4 @@
-"""Inference-only MNP settings on a trained checkpoint (mnp.core.inference_settings): evaluate.py's +model.*
+"""Inference-only MNP settings on a trained checkpoint (mnp.model.inference_settings): evaluate.py's +model.*
 re-scores a run under them into its own folder and records them in its config; other model keys are refused."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import yaml
 from omegaconf import OmegaConf
 
 from cfg_utils import compose_train
-from mnp.core.inference_settings import inference_settings
-from mnp.core.pipeline import evaluate, train
+from mnp.model.inference_settings import inference_settings
+from mnp.cli.pipeline import evaluate, train
 
 
 def _evaluate(ckpt, model=None, output_dir=None):

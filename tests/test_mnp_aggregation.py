@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from mnp.aggregation import (
+from mnp.model.aggregation import (
     TABLE_VIEWS,
     ConcatAggregation,
     MBA,

@@ -9,7 +9,7 @@ import pytorch_lightning as pl
 import torch
 
 from datamodules import TensorDataModule
-from mnp.memory import ContextMemory, gather_candidates, sample_per_class
+from mnp.model.memory import ContextMemory, gather_candidates, sample_per_class
 from mnp.model import MNP
 from mnp_utils import flat_mnp
 

@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 from cfg_utils import compose_train
 from datamodules import TensorDataModule
 from mnp_utils import flat_mnp
-from mnp.core.validate import resolve_auto
+from mnp.cli.validate import resolve_auto
 
 DATASETS = ["synthetic", "handwritten", "cub", "pie", "caltech101", "scene15", "hmdb", "cifar10c", "digits_c"]
 

@@ -7,8 +7,8 @@ import pytorch_lightning as pl
 import torch
 
 from datamodules import TensorDataModule
-from mnp.core.eval_protocol import EvalProtocol
-from mnp.core.validate import ConfigError, check_eval
+from mnp.eval.eval_protocol import EvalProtocol
+from mnp.cli.validate import ConfigError, check_eval
 from mnp.model import MNP
 from mnp_utils import flat_mnp
 

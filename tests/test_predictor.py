@@ -10,8 +10,8 @@ from sklearn.datasets import load_digits
 
 import mnp
 from cfg_utils import compose_train
-from mnp.core.checkpointing import PREP_KEY, load_checkpoint
-from mnp.core.pipeline import evaluate, train
+from mnp.runs.checkpointing import PREP_KEY, load_checkpoint
+from mnp.cli.pipeline import evaluate, train
 
 
 def digits_file(path):

@@ -4,8 +4,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from mnp.core import progress
-from mnp.core.progress import MAIN_OVER_WARMUP, RunClock
+from mnp.cli import progress
+from mnp.cli.progress import MAIN_OVER_WARMUP, RunClock
 
 
 class FakeClock:

@@ -6,8 +6,8 @@ import torch
 from hypothesis import given, settings, strategies as st
 from hypothesis.extra.numpy import arrays
 
-from mnp.aggregation import mba_posterior, unimodal_posteriors
-from mnp.attention import normalise
+from mnp.model.aggregation import mba_posterior, unimodal_posteriors
+from mnp.model.attention import normalise
 
 SETTINGS = settings(max_examples=200, deadline=None)
 ULP64 = 8 * np.finfo(np.float64).eps

@@ -16,9 +16,9 @@ from cfg_utils import compose_train
 from cli_utils import run_cli
 from datamodules import TensorDataModule
 from datamodules.cifar10c import ood_mix
-from mnp.core import protocols
-from mnp.core.eval_protocol import EvalProtocol
-from mnp.core.validate import ConfigError, resolve_auto, validate
+from mnp.eval import protocols
+from mnp.eval.eval_protocol import EvalProtocol
+from mnp.cli.validate import ConfigError, resolve_auto, validate
 
 
 @pytest.mark.parametrize("m,count", [(6, 20), (3, 3), (2, 2), (1, 0)])
@@ -118,7 +118,7 @@ def test_forty_views_train_and_test_in_little_memory(tmp_path):
 @pytest.mark.slow
 def test_forty_views_train_mnp_with_the_modality_mask_in_little_memory(tmp_path):
     """MNP's modality mask drew from the table of all 2^40 subsets of >= 2 views, built before training; it now
-    draws a subset size, then the views, beyond 12 views (mnp.aggregation.random_modality_mask)."""
+    draws a subset size, then the views, beyond 12 views (mnp.model.aggregation.random_modality_mask)."""
     metrics = train_forty_views(
         tmp_path,
         "model=mnp",

@@ -16,8 +16,8 @@ from cfg_utils import compose_train
 from test_predictor import digits_file
 
 import mnp
-from mnp.core.checkpointing import PREP_KEY, CheckpointError, load_checkpoint
-from mnp.core.pipeline import train
+from mnp.runs.checkpointing import PREP_KEY, CheckpointError, load_checkpoint
+from mnp.cli.pipeline import train
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -1,6 +1,6 @@
 """MNP's training step as one CUDA graph needs it: no host syncs, no graph breaks, few ops
 (mnp.tools.step_metrics), the same numbers as the eager step before (tests/data/step_golden.pt), batched
-parameters that behave as the modules' own (mnp.stacked), and the fields in the benchmark's JSON."""
+parameters that behave as the modules' own (mnp.model.stacked), and the fields in the benchmark's JSON."""
 
 import copy
 import json
@@ -16,7 +16,7 @@ import torch
 from mnp.tools import bench, bench_cases, step_metrics
 from mnp.model import MNP
 from mnp_utils import flat_mnp
-from mnp.stacked import ParamStack
+from mnp.model.stacked import ParamStack
 
 sys.path.insert(0, str(Path(__file__).parent))
 from step_golden import BASE, CASES, GOLDEN, STEPS, run, unflatten  # noqa: E402

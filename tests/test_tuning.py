@@ -19,8 +19,8 @@ from cli_utils import run_cli
 from datamodules.base import TensorDataModule
 from datamodules.errors import DataError
 from datamodules.folds import kfold_split
-from mnp.core.rundir import register_resolver
-from mnp.core.validate import ConfigError, check_ranges
+from mnp.runs.rundir import register_resolver
+from mnp.cli.validate import ConfigError, check_ranges
 from mnp.tune.apply import apply
 from mnp.tune.records import tuned_config
 from mnp.tune.space import SpaceError, contains, distribution

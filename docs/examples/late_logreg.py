@@ -7,9 +7,9 @@ from typing import Sequence
 import torch
 from torch import Tensor, nn
 
-from mnp.core.domains import POSITIVE
-from mnp.core.routine import Routine
-from mnp.optim import make_optimizer
+from mnp.framework.domains import POSITIVE
+from mnp.framework.routine import Routine
+from mnp.framework.optim import make_optimizer
 
 
 class LateLogReg(Routine):

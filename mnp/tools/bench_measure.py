@@ -16,7 +16,7 @@ from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import FlopCounterMode
 
 from mnp.tools.bench_cases import BATCH, EVAL_BATCH, first_optimizer
-from mnp.core.routine import Routine
+from mnp.framework.routine import Routine
 
 
 def sync(device: torch.device) -> None:

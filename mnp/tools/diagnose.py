@@ -30,8 +30,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mnp.decoder import sample_logits
-from mnp.core.protocols import add_noise, noise_subsets
+from mnp.model.decoder import sample_logits
+from mnp.eval.protocols import add_noise, noise_subsets
 
 DEFAULT_SIGMAS = (0.0, 0.1, 0.46, 1.0, 2.15, 10.0)
 
@@ -198,7 +198,7 @@ def main(argv: list[str] | None = None) -> dict:
         "--plot", type=Path, default=None, help="write a PNG of accuracy, attention and MBA precision against σ"
     )
     args = ap.parse_args(argv)
-    from mnp.core.pipeline import load_run
+    from mnp.cli.pipeline import load_run
 
     ckpt = Path(args.run)
     if ckpt.is_dir():
@@ -224,7 +224,7 @@ def main(argv: list[str] | None = None) -> dict:
 def cli(argv: list[str] | None = None) -> int:
     """``python -m mnp.tools.diagnose``: a refused or unreadable checkpoint, or a run of another model, is one
     ``error: ...`` line and status 1."""
-    from mnp.core.errors import USER_ERRORS
+    from mnp.cli.errors import USER_ERRORS
 
     try:
         main(argv)

@@ -25,7 +25,7 @@ from hydra import compose, initialize_config_dir  # noqa: E402
 from hydra.core.global_hydra import GlobalHydra  # noqa: E402
 
 from datamodules.synthetic import mesh  # noqa: E402
-from mnp.core.builders import build_datamodule, build_model  # noqa: E402
+from mnp.cli.builders import build_datamodule, build_model  # noqa: E402
 
 CONF = str(Path(__file__).resolve().parents[2] / "conf")
 VARIANTS = {

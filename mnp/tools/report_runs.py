@@ -13,8 +13,8 @@ from typing import Iterable
 import numpy as np
 from omegaconf import OmegaConf
 
-from mnp.core.migrations import upgrade_run_config
-from mnp.core.naming import data_label
+from mnp.runs.migrations import upgrade_run_config
+from mnp.runs.naming import data_label
 from mnp.tools.stats import t_interval
 
 log = logging.getLogger(__name__)
@@ -172,7 +172,7 @@ def load(dirs: Iterable[str | Path], relabel: bool = False, evaluations: bool = 
 
     ``metrics.json`` written by ``evaluate.py`` (it has a ``checkpoint`` key) is not a sweep job
     and is left out, unless ``evaluations``: then it is its run re-scored (``+model.*``, a default decided after
-    the run) and counts as the run, labelled by its own config.yaml. A ``dataset=custom`` run's dataset is its file's stem (:func:`mnp.core.naming.data_label`).
+    the run) and counts as the run, labelled by its own config.yaml. A ``dataset=custom`` run's dataset is its file's stem (:func:`mnp.runs.naming.data_label`).
     A job found twice (the same experiment, model, variant, dataset and seed) counts once when the two records are
     equal or one is its evaluation (:func:`_replaces`); two different records of it are refused (:class:`DuplicateRun`).
     A metrics.json whose seed is not an integer is ``unreadable``. ``relabel``: each run's experiment and variant from where it

@@ -127,7 +127,7 @@ class StepOps(TorchDispatchMode):
 
 
 def _where(path: str) -> str:
-    """A source path shortened to its package and file (mnp/model.py, optim/adam.py)."""
+    """A source path shortened to its package and file (mnp/model/model.py, optim/adam.py)."""
     return "/".join(path.rsplit("/", 2)[-2:])
 
 
