@@ -1,5 +1,7 @@
 """The house rules: no import cycles between modules, the data layer never imports the framework, evaluation
-imports nothing above it, each room within its line budget, no side effects on import."""
+imports nothing above it, each room within its line budget, no side effects on import, no module outside mnp/model/ reaching into MNP's underscore names."""
+
+import ast
 
 import pytest
 import subprocess
@@ -80,3 +82,37 @@ def test_importing_the_packages_registers_nothing_and_prints_nothing():
     )
     res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert res.stdout.strip() == "False", res.stderr[-1000:]
+
+
+def mnp_private_names() -> set[str]:
+    """The underscore names MNP's room defines: methods and attributes of its classes (``_encode``, ``_dcm_batch``)."""
+    names = set()
+    for path in (ROOT / "mnp" / "model").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                names.add(node.name)
+            elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
+                if isinstance(node.ctx, ast.Store):
+                    names.add(node.attr)
+    return {n for n in names if n.startswith("_") and not n.startswith("__")}
+
+
+def is_self(node: ast.expr) -> bool:  # a class's own attribute (Routine's _epoch_start), not MNP's
+    return isinstance(node, ast.Name) and node.id == "self"
+
+
+def test_no_module_outside_the_model_room_reaches_into_mnp():
+    private = mnp_private_names()
+    assert {"_encode", "_attend_scores", "_view_weights", "_dcm_batch"} <= private
+    found = []
+    for name, path in depgraph.modules().items():
+        if name.startswith("mnp.model.") or name == "mnp.model":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and node.attr in private and not is_self(node.value):
+                found.append(f"{name}:{node.lineno} .{node.attr}")
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("mnp.model"):
+                found += [f"{name}:{node.lineno} import {a.name}" for a in node.names if a.name.startswith("_")]
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in private:
+                found.append(f"{name}:{node.lineno} {node.value!r}")  # getattr(model, "_in_warmup")
+    assert found == []

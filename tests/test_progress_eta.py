@@ -22,7 +22,7 @@ class Module:
     def __init__(self, warmup: int):
         self.spec, self.epoch = SimpleNamespace(warmup=SimpleNamespace(epochs=warmup)), 0
 
-    def _in_warmup(self) -> bool:
+    def in_warmup(self) -> bool:
         return self.epoch < self.spec.warmup.epochs
 
 

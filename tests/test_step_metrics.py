@@ -124,7 +124,7 @@ def test_sync_counter_sees_item_masks_and_device_reads():
 def new_step(model, opt, views, y):
     model.capturable = True
     loss, _ = model.train_step(views, y, opt)
-    model._update_memory()  # on_train_batch_end
+    model.update_context_memory()  # on_train_batch_end
     return loss.detach()
 
 

@@ -42,7 +42,7 @@ class RunClock:
 
     @staticmethod
     def stage(module) -> str:
-        in_warmup = getattr(module, "_in_warmup", None)
+        in_warmup = getattr(module, "in_warmup", None)
         return "warm-up" if callable(in_warmup) and in_warmup() else "main"
 
     @staticmethod

@@ -37,12 +37,18 @@ def inference_settings(overrides) -> dict[str, dict]:
 
 
 def apply_inference_settings(model, settings: dict[str, dict], train_views: Sequence | None) -> None:
-    """Set ``settings`` (:func:`inference_settings`) on a trained MNP; eq. 8′ set to distance mode gets its reference
-    d²_ref from ``train_views`` (the datamodule's training rows; otherwise the checkpoint's own stays)."""
+    """Give a trained model ``settings`` (:func:`inference_settings`; its :meth:`~mnp.model.MNP.apply_inference_settings`,
+    with ``train_views``, the datamodule's training rows); a one-line ValueError for a model that has none."""
     if not settings:
         return
-    if not hasattr(model, "spec"):
+    if not hasattr(model, "apply_inference_settings"):
         raise ValueError(f"+model.* settings are MNP's; this checkpoint holds a {type(model).__name__}")
+    model.apply_inference_settings(settings, train_views)
+
+
+def set_inference_settings(model, settings: dict[str, dict], train_views: Sequence | None) -> None:
+    """:meth:`mnp.model.MNP.apply_inference_settings`: each part replaced with its new settings; eq. 8′ set to distance
+    mode gets its reference d²_ref from ``train_views`` (otherwise the checkpoint's own stays)."""
     for part, values in settings.items():
         model.spec = model.spec.replace(part, **values)  # the part's own checks: one line naming the key
     if "aggregation.view_weighting" in settings and model.spec.aggregation.view_weighting.mode == "distance":

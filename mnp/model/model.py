@@ -10,7 +10,7 @@ cache of the context encodings in :mod:`mnp.model.context_cache`.
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Mapping, NamedTuple, Sequence
 
 import torch
 from torch import Tensor
@@ -22,6 +22,7 @@ from mnp.model.aggregation import modality_draws
 from mnp.model.attention import choice, normalise, topk_hint
 from mnp.model.context_cache import ContextEncodingCache
 from mnp.model.decoder import sample_logits
+from mnp.model.inference_settings import set_inference_settings
 from mnp.model.encoders import EncoderStacks, encode_stacked, glorot_, project_stacked, stacked_roles
 from mnp.model.losses import predictive_nll, unimodal_error
 from mnp.model.memory import gather_candidates
@@ -32,6 +33,25 @@ import mnp.model.parts as parts
 from mnp.model.view_predictions import view_softmaxes
 from mnp.model.view_training import fusion_weights, predictive_loss
 from mnp.model.view_weighting import DistanceWeighting, check_view_weighting
+
+
+class Explanation(NamedTuple):
+    """What :meth:`MNP.explain` shows of one batch, per view m: the projected targets and contexts, the context
+    encodings r (M, N, d_e) and s (float32), the attention scores (M, B, N) before normalisation and the attention A
+    (eq. 9), the target-specific r*, s* (M, B, d_e, eq. 5), the priors u, q (M, 1, d_e) and eq. 8′'s view weights
+    (B, M; None: eq. 8, unweighted)."""
+
+    targets: Sequence[Tensor] | Tensor
+    contexts: Sequence[Tensor] | Tensor
+    r: Tensor
+    s: Tensor
+    scores: Tensor
+    attention: Tensor
+    r_star: Tensor
+    s_star: Tensor
+    u: Tensor
+    q: Tensor
+    view_weights: Tensor | None
 
 
 class MNP(MNPTraining, Routine):
@@ -268,6 +288,21 @@ class MNP(MNPTraining, Routine):
             self.aggregation, self.decoder, self.spec.decoder, r_star, s_star, u, q, self.sample_generator
         )
 
+    @torch.no_grad()
+    def explain(self, views: Sequence[Tensor]) -> Explanation:
+        """The encodings, attention, posteriors and view weights of ``views`` (:class:`Explanation`), as the model
+        computes them to predict: what the diagnosis, Figure 2 and the benchmarks read."""
+        _, (contexts, r_all, s_all, _, _) = self._encode(views)
+        targets, scores, attn, r_star, s_star, u, q = self._attend_scores(views)
+        return Explanation(
+            targets, contexts, r_all, s_all, scores, attn, r_star, s_star, u, q, self._view_weights(scores)
+        )
+
+    def apply_inference_settings(self, settings: dict[str, dict], train_views: Sequence | None = None) -> None:
+        """Set inference-only ``settings`` (:func:`mnp.model.inference_settings.inference_settings`) on the trained
+        model; eq. 8′ set to distance mode gets its d²_ref from ``train_views`` (else the checkpoint's stays)."""
+        set_inference_settings(self, settings, train_views)
+
     # ------------------------------------------------------------------ eq. 8′ (mnp.model.view_weighting)
     def _view_weights(self, scores: Tensor, present: Tensor | None = None) -> Tensor | None:
         """MBA weights (B, M) of eq. 8′ from the attention scores (M, B, N), over the ``present`` views (B, M) only
@@ -304,7 +339,7 @@ class MNP(MNPTraining, Routine):
 
     def on_train_epoch_end(self) -> None:
         super().on_train_epoch_end()
-        if self.spec.aggregation.view_weighting.mode == "distance" and not self._in_warmup():
+        if self.spec.aggregation.view_weighting.mode == "distance" and not self.in_warmup():
             self.update_distance_reference()  # before the epoch's checkpoint (ModelCheckpoint runs after this hook)
 
     def _caches_context(self) -> bool:
@@ -332,7 +367,7 @@ class MNP(MNPTraining, Routine):
     def _training_loss(self, views, y):
         spec = self.spec
         fusion, loss_part, memory = spec.aggregation, spec.loss, spec.memory
-        if self._in_warmup():
+        if self.in_warmup():
             rbf = self._rbf_loss(self._project(views), y)
             return rbf, {"rbf": rbf.detach()}
         targets, attn, r_star, s_star, u, q = self._attend(views)
@@ -388,9 +423,14 @@ class MNP(MNPTraining, Routine):
         if self._step_graphs is not None:  # a captured step: its DCM update is a graph too
             self._step_graphs.update_memory()
         else:
-            self._update_memory()  # memory_write=after_step (paper); with before_step nothing is left to write
+            self.update_context_memory()  # memory_write=after_step (paper); with before_step nothing is left to write
 
-    def _update_memory(self) -> None:
+    def drop_memory_update(self) -> None:
+        """Forget the batch the last training step left for the DCM update (a measured step, not trained on)."""
+        self._dcm_batch = None
+
+    def update_context_memory(self) -> None:
+        """The DCM update (eqs. 2–3) with the batch the last training step left, as ``on_train_batch_end`` runs it."""
         cached, self._dcm_batch = self._dcm_batch, None
         if cached is not None:
             world = 1 if self._trainer is None else self.trainer.world_size

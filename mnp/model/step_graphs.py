@@ -140,16 +140,16 @@ class StepGraphs:
         capture; a replay after every later step."""
         if self._new is not None:
             (pair, opt), self._new = self._new, None
-            self.model._update_memory()
+            self.model.update_context_memory()
             self._capture(pair, _inner(opt))
         elif self._replayed is not None:
             pair, self._replayed = self._replayed, None
             if self.emulate:
-                self.model._update_memory()
+                self.model.update_context_memory()
             elif pair.memory is not None:
                 pair.memory.replay()
         else:  # an eager step (more shapes than MAX_PAIRS)
-            self.model._update_memory()
+            self.model.update_context_memory()
 
     def _capture(self, pair: _Pair, opt: torch.optim.Optimizer) -> None:
         """Each graph gets a private memory pool: the memory graph reads the step graph's outputs, and the
@@ -163,7 +163,7 @@ class StepGraphs:
         if self.model._dcm_batch is not None:  # memory_write=after_step: the update is a graph of its own
             pair.memory = torch.cuda.CUDAGraph()
             with torch.cuda.graph(pair.memory, capture_error_mode="thread_local"):
-                self.model._update_memory()
+                self.model.update_context_memory()
 
     @contextlib.contextmanager
     def _side_stream(self):

@@ -52,7 +52,7 @@ class MNPTraining:
     """The Lightning training hooks of :class:`mnp.model.MNP`, a mixin placed before Routine.
 
     A mixin because Lightning calls its hooks on the module itself. Uses the model's ``spec`` (its parts'
-    settings), ``encoders``, ``similarity``, ``memory``, ``encoder_stacks``, ``training_loss``, ``_update_memory``
+    settings), ``encoders``, ``similarity``, ``memory``, ``encoder_stacks``, ``training_loss``, ``update_context_memory``
     (DCM write), ``clear_context_cache`` and the ``_loss_bad`` buffer; gives it L_RBF, the L2 penalty, and at fit
     start the memory's initialisation and the captured step (mnp.model.step_graphs).
     """
@@ -83,7 +83,8 @@ class MNPTraining:
     def on_fit_end(self) -> None:
         self._step_graphs = None  # frees the graphs and their memory pool
 
-    def _in_warmup(self) -> bool:
+    def in_warmup(self) -> bool:
+        """Whether this epoch is of the warm-up (L_RBF alone; ``warmup.epochs`` of them), not MNP's main training."""
         epochs = self.spec.warmup.epochs
         return epochs > 0 and self._trainer is not None and self.current_epoch < epochs
 
@@ -147,7 +148,7 @@ class MNPTraining:
         """Past the warm-up, its optimiser never steps again: its Adam moments are left out (on CUB 5.4 of 67 MB)."""
         super().on_save_checkpoint(checkpoint)
         states = checkpoint.get("optimizer_states") or []
-        if len(states) > 1 and self._trainer is not None and not self._in_warmup():
+        if len(states) > 1 and self._trainer is not None and not self.in_warmup():
             states[1] = {**states[1], "state": {}}
 
     def _after_optimizer_step(self, optimizer, args, kwargs) -> None:
@@ -163,7 +164,7 @@ class MNPTraining:
     def training_step(self, batch, batch_idx):
         """Lightning's step: the warm-up's learning rate, :meth:`train_step`, the finite-loss check and logging."""
         views, y = batch
-        warm = self._in_warmup()
+        warm = self.in_warmup()
         opts = self.optimizers()
         opts = opts if isinstance(opts, list) else [opts]
         opt = opts[1] if warm else opts[0]
@@ -198,7 +199,7 @@ class MNPTraining:
         write of memory_write=after_step (paper) follows in ``on_train_batch_end``, as Lightning calls it.
         ``hooks=False``: a plain ``loss.backward()`` without Lightning's backward hooks (inside a CUDA graph).
         """
-        warm = self._in_warmup()
+        warm = self.in_warmup()
         loss, logs = self.training_loss(views, y)
         with torch.no_grad():
             self._loss_bad.logical_or_(loss - loss != 0)  # true for nan and ±inf
@@ -210,7 +211,7 @@ class MNPTraining:
         if not warm:
             self.configure_gradient_clipping(opt, self.spec.optim.clip_norm)
         if self.spec.memory.write == "before_step":
-            self._update_memory()  # official: the new rows are written before apply_gradients
+            self.update_context_memory()  # official: the new rows are written before apply_gradients
         inner = getattr(opt, "optimizer", opt)  # Lightning wraps the torch optimiser
         if inner.defaults.get("fused"):
             inner.found_inf = self._loss_bad  # fused Adam skips its update while the flag is set, without a sync
@@ -234,7 +235,7 @@ class MNPTraining:
         return sched if isinstance(sched, list) else [sched] if sched is not None else []
 
     def close_epoch_timer(self) -> None:
-        if self._in_warmup():  # time/train_epoch_s reports MNP epochs, not the warm-up
+        if self.in_warmup():  # time/train_epoch_s reports MNP epochs, not the warm-up
             self._epoch_start = None
             return
         super().close_epoch_timer()
@@ -250,8 +251,8 @@ class MNPTraining:
     def on_train_epoch_end(self) -> None:
         if self.check_finite_every > 1:  # the steps since the last periodic read, before the epoch's checkpoint
             self._raise_if_nonfinite(None, self.global_step - 1)
-        self.log("train/phase", 0.0 if self._in_warmup() else 1.0)  # 0: the warm-up (L_RBF alone), 1: main
+        self.log("train/phase", 0.0 if self.in_warmup() else 1.0)  # 0: the warm-up (L_RBF alone), 1: main
         super().on_train_epoch_end()
-        if not self._in_warmup():
+        if not self.in_warmup():
             for s in self._schedulers():
                 s.step()

@@ -185,7 +185,7 @@ def manual_step(model: Routine, opt, views, y, precision: str, device: torch.dev
     if clip:
         model.configure_gradient_clipping(opt, clip)
     opt.step()
-    if hasattr(model, "_dcm_batch"):
+    if hasattr(model, "update_context_memory"):
         model.on_train_batch_end(None, None, 0)
 
 
@@ -231,8 +231,8 @@ def training_flops(model: Routine, dm, device: torch.device, sizes: list[int], p
 
             cache[b] = count_flops(step)
             model.zero_grad(set_to_none=True)
-            if hasattr(model, "_dcm_batch"):
-                model._dcm_batch = None
+            if hasattr(model, "drop_memory_update"):
+                model.drop_memory_update()
         total += cache[b]
     return total
 

@@ -73,9 +73,7 @@ def sparsemax_timings(model, views, device: torch.device, reps: int = 5) -> tupl
     """entmax's sparsemax with a full sort against partial sorts (top-k, exact) on real scores."""
     from mnp.model.attention import normalise, topk_hint
 
-    with torch.no_grad():
-        targets, (contexts, *_) = model._encode(views)
-        scores = model.similarity(targets, contexts).float()
+    scores = model.explain(views).scores.float()
     grad = torch.randn_like(scores)
     n = scores.shape[-1]
     hint = topk_hint(normalise(scores, "sparsemax"))

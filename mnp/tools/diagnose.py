@@ -59,9 +59,10 @@ def _probs(model, r_star, s_star, u, q, weights=None, seed: int = 0):
 @torch.no_grad()
 def measure(model, views: list[torch.Tensor], y: torch.Tensor, subset: tuple[int, ...]) -> dict:
     """Diagnostics of one (noised) evaluation of ``views``; ``subset`` names the noised views."""
-    _, (_, r_all, s_all, _, _) = model._encode(views)
-    _, scores, attn, r_star, s_star, u, q = model._attend_scores(views)
-    weights = model._view_weights(scores)  # eq. 8′ with view_weighting=distance, else None (eq. 8)
+    e = model.explain(views)
+    r_all, s_all, scores, attn = e.r, e.s, e.scores, e.attention
+    r_star, s_star, u, q = e.r_star, e.s_star, e.u, e.q
+    weights = e.view_weights  # eq. 8′ with view_weighting=distance, else None (eq. 8)
     p, p_m = _probs(model, r_star, s_star, u, q, weights)
     r_u, s_u = r_star.clone(), s_star.clone()
     for m in subset:  # uniform attention: the context mean of r and s

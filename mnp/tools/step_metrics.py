@@ -198,7 +198,7 @@ def step_function(
         def step():
             with autocast():
                 model.train_step(views, y, opt)
-            model._update_memory()
+            model.update_context_memory()
 
         return step
 
@@ -210,8 +210,8 @@ def step_function(
         if clip := model.hparams.get("clip_norm"):  # baselines: none; an MNP from before the parts: flat
             model.configure_gradient_clipping(opt, clip)
         opt.step()
-        if hasattr(model, "_update_memory"):
-            model._update_memory()
+        if hasattr(model, "update_context_memory"):
+            model.update_context_memory()
 
     return generic
 
@@ -234,8 +234,8 @@ def loss_function(
     def fn():
         with autocast():
             model.training_loss(views, y)
-        if hasattr(model, "_update_memory"):
-            model._update_memory()
+        if hasattr(model, "update_context_memory"):
+            model.update_context_memory()
 
     return fn
 
