@@ -17,8 +17,16 @@ def test_no_import_cycles_and_the_data_layer_stands_alone():
     mods = depgraph.modules()
     graph = depgraph.edges(mods)
     assert depgraph.cycles(graph) == []
-    packages = depgraph.package_edges(graph, mods)
-    assert not [e for e in packages if e[0] == "datamodules"], packages
+    # the data layer's one import of the mnp package: the checks, which import the standard library only
+    data_imports = {w for m, ws in graph.items() if m.startswith("datamodules") for w in ws}
+    assert {w for w in data_imports if not w.startswith("datamodules")} == {"mnp.checks"}
+    checks_imports = {
+        a.name if isinstance(node, ast.Import) else node.module
+        for node in ast.walk(ast.parse(mods["mnp.checks"].read_text()))
+        if isinstance(node, (ast.Import, ast.ImportFrom))
+        for a in node.names
+    }
+    assert {i.split(".")[0] for i in checks_imports} <= set(sys.stdlib_module_names) | {"__future__"}
 
 
 def test_subpackages_are_nodes_of_the_package_graph():
@@ -32,15 +40,16 @@ def test_subpackages_are_nodes_of_the_package_graph():
 
 
 def test_eval_imports_nothing_above_it():
-    packages = depgraph.package_edges(depgraph.edges(depgraph.modules()), depgraph.modules())
+    mods = depgraph.modules()
     above = {"mnp.framework", "mnp.runs", "mnp.cli", "mnp.model", "mnp.tools", "mnp"}
-    assert not [e for e in packages if e[0] == "mnp.eval" and e[1] in above], packages
+    imports = {w for m, ws in depgraph.edges(mods).items() if m.startswith("mnp.eval") for w in ws}
+    assert {w for w in imports if depgraph.package_of(w, mods) in above} == {"mnp.checks"}
 
 
 # lines per room (docs/architecture.md, "Size"): about a tenth above each room's size when the budget was set; a
 # room that outgrows it is split, or its budget raised in review; and no file past MAX_FILE_LINES
 ROOM_BUDGETS = {
-    "mnp": 300,  # the package's own files: __init__, estimator, results
+    "mnp": 350,  # the package's own files: __init__, checks, estimator, results
     "mnp/model": 3000,
     "mnp/framework": 750,
     "mnp/eval": 2100,

@@ -21,6 +21,7 @@ run by optimiser steps on the data (dataset=custom), and records what the config
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import logging
 import math
@@ -33,6 +34,7 @@ from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from mnp.cli.accel import CUDA_GRAPH, PRECISIONS
+from mnp.checks import check_fraction, check_int, is_int, is_real
 from mnp.framework.domains import check_domains
 from mnp.eval.eval_protocol import SEED_MAX, EvalProtocol
 from mnp.runs.migrations import MNP_TARGET, moved_key
@@ -142,9 +144,9 @@ def conforms(value, hint) -> bool:
     if hint is bool:
         return isinstance(value, bool)
     if hint is int:
-        return isinstance(value, int) and not isinstance(value, bool)
+        return is_int(value)
     if hint is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
+        return is_real(value)
     if hint is str:
         return isinstance(value, str)
     if origin in (list, tuple, Sequence) or hint in (list, tuple, Sequence):
@@ -225,23 +227,8 @@ def check_types(group: str, node: Mapping) -> None:
 
 
 # ---------------------------------------------------------------------------- ranges
-def _is_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _check_int(key: str, v, low: int, high: int | None = None) -> None:
-    if not _is_int(v) or v < low or (high is not None and v > high):
-        raise ConfigError(
-            f"{key} must be an integer " + (f">= {low}" if high is None else f"in [{low}, {high}]") + f", got {v!r}"
-        )
-
-
-def _check_fraction(key: str, v, upper_open: bool = True, lower_open: bool = False) -> None:
-    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-    ok = ok and (v > 0 if lower_open else v >= 0) and (v < 1 if upper_open else v <= 1)
-    if not ok:
-        lo, hi = "(0" if lower_open else "[0", "1)" if upper_open else "1]"
-        raise ConfigError(f"{key} must be a fraction in {lo}, {hi}, got {v!r}")
+_check_int = functools.partial(check_int, error=ConfigError)
+_check_fraction = functools.partial(check_fraction, error=ConfigError)
 
 
 def check_ranges(c: dict) -> None:
@@ -258,7 +245,7 @@ def check_ranges(c: dict) -> None:
     if "test_fraction" in data:
         _check_fraction("dataset.test_fraction", data["test_fraction"], lower_open=True)
     w = (model.get("warmup") or {}).get("epochs")  # its domain (an integer >= 0) is checked with the model's types
-    if _is_int(w) and w >= epochs:
+    if is_int(w) and w >= epochs:
         raise ConfigError(
             f"model.warmup.epochs={w} >= trainer.max_epochs={epochs}: every epoch would be warm-up "
             f"and the classifier never trains; set trainer.max_epochs > {w} "
@@ -305,7 +292,7 @@ def check_train_batches(trainer: Mapping, n_batches: int | None = None) -> None:
     limit = trainer.get("limit_train_batches")
     if limit is not None:
         fraction = isinstance(limit, float) and math.isfinite(limit) and 0 < limit <= 1
-        if not fraction and not (_is_int(limit) and limit >= 1):
+        if not fraction and not (is_int(limit) and limit >= 1):
             raise ConfigError(
                 "trainer.limit_train_batches must be an integer >= 1 (batches) or a fraction in "
                 f"(0, 1], got {limit!r}" + (f": {untrained}" if limit == 0 else "")
@@ -320,14 +307,14 @@ def check_train_batches(trainer: Mapping, n_batches: int | None = None) -> None:
     if (
         tests is not None
         and not (isinstance(tests, float) and math.isfinite(tests) and 0 < tests <= 1)
-        and not (_is_int(tests) and tests >= 1)
+        and not (is_int(tests) and tests >= 1)
     ):
         raise ConfigError(
             "trainer.limit_test_batches must be an integer >= 1 (batches) or a fraction in (0, 1], got "
             f"{tests!r}: the run would train, then test on no batch and record no metrics"
         )
     steps = trainer.get("max_steps", -1)
-    if steps is not None and steps != -1 and not (_is_int(steps) and steps >= 1):
+    if steps is not None and steps != -1 and not (is_int(steps) and steps >= 1):
         raise ConfigError(
             f"trainer.max_steps must be -1 (no limit) or an integer >= 1, got {steps!r}"
             + (f": {untrained}" if steps == 0 else "")

@@ -22,6 +22,7 @@ import torch
 from torch import Tensor
 
 from mnp.eval.protocols import sample_generator
+from mnp.checks import is_finite, is_int
 
 CONFORMALS = ("none", "thr", "aps", "raps")
 RAPS_LAMBDA = 0.01  # eval.raps_lambda: the penalty per class beyond rank k_reg (the RAPS paper's grid holds 0.01)
@@ -36,12 +37,11 @@ def check_conformal(method, alpha, lam, k_reg) -> None:
     the key of the first bad value."""
     if method not in CONFORMALS:
         raise ValueError(f"eval.conformal must be one of {', '.join(CONFORMALS)}, got {method!r}")
-    number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)  # noqa: E731
-    if not number(alpha) or not 0 < alpha < 1:
+    if not is_finite(alpha) or not 0 < alpha < 1:
         raise ValueError(f"eval.conformal_alpha must be a number in (0, 1) (the sets miss at most that), got {alpha!r}")
-    if not number(lam) or lam < 0:
+    if not is_finite(lam) or lam < 0:
         raise ValueError(f"eval.raps_lambda must be a number >= 0, got {lam!r}")
-    if isinstance(k_reg, bool) or not isinstance(k_reg, int) or k_reg < 0:
+    if not is_int(k_reg) or k_reg < 0:
         raise ValueError(f"eval.raps_k_reg must be an integer >= 0, got {k_reg!r}")
 
 

@@ -11,12 +11,12 @@ not write taking its default here.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 
 from omegaconf import OmegaConf
 
+from mnp.checks import check_int, is_finite
 from mnp.eval.calibration import check_calibration
 from mnp.eval.conformal import RAPS_K_REG, RAPS_LAMBDA, check_conformal
 from mnp.eval.missing import missing_flag, removal_sets
@@ -31,21 +31,6 @@ from mnp.eval.protocols import (
 
 SEED_MAX = 2**32 - 1  # what numpy (and so seed_everything) accepts
 MAX_NOISE_SUBSETS = 1024  # eval.noise_max_subsets: 16 times the default 64; each subset costs a predict per level
-
-
-def _is_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _is_number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-def _check_int(key: str, v, low: int, high: int | None = None) -> None:
-    if not _is_int(v) or v < low or (high is not None and v > high):
-        raise ValueError(
-            f"{key} must be an integer " + (f">= {low}" if high is None else f"in [{low}, {high}]") + f", got {v!r}"
-        )
 
 
 @dataclass(frozen=True)
@@ -84,28 +69,24 @@ class EvalProtocol:
         levels = self.noise_levels
         if levels is None:
             levels = default_noise_levels()
-        elif (
-            not isinstance(levels, (list, tuple))
-            or not levels
-            or not all(_is_number(s) and math.isfinite(s) and s >= 0 for s in levels)
-        ):
+        elif not isinstance(levels, (list, tuple)) or not levels or not all(is_finite(s) and s >= 0 for s in levels):
             raise ValueError(
                 f"eval.noise_levels must be null or a non-empty list of finite numbers >= 0, got {levels!r}"
             )
         object.__setattr__(self, "noise_levels", tuple(levels))  # as given: the σ keys and arrays of a run unchanged
-        _check_int("eval.n_bins", self.n_bins, 1)
+        check_int("eval.n_bins", self.n_bins, 1)
         if self.noise_subset_size is not None:
-            _check_int("eval.noise_subset_size", self.noise_subset_size, 1)
+            check_int("eval.noise_subset_size", self.noise_subset_size, 1)
         # bounded: drawing 10^8 subsets took 11 min and 5 GB before training
-        _check_int("eval.noise_max_subsets", self.noise_max_subsets, 1, MAX_NOISE_SUBSETS)
-        _check_int("eval.noise_seed", self.noise_seed, 0, SEED_MAX)
+        check_int("eval.noise_max_subsets", self.noise_max_subsets, 1, MAX_NOISE_SUBSETS)
+        check_int("eval.noise_seed", self.noise_seed, 0, SEED_MAX)
         resolve_noise_batch_rows(self.noise_batch_rows, "cpu")
         missing_flag(self.missing)
         check_split(self.split)
         per_view_flag(self.per_view)
         check_calibration(self.calibration)
         check_conformal(self.conformal, self.conformal_alpha, self.raps_lambda, self.raps_k_reg)
-        _check_int("seed", self.sample_seed, 0, SEED_MAX)
+        check_int("seed", self.sample_seed, 0, SEED_MAX)
 
     @classmethod
     def keys(cls) -> list[str]:

@@ -13,6 +13,7 @@ import torch
 from torch import Tensor
 
 from mnp.eval import metrics
+from mnp.checks import is_int
 
 
 def default_noise_levels() -> list[float]:
@@ -40,7 +41,7 @@ def noise_subsets(
         raise ValueError(
             f"eval.noise_subset_size must lie in [1, {num_views}] (the data has {num_views} views), got {size}"
         )
-    if isinstance(max_subsets, bool) or not isinstance(max_subsets, int) or max_subsets < 1:
+    if not is_int(max_subsets) or max_subsets < 1:
         raise ValueError(f"eval.noise_max_subsets must be an integer >= 1, got {max_subsets!r}")
     total = math.comb(num_views, size)
     if total <= max_subsets:
@@ -93,7 +94,7 @@ def resolve_noise_batch_rows(setting: int | str, device: torch.device) -> int:
     committed CPU numbers bit for bit) on the CPU and 65536 on an accelerator; an int ≥ 0 is itself."""
     if setting == "auto":
         return 0 if torch.device(device).type == "cpu" else 65536
-    if isinstance(setting, bool) or not isinstance(setting, int) or setting < 0:
+    if not is_int(setting) or setting < 0:
         raise ValueError(f"eval.noise_batch_rows must be auto or an integer >= 0, got {setting!r}")
     return setting
 

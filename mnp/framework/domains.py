@@ -10,10 +10,10 @@ from the same declarations (``python -m mnp.tools.docgen``).
 
 from __future__ import annotations
 
-import math
-import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+
+from mnp.checks import is_finite, is_int
 
 
 @dataclass(frozen=True)
@@ -56,9 +56,9 @@ class Domain:
         return self._number_in(value)
 
     def _number_in(self, v) -> bool:
-        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v):
+        if not is_finite(v):
             return False
-        if self.integer and not isinstance(v, numbers.Integral):
+        if self.integer and not is_int(v):
             return False
         if self.low is not None and (v <= self.low if self.low_open else v < self.low):
             return False

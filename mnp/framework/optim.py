@@ -9,7 +9,7 @@ from typing import Iterable, Sequence
 
 import torch
 
-from mnp.model.attention import choice
+from mnp.checks import choice
 from mnp.framework.domains import NATURAL, NON_NEGATIVE, POSITIVE, each
 
 # the documented domains of make_optimizer's numeric arguments: every model's ``optim`` keys (mnp.framework.domains);

@@ -26,6 +26,7 @@ import pytorch_lightning as pl
 import torch
 from torch import Tensor
 
+from mnp.checks import is_int
 from mnp.eval import metrics
 from mnp.eval.eval_protocol import EvalProtocol
 from mnp.eval.missing import missing_results, present_mask, without
@@ -364,7 +365,7 @@ class Routine(pl.LightningModule):
         with the run's seed and ``dataset.eval_batch_size`` the run's test rows give its test predictions
         exactly; None: the global RNG.
         A ValueError says what is wrong with the arguments (rows, shapes, an infinite value, ``batch_size``)."""
-        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+        if not is_int(batch_size) or batch_size < 1:
             raise ValueError(f"batch_size must be an integer >= 1 (rows per predict call), got {batch_size!r}")
         was_training = self.training
         self.eval()

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from mnp.model.attention import choice
+from mnp.checks import choice
 from mnp.model.encoders import LEAKY_SLOPE
 
 AGGREGATIONS = ("mba", "mean", "concat")

@@ -18,17 +18,12 @@ import torch.nn.functional as F
 from entmax import sparsemax
 from torch import Tensor, nn
 
+from mnp.checks import choice
+
 SIMILARITIES = ("rbf", "dot")
 NORMALISERS = ("sparsemax", "softmax")
 POSITIVE_PARAMS = ("softplus", "exp", "identity")  # identity: the official code's raw, unconstrained l and σ_f
 POSITIVE_FLOOR = 1e-6  # keeps l and σ_f > 0 in float32, where softplus/exp of a very negative value underflow to 0
-
-
-def choice(name: str, value: str, options: Sequence[str]) -> str:
-    """Return ``value`` if it is one of ``options``; otherwise fail naming the switch."""
-    if value not in options:
-        raise ValueError(f"unknown {name} '{value}'; choose one of {', '.join(options)}")
-    return value
 
 
 def to_positive(raw: Tensor, param: str) -> Tensor:

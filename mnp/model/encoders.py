@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from mnp.model.attention import choice
+from mnp.checks import choice
 from mnp.model.stacked import Stacks, distributed, stackable
 
 LEAKY_SLOPE = 0.3  # Keras' LeakyReLU default, used throughout the official code

@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from mnp.model.attention import choice
+from mnp.checks import choice
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,8 @@ from torch.profiler import record_function
 from mnp.eval import metrics
 from mnp.runs.migrations import refusing_flat
 from mnp.model.aggregation import modality_draws
-from mnp.model.attention import choice, normalise, topk_hint
+from mnp.checks import choice
+from mnp.model.attention import normalise, topk_hint
 from mnp.model.context_cache import ContextEncodingCache
 from mnp.model.decoder import sample_logits
 from mnp.model.inference_settings import set_inference_settings

@@ -22,7 +22,8 @@ from typing import Any, ClassVar, Sequence
 from torch import nn
 
 from mnp.model.aggregation import AGGREGATIONS, build_aggregation
-from mnp.model.attention import NORMALISERS, POSITIVE_PARAMS, SIMILARITIES, build_similarity, choice
+from mnp.checks import choice
+from mnp.model.attention import NORMALISERS, POSITIVE_PARAMS, SIMILARITIES, build_similarity
 from mnp.framework.domains import COUNT, NATURAL, NON_NEGATIVE, POSITIVE, UNIT, Domain, check_domains, optional
 from mnp.model.decoder import Decoder
 from mnp.model.encoders import MERGES, NORMS, PRIORS, PROJECTIONS, ModalityEncoder

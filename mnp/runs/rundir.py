@@ -24,6 +24,7 @@ from typing import Any, Iterable
 
 from omegaconf import OmegaConf
 
+from mnp.checks import is_int
 from mnp.runs.migrations import upgrade_run_config
 from mnp.runs.places import check_output_dir, experiment_dir_name
 from mnp.cli.resources import gpu_jobs
@@ -133,7 +134,7 @@ def scaled_warmup(warmup: int, of: int, *, _root_) -> int:
     after them (a run shortened for a quick try, or a sweep's shared ``trainer.max_epochs``) scales the warm-up
     to the same share W/E of the shorter run, keeping at least one main epoch."""
     epochs = OmegaConf.select(_root_, "trainer.max_epochs")
-    if not isinstance(epochs, int) or isinstance(epochs, bool) or epochs < 1 or epochs > warmup:
+    if not is_int(epochs) or epochs < 1 or epochs > warmup:
         return int(warmup)  # a bad trainer.max_epochs is the validation's to report
     return max(min(round(warmup * epochs / of), epochs - 1), 0)
 

@@ -7,13 +7,13 @@ the restored model, and a fault is refused in one line naming the checkpoint and
 
 from __future__ import annotations
 
-import numbers
 from typing import Mapping
 
 import numpy as np
 import torch
 
 from mnp.runs.checkpointing import CheckpointError
+from mnp.checks import is_int
 
 SCALINGS = ("minmax", "standard", "none")
 FIELDS = ("scaling", "scale_test_separately", "shift", "scale", "labels", "eval_batch_size")
@@ -59,7 +59,7 @@ def checked_preprocessing(prep, model, path) -> Mapping:
     if not isinstance(prep["scale_test_separately"], bool):
         raise _inconsistent(path, f"its scale_test_separately is {prep['scale_test_separately']!r}, not a bool")
     batch = prep["eval_batch_size"]
-    if isinstance(batch, bool) or not isinstance(batch, numbers.Integral) or batch < 1:
+    if not is_int(batch) or batch < 1:
         raise _inconsistent(path, f"its eval_batch_size is {batch!r}, not an integer >= 1")
     for key in ("shift", "scale"):
         _scalers(prep, key, model.view_dims, path)
