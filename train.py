@@ -7,7 +7,7 @@ import hydra
 from omegaconf import DictConfig
 
 from mnp.cli.cli import main_guarded, run_guarded
-from mnp.runs.rundir import register_resolver
+from mnp.cli.resolvers import register_resolver
 
 register_resolver()  # run directory names in conf/hydra/default.yaml; here, so sweep workers get it too
 

@@ -76,7 +76,7 @@ class MultiViewClassifier(ClassifierMixin, BaseEstimator):
         from hydra import compose, initialize_config_dir
         from hydra.core.global_hydra import GlobalHydra
 
-        from mnp.runs.rundir import register_resolver
+        from mnp.cli.resolvers import register_resolver
 
         register_resolver()
         settings = [f"{k}={_override(v)}" for k, v in (self.settings or {}).items()]

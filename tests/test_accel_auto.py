@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from mnp.cli import accel
-from mnp.runs.rundir import config_drift, run_suffix
+from mnp.runs.dirname import run_suffix
+from mnp.runs.rundir import config_drift
 from mnp.runs.summary import run_summary
 from mnp_utils import flat_mnp
 

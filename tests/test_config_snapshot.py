@@ -23,7 +23,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
-from mnp.runs.rundir import register_resolver
+from mnp.cli.resolvers import register_resolver
 
 pytestmark = pytest.mark.slow  # module fixtures train whole runs
 

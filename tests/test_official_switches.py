@@ -188,7 +188,7 @@ def test_mnp_on_scene15_trains_exactly_as_mnp_official(tmp_path):
     """Its decision `configuration` adopted the authors' configuration: the two composed configs differ only in the
     model's name, the test-only keys and the inference-only keys decided on its checkpoints (eq. 8′ and S), so
     their paper_main cells are the same training read two ways."""
-    from mnp.runs.rundir import flatten
+    from mnp.runs.flat import flatten
     from mnp.tools.select import untrained_keys
 
     mine, theirs = (

@@ -187,7 +187,7 @@ def test_a_real_datasets_record_holds_its_data_file_and_split_files(tmp_path, re
 
     from cfg_utils import compose_train
     from mnp.cli.builders import make_datamodule
-    from mnp.runs.rundir import data_hashes
+    from mnp.runs.datahash import data_hashes
 
     files = [
         real_file("pie", name) for name in ("PIE_face_10.mat", "PIE_face_10_train_idx.npy", "PIE_face_10_test_idx.npy")

@@ -18,7 +18,7 @@ from omegaconf import OmegaConf
 from datamodules.custom import CustomDataModule
 from datamodules.features import FeatureDataModule
 from datamodules.errors import DataError, MissingData
-from mnp.runs.rundir import register_resolver
+from mnp.cli.resolvers import register_resolver
 from mnp.cli.sweep import FAILED, SKIPPED, JobFailed, is_missing_data, run_job
 
 ROOT = Path(__file__).resolve().parents[1]

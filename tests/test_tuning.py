@@ -19,7 +19,7 @@ from cli_utils import run_cli
 from datamodules.base import TensorDataModule
 from datamodules.errors import DataError
 from datamodules.folds import kfold_split
-from mnp.runs.rundir import register_resolver
+from mnp.cli.resolvers import register_resolver
 from mnp.cli.validate import ConfigError, check_ranges
 from mnp.tune.apply import apply
 from mnp.tune.records import tuned_config

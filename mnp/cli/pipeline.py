@@ -54,22 +54,15 @@ from mnp.runs.places import check_output_dir
 from mnp.cli.progress import progress_callbacks
 from mnp.cli.resources import set_threads
 from mnp.runs.runrecord import accept, finished_record, staged
-from mnp.runs.rundir import (
-    check_checkpoint_config,
-    check_eval_output,
-    check_reuse,
-    data_hashes,
-    eval_dir,
-    hydra_variant,
-    keep_derived,
-    stored_config,
-    warn_if_data_changed,
-)
+from mnp.runs.datahash import data_hashes, warn_if_data_changed
+from mnp.runs.dirname import eval_dir, hydra_variant
+from mnp.runs.rundir import check_checkpoint_config, check_eval_output, check_reuse, keep_derived, stored_config
 from mnp.cli.startup import FirstStep, run_start
-from mnp.runs.stored_config import check_stored, checked_run_config, restore_model
+from mnp.runs.stored_config import checked_run_config, restore_model
 from mnp.runs.summary import log_run_summary
 from mnp.cli.validate import (
     check_eval,
+    check_stored,
     check_manual_optimization,
     check_train_batches,
     resolve_auto,

@@ -39,7 +39,7 @@ from mnp.framework.domains import check_domains
 from mnp.eval.eval_protocol import SEED_MAX, EvalProtocol
 from mnp.runs.migrations import MNP_TARGET, moved_key
 from mnp.eval.posthoc import validation_need
-from mnp.runs.rundir import WARMUP_RESOLVER, register_resolver
+from mnp.cli.resolvers import WARMUP_RESOLVER, register_resolver
 
 log = logging.getLogger(__name__)
 SCALED = re.compile(r"\$\{" + WARMUP_RESOLVER + r":\s*(\d+)\s*,\s*(\d+)\s*\}")
@@ -53,7 +53,7 @@ class ConfigError(ValueError):
 def resolve_auto(cfg: DictConfig) -> None:
     """``model.warmup.epochs: null`` means ``round(model.warmup.fraction × trainer.max_epochs)``; a dataset's
     ``${mnp_warmup:W,E}`` is W, or its share of a ``trainer.max_epochs`` that leaves no epoch after it
-    (:func:`mnp.runs.rundir.scaled_warmup`), said in one line. Both become plain numbers here.
+    (:func:`mnp.cli.resolvers.scaled_warmup`), said in one line. Both become plain numbers here.
 
     What the config gave for the keys changed here is kept in ``declared`` (``{dotted key: value}``), so
     a re-run is compared with a run by what the user set, not by derived values (mnp/runs/rundir.py).
@@ -383,3 +383,17 @@ def validate(cfg: DictConfig) -> None:
         if isinstance(c.get(group), Mapping):
             check_types(group, c[group])
     check_ranges(c)
+
+
+def check_stored(run_cfg, ckpt_path) -> None:
+    """The stored ``seed`` and ``eval`` (the ``+eval.*`` overrides merged in: those are checked before loading) as
+    train.py checks them: an old or edited checkpoint's ``noise_levels: [-1, nan]`` reported ``noise/acc@nan``."""
+    try:
+        check_seed(run_cfg.get("seed", 0))
+        check_eval(
+            OmegaConf.to_container(run_cfg.eval, resolve=True)
+            if OmegaConf.is_config(run_cfg.get("eval"))
+            else run_cfg.get("eval") or {}
+        )
+    except ValueError as e:
+        raise ValueError(f"checkpoint {ckpt_path}: its stored config cannot be evaluated: {e}") from None

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 import torch
 from omegaconf import OmegaConf
 
-from mnp.runs.rundir import flatten
+from mnp.runs.flat import flatten
 
 INFERENCE_ONLY = {"decoder": ("eval_samples",), "aggregation.view_weighting": ("mode", "quantile", "power")}
 

@@ -16,153 +16,19 @@ data file changed since stops the job too.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Iterable
 
 from omegaconf import OmegaConf
 
-from mnp.checks import is_int
+from mnp.runs.datahash import data_change
+from mnp.runs.dirname import is_result_key
+from mnp.runs.flat import flatten
 from mnp.runs.migrations import upgrade_run_config
-from mnp.runs.places import check_output_dir, experiment_dir_name
-from mnp.cli.resources import gpu_jobs
-from mnp.runs.runrecord import pending_subdir
 
 log = logging.getLogger(__name__)
-
-RESOLVER = "mnp_run_suffix"
-EVAL_RESOLVER = "mnp_eval_dir"
-PENDING_RESOLVER = "mnp_pending_record"
-JOBS_RESOLVER = "mnp_gpu_jobs"
-WARMUP_RESOLVER = "mnp_warmup"
-EXPERIMENT_RESOLVER = "mnp_experiment"
-# keys that cannot change a run's numbers: these exactly (group choices, bookkeeping) ...
-NON_RESULT_KEYS = frozenset(
-    {
-        "model",
-        "dataset",
-        "seed",
-        "data_hash",
-        "declared",
-        "experiment",
-        "experiment_name",
-        "variant",
-        "launcher",
-        "logger",
-        "callbacks",
-        "trainer",
-        "paths",
-        "hydra",
-        "skip_if_done",
-        "ckpt_path",
-        "test",
-        "torch_threads",
-        "optimized_metric",
-        "dataset.data_dir",
-        "dataset.download",
-        "dataset.checksum",
-        "trainer.enable_progress_bar",
-        "trainer.enable_model_summary",
-        "trainer.log_every_n_steps",
-        "trainer.accelerator",
-        "trainer.devices",
-        "trainer.num_nodes",
-        "trainer.strategy",
-        # the captured step computes what the eager one does: bit for bit emulated (tests/test_step_graphs.py), and
-        # the same parameters and metrics on an H200 (benchmarks/h200_9de9874); runs of false and auto are one run
-        "accel.cuda_graph",
-    }
-)
-# ... and everything under these
-NON_RESULT_PREFIXES = ("logger.", "launcher.", "callbacks.", "paths.", "hydra.", "data_hash.", "declared.")
-MAX_SUFFIX = 100
-LAST_CKPT = "last.ckpt"  # mnp.runs.checkpointing.LAST (which imports torch; this module must not)
-
-
-def _is_result_key(key: str) -> bool:
-    key = key.lstrip("+~")
-    return key not in NON_RESULT_KEYS and not key.startswith(NON_RESULT_PREFIXES)
-
-
-def result_overrides(overrides: Iterable[str]) -> list[str]:
-    """The command-line overrides that can change a run's numbers, sorted."""
-    return sorted(o for o in overrides if _is_result_key(o.split("=", 1)[0]))
-
-
-def variant_name(overrides: Iterable[str]) -> str:
-    """``"k=v,k2=v2"`` of the result-changing overrides (``""`` if none); long ones end in a hash."""
-    return short_name(result_overrides(overrides))
-
-
-def short_name(parts: Iterable[str]) -> str:
-    """``parts`` joined by commas, a directory name (no ``/``); a long one ends in a hash."""
-    kept = ",".join(parts).replace("/", "-")
-    if len(kept) > MAX_SUFFIX:
-        kept = f"{kept[: MAX_SUFFIX - 9]}~{hashlib.sha1(kept.encode()).hexdigest()[:8]}"
-    return kept
-
-
-def run_suffix(overrides: Iterable[str]) -> str:
-    """``""`` or ``"_" + variant_name(overrides)``, appended to a run directory name."""
-    name = variant_name(overrides)
-    return f"_{name}" if name else ""
-
-
-def register_resolver() -> None:
-    """The configs' resolvers: ``${mnp_run_suffix:${hydra.overrides.task}}`` in conf/hydra/default.yaml,
-    ``${mnp_eval_dir:${ckpt_path},${eval},${data_dir},${model},${output_dir}}`` in conf/evaluate.yaml, ``${mnp_pending_record:}`` in conf/train.yaml,
-    ``${mnp_gpu_jobs:}`` in conf/launcher/gpu_joblib.yaml (mnp.cli.resources), ``${mnp_warmup:W,E}`` in
-    conf/model_dataset/ and ``${mnp_experiment:${experiment_name}}`` in conf/hydra/default.yaml (mnp.runs.places)."""
-    if not OmegaConf.has_resolver(RESOLVER):
-        OmegaConf.register_new_resolver(RESOLVER, lambda overrides: run_suffix(list(overrides or [])))
-    if not OmegaConf.has_resolver(EVAL_RESOLVER):
-        OmegaConf.register_new_resolver(EVAL_RESOLVER, eval_dir)
-    if not OmegaConf.has_resolver(PENDING_RESOLVER):
-        OmegaConf.register_new_resolver(PENDING_RESOLVER, pending_subdir)
-    if not OmegaConf.has_resolver(JOBS_RESOLVER):
-        OmegaConf.register_new_resolver(JOBS_RESOLVER, gpu_jobs)
-    if not OmegaConf.has_resolver(WARMUP_RESOLVER):
-        OmegaConf.register_new_resolver(WARMUP_RESOLVER, scaled_warmup)
-    if not OmegaConf.has_resolver(EXPERIMENT_RESOLVER):
-        OmegaConf.register_new_resolver(EXPERIMENT_RESOLVER, experiment_dir_name)
-
-
-def scaled_warmup(warmup: int, of: int, *, _root_) -> int:
-    """``${mnp_warmup:W,E}``: a dataset's W warm-up epochs of its E. A ``trainer.max_epochs`` that leaves no epoch
-    after them (a run shortened for a quick try, or a sweep's shared ``trainer.max_epochs``) scales the warm-up
-    to the same share W/E of the shorter run, keeping at least one main epoch."""
-    epochs = OmegaConf.select(_root_, "trainer.max_epochs")
-    if not is_int(epochs) or epochs < 1 or epochs > warmup:
-        return int(warmup)  # a bad trainer.max_epochs is the validation's to report
-    return max(min(round(warmup * epochs / of), epochs - 1), 0)
-
-
-def eval_dir(ckpt_path: str, evaluation=None, data_dir: str | None = None, model=None, output_dir=None) -> str:
-    """``<run dir>/eval`` for ``<run dir>/checkpoints/<name>.ckpt`` (else ``eval`` beside the file),
-    absolute: an evaluation writes nothing outside the run it evaluates. Evaluations with ``+eval.*``
-    settings (``evaluation``), ``+model.*`` settings (``model``) or another ``data_dir`` each get their own,
-    ``eval_<settings>`` (``eval_noise_levels=[0.5]``, ``eval_model.decoder.eval_samples=20``), so one never writes
-    over another. A user's ``output_dir`` is the place (checked first: :func:`mnp.runs.places.check_output_dir`),
-    so a read-only run is evaluated into a folder elsewhere."""
-    if output_dir:
-        check_output_dir(output_dir)
-        return str(Path(str(output_dir)).expanduser().absolute())
-    ckpt = Path(str(ckpt_path)).expanduser().absolute()
-    if ckpt.is_dir():  # a run directory or its checkpoints/ (refused by evaluate.py): its eval stays inside it
-        ckpt = ckpt / LAST_CKPT if ckpt.name == "checkpoints" else ckpt / "checkpoints" / LAST_CKPT
-    run = ckpt.parent.parent if ckpt.parent.name == "checkpoints" else ckpt.parent
-    parts = _setting_names(evaluation) + _setting_names(model, "model.")
-    parts += [f"data_dir={data_dir}"] if data_dir else []
-    return str(run / ("eval_" + short_name(parts) if parts else "eval"))
-
-
-def _setting_names(node, prefix: str = "") -> list[str]:
-    """``["<prefix>key=value", ...]`` of a (nested) override node, sorted, without blanks."""
-    if OmegaConf.is_config(node):
-        node = OmegaConf.to_container(node, resolve=True)
-    return sorted(f"{prefix}{k}={v}".replace(" ", "") for k, v in flatten(node or {}).items())
 
 
 class EvalOutputConflict(ValueError):
@@ -201,23 +67,6 @@ def check_eval_output(out_dir: Path, ckpt_path: Path, run_cfg: dict) -> None:
         )
 
 
-def hydra_variant() -> str:
-    """:func:`variant_name` of the running Hydra job's overrides; ``""`` outside a Hydra job."""
-    from hydra.core.hydra_config import HydraConfig
-
-    return variant_name(HydraConfig.get().overrides.task) if HydraConfig.initialized() else ""
-
-
-def flatten(d: Any, prefix: str = "") -> dict[str, Any]:
-    """A nested config as {"a.b.c": value}."""
-    if not isinstance(d, dict):
-        return {prefix[:-1]: d}
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        out.update(flatten(v, f"{prefix}{k}."))
-    return out
-
-
 def declared_in_both(a: dict, b: dict) -> set[str]:
     """Keys :func:`mnp.cli.validate.resolve_auto` filled in or consumed in both configs (their ``declared``)."""
     return (a.get("declared") or {}).keys() & (b.get("declared") or {}).keys()
@@ -251,53 +100,9 @@ def config_drift(saved: dict, current: dict) -> list[str]:
     behaviour; it is not drift.
     """
     old, new = flatten(saved), flatten(current)
-    return sorted(k for k in old.keys() & new.keys() if _is_result_key(k) and old[k] != new[k]) + sorted(
-        k for k in old.keys() - new.keys() if _is_result_key(k)
+    return sorted(k for k in old.keys() & new.keys() if is_result_key(k) and old[k] != new[k]) + sorted(
+        k for k in old.keys() - new.keys() if is_result_key(k)
     )
-
-
-def file_sha256(path: Path) -> str:
-    """:func:`datamodules.sources.file_sha256`, imported here: the data layer imports torch, which
-    ``train.py --help`` (it imports this module) does without."""
-    from datamodules.sources import file_sha256 as sha256
-
-    return sha256(path)
-
-
-def data_hashes(files: Iterable[Path], read: dict[str, str] | None = None) -> dict[str, str]:
-    """``{absolute path: sha256}`` of the data files, in their order (the run's ``data_hash`` record): the hash
-    of the bytes the datamodule parsed (``read``, its ``read_sha256``) where it has one, else of the file now."""
-    read = read or {}
-    return {str(Path(f).absolute()): read.get(str(Path(f).absolute())) or file_sha256(Path(f)) for f in files}
-
-
-def data_change(recorded: dict | None, files: list[Path], read: dict[str, str] | None = None) -> str | None:
-    """How ``files`` (a datamodule's, in order; ``read``: the hashes of the bytes it parsed, if it has) differ from
-    the ``data_hash`` a run recorded: ``None`` when they are the same, or when there is nothing to compare (no
-    record; a file not there to hash)."""
-    if not recorded:
-        return None
-    if len(recorded) != len(files):
-        return f"it read {len(recorded)} data files ({', '.join(recorded)}), this job reads {len(files)}"
-    for (then_path, then), path in zip(recorded.items(), map(Path, files)):
-        now = (read or {}).get(str(path.absolute())) or (file_sha256(path) if path.is_file() else then)
-        if now != then:
-            was = "" if str(path.absolute()) == then_path else f" (then {then_path})"
-            return f"{path}{was} has changed since (sha256 {now[:12]}… now, {then[:12]}… when the run read it)"
-    return None
-
-
-def warn_if_data_changed(run_cfg, files: list[Path], ckpt_path, read: dict[str, str] | None = None) -> None:
-    """evaluate.py: one warning line when the data read (``read``: their hashes) differ from those the checkpoint
-    was trained on; the record then names the data evaluated."""
-    changed = data_change(run_cfg.get("data_hash"), files, read)
-    if changed:
-        log.warning(
-            "the data differ from those %s was trained on: %s; the scores are of the data as they are now",
-            ckpt_path,
-            changed,
-        )
-        run_cfg.data_hash = data_hashes(files, read)
 
 
 def rename_key(set_keys: Iterable[str] | None = None, multirun: bool | None = None) -> str:

@@ -19,11 +19,9 @@ import inspect
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf
 
 from mnp.runs.checkpointing import CheckpointError, weights_diff
 from mnp.runs.migrations import upgrade_hparams
-from mnp.cli.validate import check_eval, check_seed
 
 # Every class the project's configs (conf/model*, conf/dataset) instantiate; tests/test_stored_config.py
 # checks this list against the _target_ of every config file, so a new model or dataset must be added here.
@@ -165,16 +163,3 @@ def restore_model(ckpt: dict, target: str, path: Path):
     model.load_state_dict(ckpt["state_dict"], strict=True)
     return model
 
-
-def check_stored(run_cfg, ckpt_path: Path) -> None:
-    """The stored ``seed`` and ``eval`` (the ``+eval.*`` overrides merged in: those are checked before loading) as
-    train.py checks them: an old or edited checkpoint's ``noise_levels: [-1, nan]`` reported ``noise/acc@nan``."""
-    try:
-        check_seed(run_cfg.get("seed", 0))
-        check_eval(
-            OmegaConf.to_container(run_cfg.eval, resolve=True)
-            if OmegaConf.is_config(run_cfg.get("eval"))
-            else run_cfg.get("eval") or {}
-        )
-    except ValueError as e:
-        raise ValueError(f"checkpoint {ckpt_path}: its stored config cannot be evaluated: {e}") from None

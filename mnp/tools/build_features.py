@@ -11,7 +11,7 @@ def main() -> None:
     import hydra
 
     from mnp.cli.cli import run_guarded
-    from mnp.runs.rundir import register_resolver
+    from mnp.cli.resolvers import register_resolver
 
     register_resolver()
     hydra.main(version_base="1.3", config_path="../../conf", config_name="features/cifar10c")(

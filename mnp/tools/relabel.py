@@ -21,7 +21,8 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from mnp.runs.migrations import MNP_TARGET, under_built_in, upgrade_run_config
-from mnp.runs.rundir import flatten, config_drift
+from mnp.runs.flat import flatten
+from mnp.runs.rundir import config_drift
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 RESULT_GROUPS = ("model", "dataset", "trainer", "eval")

@@ -32,7 +32,7 @@ from pathlib import Path
 from datamodules.base import MultiViewDataModule
 from mnp.cli.errors import UnfinishedRun
 from mnp.model.inference_settings import INFERENCE_ONLY
-from mnp.runs.rundir import flatten
+from mnp.runs.flat import flatten
 from mnp.runs.migrations import modern_key, modern_variant, nest_flat, under_built_in
 from mnp.model.parts import PARTS, DecoderPart, ViewWeightingPart
 from mnp.tools.decision_record import (
@@ -115,7 +115,7 @@ def settings(
 
 def untrained_keys() -> set[str]:
     """The config keys no training reads: the model's name, the test-only dataset keys and the inference-only model
-    keys (flattened, as :func:`mnp.runs.rundir.flatten` names them)."""
+    keys (flattened, as :func:`mnp.runs.flat.flatten` names them)."""
     inference = {f"model.{part}.{key}" for part, keys in INFERENCE_ONLY.items() for key in keys}
     return {"model.name", *(f"dataset.{k}" for k in MultiViewDataModule.TEST_ONLY), *inference}
 
