@@ -15,7 +15,7 @@ views present (an absent view's member is replaced by that mean, so the routine'
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor, nn

@@ -30,7 +30,7 @@ The paper's "ten warm-up epochs" are not in the official MGP code and are not re
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import gpytorch
 import torch

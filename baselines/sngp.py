@@ -17,7 +17,7 @@ Follows edward2's ``RandomFeatureGaussianProcess`` + ``LaplaceRandomFeatureCovar
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor, nn

@@ -12,7 +12,7 @@ vacuous opinion (α = 1: no belief, u = 1), the identity of Dempster's rule, so 
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor, nn

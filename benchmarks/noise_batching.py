@@ -27,7 +27,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def compose(dataset: str, epochs: int):
-    from hydra import compose as hydra_compose, initialize_config_dir
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
 
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         cfg = hydra_compose(

@@ -8,9 +8,9 @@ everything else (validation, splits, held-out-class OOD, train-only scaling) hap
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import pytorch_lightning as pl
@@ -75,7 +75,7 @@ class Scaler:
         self.kind = kind
 
     @np.errstate(over="ignore", invalid="ignore")  # overflow shows as non-finite output, reported by the caller
-    def fit(self, x: np.ndarray) -> "Scaler":
+    def fit(self, x: np.ndarray) -> Scaler:
         if self.kind == "minmax":
             self.shift, span = x.min(0), x.max(0) - x.min(0)
         elif self.kind == "standard":

@@ -9,8 +9,8 @@ import hashlib
 import logging
 import os
 import stat
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 

@@ -8,8 +8,8 @@ import subprocess
 import sys
 
 import pytest
-
 from cfg_utils import ROOT
+
 from mnp.cli.cli import run_guarded
 
 

@@ -8,12 +8,12 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from mnp_utils import flat_mnp
 
 from mnp.cli import accel
 from mnp.runs.dirname import run_suffix
 from mnp.runs.rundir import config_drift
 from mnp.runs.summary import run_summary
-from mnp_utils import flat_mnp
 
 DIMS = (5, 7, 4)
 

@@ -3,11 +3,11 @@ the data layer never imports the framework), each room within its line budget, n
 outside mnp/model/ reaching into MNP's underscore names."""
 
 import ast
-
-import pytest
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from mnp.tools import depgraph
 

@@ -17,10 +17,10 @@ import numpy as np
 import pytest
 import scipy.io
 import torch
-from omegaconf import OmegaConf
-
 from cfg_utils import compose_train
 from cli_utils import assert_no_outputs, guarded_error, hydra_only, run_cli
+from omegaconf import OmegaConf
+
 from datamodules.custom import CustomDataModule
 from mnp.cli.pipeline import evaluate, train
 from mnp.cli.validate import ConfigError, validate

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from cfg_utils import compose_train
 from cli_utils import assert_no_outputs, guarded_error, hydra_only, run_cli
-from mnp.cli.pipeline import train
 from zip_utils import deflate_bomb
+
+from mnp.cli.pipeline import train
 
 G = ["model=mlp", "trainer.max_epochs=2", "dataset=custom", "eval.noise=false", "skip_if_done=false", "ckpt_path=null"]
 

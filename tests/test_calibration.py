@@ -7,16 +7,16 @@ import numpy as np
 import pytest
 import pytorch_lightning as pl
 import torch
+from cfg_utils import compose_train, evaluate_config
 from torch import Tensor
 
-from cfg_utils import compose_train, evaluate_config
 from datamodules import TensorDataModule
+from mnp.cli.pipeline import train
+from mnp.cli.validate import ConfigError, check_eval, validate
 from mnp.eval import metrics
 from mnp.eval.calibration import fit_temperature, temper, tempered_nll
 from mnp.eval.eval_protocol import EvalProtocol
-from mnp.cli.pipeline import train
 from mnp.framework.routine import Routine
-from mnp.cli.validate import ConfigError, check_eval, validate
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -16,14 +16,14 @@ import numpy as np
 import pytest
 import pytorch_lightning as pl
 import torch
+from cfg_utils import ROOT, compose_train
 from omegaconf import OmegaConf
 
 from baselines.mlp import MLP
-from cfg_utils import ROOT, compose_train
-from mnp.runs.checkpointing import AtomicCheckpointIO
-from mnp.cli.cli import run_guarded
 from mnp.cli.builders import build_datamodule, build_model, eval_protocol
+from mnp.cli.cli import run_guarded
 from mnp.cli.pipeline import evaluate, train
+from mnp.runs.checkpointing import AtomicCheckpointIO
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -150,9 +150,10 @@ def test_a_run_keeps_one_checkpoint_and_a_crash_while_writing_it_resumes_from_th
 def test_past_the_warmup_a_checkpoint_leaves_out_the_warmup_optimiser(tmp_path):
     """MNP's warm-up Adam never steps after the warm-up: its moments are in the warm-up's checkpoints only (the
     resumed run still equals the uninterrupted one: tests/test_determinism.py)."""
+    from mnp_utils import flat_mnp
+
     from datamodules import TensorDataModule
     from mnp.runs.checkpointing import checkpoint_callbacks
-    from mnp_utils import flat_mnp
 
     rng = np.random.default_rng(0)
     y = np.repeat(np.arange(2), 20)

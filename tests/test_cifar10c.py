@@ -9,9 +9,9 @@ import pytest
 import pytorch_lightning as pl
 import torch
 
+from datamodules import feature_cache as F
 from datamodules.cifar10c import CIFAR10C
 from datamodules.errors import DataError
-from datamodules import feature_cache as F
 from mnp.eval.eval_protocol import EvalProtocol
 from mnp.eval.metrics import auroc
 from mnp.framework.routine import Routine

@@ -3,10 +3,10 @@
 import logging
 
 import pytest
-from omegaconf import OmegaConf
-
 from cfg_utils import compose_train
 from cli_utils import guarded_error, run_cli
+from omegaconf import OmegaConf
+
 from mnp.cli.cli import run_guarded
 
 

@@ -6,11 +6,11 @@ import inspect
 import numpy as np
 import pytest
 import pytorch_lightning as pl
+from cfg_utils import CONF, compose_train
 from hydra.utils import get_class
 from omegaconf import OmegaConf
 from sklearn.datasets import load_digits
 
-from cfg_utils import CONF, compose_train
 from datamodules import TensorDataModule
 from mnp.cli.pipeline import train
 from mnp.framework.optim import make_optimizer

@@ -7,8 +7,8 @@ import sys
 
 import numpy as np
 import pytest
-
 from cfg_utils import ROOT, compose_train
+
 from mnp.cli.pipeline import train
 
 sys.path.insert(0, str(ROOT / "benchmarks"))

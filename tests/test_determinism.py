@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import pytorch_lightning as pl
 import torch
-
 from cfg_utils import compose_train
+
 from mnp.cli.builders import build_datamodule, build_model
 from mnp.cli.pipeline import train
 

@@ -4,10 +4,10 @@ import json
 
 import pytest
 import torch
-
 from cfg_utils import compose_train
-from mnp.tools.diagnose import diagnose, main
+
 from mnp.cli.pipeline import train
+from mnp.tools.diagnose import diagnose, main
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -12,14 +12,14 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
+from cfg_utils import compose_train
 from hydra.utils import get_class
 from omegaconf import OmegaConf, open_dict
 
-from cfg_utils import compose_train
-from mnp.framework.domains import Domain
-from mnp.framework.routine import Routine
 from mnp.cli.validate import ConfigError, resolve_auto, validate
+from mnp.framework.domains import Domain
 from mnp.framework.optim import OPTIM_DOMAINS, make_optimizer
+from mnp.framework.routine import Routine
 
 ROOT = Path(__file__).resolve().parents[1]
 MODULES = [

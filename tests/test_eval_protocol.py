@@ -6,15 +6,15 @@ import dataclasses
 
 import pytest
 import torch
-
 from cfg_utils import compose_train
-from mnp.runs.checkpointing import CFG_KEY
-from mnp.eval.eval_protocol import EvalProtocol
+from test_checkpointing import eval_cfg
+
 from mnp.cli.builders import build_datamodule, build_model
 from mnp.cli.pipeline import evaluate, train
-from mnp.eval.protocols import default_noise_levels
 from mnp.cli.validate import ConfigError, check_eval
-from test_checkpointing import eval_cfg
+from mnp.eval.eval_protocol import EvalProtocol
+from mnp.eval.protocols import default_noise_levels
+from mnp.runs.checkpointing import CFG_KEY
 
 
 def test_the_train_yaml_eval_node_is_the_protocol_with_its_defaults(tmp_path):

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from test_images import write_cifar10, write_cifar10c, write_cifar100, write_svhn
 from torch import nn
 
-from datamodules.errors import DataError, MissingData
 from datamodules import feature_cache as F
-from test_images import write_cifar10, write_cifar10c, write_cifar100, write_svhn
+from datamodules.errors import DataError, MissingData
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 CORR, SEV = ["gaussian_noise", "shot_noise", "impulse_noise"], [1, 3, 5]
@@ -86,6 +86,7 @@ def test_without_torchvision_the_image_datasets_stop_in_one_line_naming_the_extr
     """torchvision is the `images` extra (its torch pin pulled CUDA torch into CPU-only installs): the default
     install lacks it, and the two places that need it say how to get it."""
     import sys
+
     import tomllib
 
     from datamodules.images import load_images

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from cfg_utils import ROOT, compose_train
 from cli_utils import hydra_only, run_cli
+
 from mnp.cli.validate import ConfigError, resolve_auto, validate
 
 NOISE = ("litlogger", "LeafSpec", "GPU available", "TPU available", "torch.jit.script")
@@ -331,9 +331,9 @@ def test_a_sweep_ends_with_one_line_per_job_and_the_report_command(tmp_path, dat
 # ---------------------------------------------------------------------------- the terminal's bar
 def test_on_a_terminal_the_bar_names_the_stage_and_the_whole_run_eta(tmp_path):
     import pytorch_lightning as pl
+    from mnp_utils import flat_mnp
 
     from datamodules import TensorDataModule
-    from mnp_utils import flat_mnp
     from mnp.cli.progress import EpochLines, RunProgressBar, progress_callbacks
 
     assert isinstance(progress_callbacks(True, tty=True)[0][0], RunProgressBar)

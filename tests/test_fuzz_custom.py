@@ -17,10 +17,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, event, example, given, settings, strategies as st
-
 from cfg_utils import compose_train
 from cli_utils import run_cli
+from hypothesis import HealthCheck, event, example, given, settings
+from hypothesis import strategies as st
+
 from mnp.cli.cli import run_guarded
 from mnp.cli.pipeline import train
 

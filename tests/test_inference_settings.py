@@ -8,11 +8,11 @@ import math
 
 import pytest
 import yaml
+from cfg_utils import compose_train
 from omegaconf import OmegaConf
 
-from cfg_utils import compose_train
-from mnp.model.inference_settings import inference_settings
 from mnp.cli.pipeline import evaluate, train
+from mnp.model.inference_settings import inference_settings
 
 
 def _evaluate(ckpt, model=None, output_dir=None):

@@ -5,7 +5,8 @@ import itertools
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from mnp.eval import metrics
 from mnp.eval.eval_protocol import EvalProtocol
@@ -217,10 +218,10 @@ def test_ood_scores_name_each_score_and_energy_only_with_logits():
 def test_a_run_writes_the_selective_and_ood_metrics_that_a_reference_recomputes(tmp_path, one_thread):
     """metrics.json of a run with held-out classes: AURC, accuracy at 90 % coverage, adaptive ECE, and AUPR and
     FPR95 of each OOD score, recomputed from predictions.npz with scikit-learn and direct loops."""
+    from cfg_utils import compose_train
     from sklearn.datasets import load_digits
     from sklearn.metrics import average_precision_score, roc_curve
 
-    from cfg_utils import compose_train
     from mnp.cli.pipeline import train
 
     x, y = load_digits(return_X_y=True)

@@ -2,11 +2,11 @@
 
 import pytest
 import torch
+from mnp_utils import flat_mnp
 from torch import nn
 
 from mnp.eval import metrics
 from mnp.model.decoder import Decoder, sample_logits
-from mnp_utils import flat_mnp
 
 
 class LinearGaussianDecoder(nn.Module):

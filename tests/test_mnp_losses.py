@@ -5,9 +5,9 @@ import math
 
 import pytest
 import torch
+from mnp_utils import flat_mnp
 
 from mnp.model.losses import predictive_nll, supervised_contrastive, unimodal_error
-from mnp_utils import flat_mnp
 
 
 def naive_supcon(sim: torch.Tensor, y: torch.Tensor, tau: float, self_in_denominator: bool) -> float:

@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 import pytorch_lightning as pl
 import torch
+from cfg_utils import compose_train
 from hydra.utils import instantiate
+from mnp_utils import flat_mnp
 from omegaconf import OmegaConf
 
-from cfg_utils import compose_train
 from datamodules import TensorDataModule
-from mnp_utils import flat_mnp
 from mnp.cli.validate import resolve_auto
 
 DATASETS = ["synthetic", "handwritten", "cub", "pie", "caltech101", "scene15", "hmdb", "cifar10c", "digits_c"]

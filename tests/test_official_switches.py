@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 import pytorch_lightning as pl
 import torch
+from cfg_utils import compose_train
+from mnp_utils import flat_mnp
 from omegaconf import OmegaConf
 
-from cfg_utils import compose_train
 from datamodules import TensorDataModule
 from datamodules.loaders import EpochBatchSampler
-from mnp_utils import flat_mnp
 from mnp.framework.optim import keras_eps_, make_optimizer
 
 pytestmark = pytest.mark.usefixtures("one_thread")

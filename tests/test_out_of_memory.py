@@ -7,8 +7,8 @@ import re
 
 import numpy as np
 import pytest
-
 from cli_utils import hydra_only, run_cli
+
 from mnp.cli.errors import USER_ERRORS, OutOfMemory
 from mnp.cli.oom import allocation_failure
 

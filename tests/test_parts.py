@@ -19,8 +19,8 @@ import torch
 import mnp
 from mnp.cli.validate import ConfigError, check_types
 from mnp.model import MNP
-from mnp.runs.migrations import FLAT, nest_flat, under_built_in
 from mnp.model.parts import PARTS, AggregationPart, MemoryPart, MNPSpec, ViewWeightingPart, as_part, plain
+from mnp.runs.migrations import FLAT, nest_flat, under_built_in
 
 OLD = Path(__file__).parent / "data" / "mnp_flat_checkpoint"
 

@@ -8,9 +8,9 @@ import sys
 import numpy as np
 import pytest
 import torch
+from cfg_utils import CONF, ROOT, compose_train
 from omegaconf import OmegaConf
 
-from cfg_utils import CONF, ROOT, compose_train
 from mnp.cli.pipeline import evaluate, train
 
 CONTRACT = {

@@ -5,9 +5,11 @@ rows through a declared interface."""
 import numpy as np
 import pytest
 import torch
-
-from mnp.eval import metrics
 from cfg_utils import compose_train
+from test_calibration import Overconfident, calibrated_draws, logit_module, run_test
+
+from mnp.cli.validate import ConfigError, check_eval, validate
+from mnp.eval import metrics
 from mnp.eval.calibration import (
     ODIR_LAMBDA,
     ODIR_MU,
@@ -20,8 +22,6 @@ from mnp.eval.calibration import (
 )
 from mnp.eval.eval_protocol import EvalProtocol
 from mnp.eval.posthoc import PostHoc, validation_predictions
-from mnp.cli.validate import ConfigError, check_eval, validate
-from test_calibration import Overconfident, calibrated_draws, logit_module, run_test
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

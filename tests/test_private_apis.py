@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import inspect
 import signal
-import tomllib
 import warnings
 from pathlib import Path
 
 import pytorch_lightning as pl
+import tomllib
 import torch
 from packaging.requirements import Requirement
 

@@ -3,7 +3,8 @@ it; the MBA posterior variance never exceeds any single term's variance."""
 
 import numpy as np
 import torch
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from mnp.model.aggregation import mba_posterior, unimodal_posteriors

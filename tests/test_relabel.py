@@ -8,7 +8,8 @@ from pathlib import Path
 
 import yaml
 
-from mnp.runs.migrations import FLAT, PART_NODES as FLAT_PART_NODES
+from mnp.runs.migrations import FLAT
+from mnp.runs.migrations import PART_NODES as FLAT_PART_NODES
 from mnp.tools.relabel import defaults, variant_of
 from mnp.tools.report import main
 from mnp.tools.report_runs import load

@@ -10,12 +10,12 @@ import time
 import pytest
 import pytorch_lightning as pl
 import torch
+from cfg_utils import ROOT, compose_train
 
 from baselines.mlp import MLP
-from cfg_utils import ROOT, compose_train
 from datamodules.synthetic import TwoMoons
-from mnp.runs.checkpointing import AtomicCheckpointIO, checkpoint_callbacks
 from mnp.cli.pipeline import train
+from mnp.runs.checkpointing import AtomicCheckpointIO, checkpoint_callbacks
 
 THROTTLE = "+callbacks.extra.throttle={_target_:mnp.cli.callbacks.Throttle,seconds:0.4}"
 

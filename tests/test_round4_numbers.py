@@ -8,8 +8,8 @@ import torch
 from cfg_utils import compose_train
 from test_checkpointing import eval_cfg
 
-from mnp.eval import metrics
 from mnp.cli.pipeline import evaluate, train
+from mnp.eval import metrics
 from mnp.model.view_weighting import view_weights
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -6,8 +6,8 @@ import pytorch_lightning as pl
 import torch
 
 from datamodules import TensorDataModule
-from mnp.eval.eval_protocol import EvalProtocol
 from mnp.eval import metrics
+from mnp.eval.eval_protocol import EvalProtocol
 from mnp.framework.routine import Routine
 
 

@@ -7,9 +7,9 @@ import re
 
 import numpy as np
 import pytest
+from cli_utils import run_cli
 from omegaconf import OmegaConf
 
-from cli_utils import run_cli
 from mnp.runs.rundir import rename_key
 
 
@@ -186,6 +186,7 @@ def test_a_real_datasets_record_holds_its_data_file_and_split_files(tmp_path, re
     import hashlib
 
     from cfg_utils import compose_train
+
     from mnp.cli.builders import make_datamodule
     from mnp.runs.datahash import data_hashes
 

@@ -10,18 +10,17 @@ import math
 import numpy as np
 import pytest
 import yaml
+from cfg_utils import ROOT, compose_train
 from scipy import stats
 
 from datamodules import TensorDataModule
-
 from mnp.cli.pipeline import train
-from mnp.tools.report_runs import load
-from mnp.eval.protocols import validation_names
 from mnp.cli.validate import ConfigError, validate
-from mnp.runs.migrations import MNP_TARGET
+from mnp.eval.protocols import validation_names
 from mnp.model.parts import LossPart
+from mnp.runs.migrations import MNP_TARGET
 from mnp.tools import select
-from cfg_utils import ROOT, compose_train
+from mnp.tools.report_runs import load
 
 
 def _module(seed: int, **kw) -> TensorDataModule:

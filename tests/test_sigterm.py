@@ -4,7 +4,6 @@ ends the same way with status 130."""
 
 from __future__ import annotations
 
-import pytest
 import os
 import re
 import signal
@@ -12,6 +11,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+import pytest
 
 from mnp.runs.checkpointing import load_checkpoint
 

@@ -3,13 +3,14 @@ took to reach its first training step and to write its outputs (mnp.cli.startup,
 
 from __future__ import annotations
 
-import pytest
 import json
 import os
 import subprocess
 import sys
 
+import pytest
 from cfg_utils import ROOT
+
 from mnp.runs.summary import run_summary
 
 RUN = """

@@ -9,18 +9,19 @@ GPU by benchmarks/device/graph_check.py (part of benchmarks/device/gpu_check.py)
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 import pytorch_lightning as pl
 import torch
-from types import SimpleNamespace
+from mnp_utils import flat_mnp
 
-from datamodules import TensorDataModule
 import mnp.model.step_graphs as step_graphs
+from datamodules import TensorDataModule
 from mnp.cli import accel
 from mnp.cli.validate import ConfigError, check_accel
 from mnp.model import MNP
-from mnp_utils import flat_mnp
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

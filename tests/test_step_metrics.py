@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 import pytorch_lightning as pl
 import torch
-
-from mnp.tools import bench, bench_cases, step_metrics
-from mnp.model import MNP
 from mnp_utils import flat_mnp
+
+from mnp.model import MNP
 from mnp.model.stacked import ParamStack
+from mnp.tools import bench, bench_cases, step_metrics
 
 sys.path.insert(0, str(Path(__file__).parent))
 from step_golden import BASE, CASES, GOLDEN, STEPS, run, unflatten  # noqa: E402
@@ -157,8 +157,9 @@ def test_train_step_equals_the_eager_step_of_before(name):
 
 
 def test_a_non_finite_loss_stops_training_at_the_periodic_read(tmp_path):
-    from datamodules import TensorDataModule
     import numpy as np
+
+    from datamodules import TensorDataModule
 
     class NaNFromEpoch1(MNP):
         def _training_loss(self, views, y):

@@ -16,8 +16,8 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf
 
 from datamodules.custom import CustomDataModule
-from datamodules.features import FeatureDataModule
 from datamodules.errors import DataError, MissingData
+from datamodules.features import FeatureDataModule
 from mnp.cli.resolvers import register_resolver
 from mnp.cli.sweep import FAILED, SKIPPED, JobFailed, is_missing_data, run_job
 

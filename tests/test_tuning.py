@@ -9,13 +9,13 @@ import math
 import numpy as np
 import pytest
 import yaml
+from cfg_utils import CONF, ROOT
+from cli_utils import run_cli
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
-from cfg_utils import CONF, ROOT
-from cli_utils import run_cli
 from datamodules.base import TensorDataModule
 from datamodules.errors import DataError
 from datamodules.folds import kfold_split

@@ -3,11 +3,11 @@ principle on a trained model: a view replaced by pure noise loses its MBA weight
 
 import pytest
 import torch
-
 from cfg_utils import compose_train
-from mnp.model.aggregation import mba_posterior
+
 from mnp.cli.builders import build_datamodule, build_model
 from mnp.cli.pipeline import load_run, train
+from mnp.model.aggregation import mba_posterior
 from mnp.model.view_weighting import nearest_sq_dist, proximity, reference_sq_dist, view_weights
 
 pytestmark = pytest.mark.usefixtures("one_thread")

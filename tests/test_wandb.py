@@ -16,11 +16,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-
-from mnp.cli.wandb_utils import summary_items
 from wandb_records import OfflineRun, offline_runs
 
-from mnp.cli.wandb_utils import run_id
+from mnp.cli.wandb_utils import run_id, summary_items
 
 pytestmark = pytest.mark.slow  # module fixtures train whole runs
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import Iterator, Mapping
+from collections.abc import Iterator, Mapping
 
 import torch
 

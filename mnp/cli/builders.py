@@ -12,14 +12,14 @@ from hydra.errors import InstantiationException
 from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from mnp.runs.checkpointing import CFG_KEY, PREP_KEY, checkpoint_callbacks
-from mnp.runs.csv_history import CsvHistory, keep_csv_history
 from mnp.cli.errors import USER_ERRORS
-from mnp.eval.eval_protocol import EvalProtocol
 from mnp.cli.oom import allocation_failure, record_data
-from mnp.runs.stored_config import init_keys
 from mnp.cli.validate import resolve_auto
 from mnp.cli.wandb_utils import run_identity
+from mnp.eval.eval_protocol import EvalProtocol
+from mnp.runs.checkpointing import CFG_KEY, PREP_KEY, checkpoint_callbacks
+from mnp.runs.csv_history import CsvHistory, keep_csv_history
+from mnp.runs.stored_config import init_keys
 
 
 def build(group: str, node: DictConfig, **kwargs):

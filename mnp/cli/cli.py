@@ -10,9 +10,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from mnp.runs import signals
 from mnp.cli.console import quiet, to_log_file, traceback_to_log_file
 from mnp.cli.errors import USER_ERRORS
+from mnp.runs import signals
 from mnp.runs.migrations import moved_key
 from mnp.runs.summary import STATUS_ENV, sweep_incomplete, sweep_summary
 

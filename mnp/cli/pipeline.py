@@ -15,14 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import pytorch_lightning as pl
+from omegaconf import DictConfig, OmegaConf, open_dict
 from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.loggers import WandbLogger
-from omegaconf import DictConfig, OmegaConf, open_dict
 
-from mnp.runs import signals
-from mnp.runs.codeversion import code_version
-from mnp.cli.accel import configure as configure_accel, matmul_precision
-from mnp.eval.calibration import check_fit_rows
+from mnp.cli.accel import configure as configure_accel
+from mnp.cli.accel import matmul_precision
 from mnp.cli.builders import (
     absolute_data_paths,
     build,
@@ -33,6 +31,24 @@ from mnp.cli.builders import (
     eval_protocol,
     make_datamodule,
 )
+from mnp.cli.errors import StoppedEarly, UnfinishedRun
+from mnp.cli.oom import explains_memory
+from mnp.cli.progress import progress_callbacks
+from mnp.cli.resources import set_threads
+from mnp.cli.startup import FirstStep, run_start
+from mnp.cli.validate import (
+    check_eval,
+    check_manual_optimization,
+    check_stored,
+    check_train_batches,
+    resolve_auto,
+    resolve_epochs,
+    validate,
+)
+from mnp.cli.wandb_utils import log_summary
+from mnp.eval.calibration import check_fit_rows
+from mnp.model.inference_settings import apply_inference_settings, inference_settings
+from mnp.runs import signals
 from mnp.runs.checkpointing import (
     CFG_KEY,
     AtomicCheckpointIO,
@@ -45,31 +61,16 @@ from mnp.runs.checkpointing import (
     load_checkpoint,
     resume_checkpoint,
 )
+from mnp.runs.codeversion import code_version
 from mnp.runs.csv_history import CsvHistory
-from mnp.cli.errors import StoppedEarly, UnfinishedRun
-from mnp.model.inference_settings import apply_inference_settings, inference_settings
-from mnp.cli.oom import explains_memory
-from mnp.runs.outputs import split_record, write_json, write_npz
-from mnp.runs.places import check_output_dir
-from mnp.cli.progress import progress_callbacks
-from mnp.cli.resources import set_threads
-from mnp.runs.runrecord import accept, finished_record, staged
 from mnp.runs.datahash import data_hashes, warn_if_data_changed
 from mnp.runs.dirname import eval_dir, hydra_variant
+from mnp.runs.outputs import split_record, write_json, write_npz
+from mnp.runs.places import check_output_dir
 from mnp.runs.rundir import check_checkpoint_config, check_eval_output, check_reuse, keep_derived, stored_config
-from mnp.cli.startup import FirstStep, run_start
+from mnp.runs.runrecord import accept, finished_record, staged
 from mnp.runs.stored_config import checked_run_config, restore_model
 from mnp.runs.summary import log_run_summary
-from mnp.cli.validate import (
-    check_eval,
-    check_stored,
-    check_manual_optimization,
-    check_train_batches,
-    resolve_auto,
-    resolve_epochs,
-    validate,
-)
-from mnp.cli.wandb_utils import log_summary
 
 log = logging.getLogger(__name__)
 

@@ -12,17 +12,17 @@ the preprocessing was stored is refitted from the run's data file, with a warnin
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 import torch
 
 from datamodules.base import Scaler
 from datamodules.checks import link_fault
-from mnp.runs.checkpointing import CFG_KEY, LAST, PREP_KEY, load_checkpoint
 from mnp.cli.pipeline import load_run
 from mnp.eval.posthoc import PostHoc
+from mnp.runs.checkpointing import CFG_KEY, LAST, PREP_KEY, load_checkpoint
 from mnp.runs.stored_config import checked_run_config, restore_model
 from mnp.runs.stored_prep import check_finite_weights, checked_preprocessing
 

@@ -24,11 +24,12 @@ import datetime as dt
 import logging
 import math
 import traceback
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from pytorch_lightning.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
+from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from datamodules.errors import MissingData
 from mnp.cli.console import traceback_to_log_file

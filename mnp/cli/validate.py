@@ -33,13 +33,13 @@ from collections.abc import Callable, Mapping, Sequence
 from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from mnp.cli.accel import CUDA_GRAPH, PRECISIONS
 from mnp.checks import check_fraction, check_int, is_int, is_real
-from mnp.framework.domains import check_domains
-from mnp.eval.eval_protocol import SEED_MAX, EvalProtocol
-from mnp.runs.migrations import MNP_TARGET, moved_key
-from mnp.eval.posthoc import validation_need
+from mnp.cli.accel import CUDA_GRAPH, PRECISIONS
 from mnp.cli.resolvers import WARMUP_RESOLVER, register_resolver
+from mnp.eval.eval_protocol import SEED_MAX, EvalProtocol
+from mnp.eval.posthoc import validation_need
+from mnp.framework.domains import check_domains
+from mnp.runs.migrations import MNP_TARGET, moved_key
 
 log = logging.getLogger(__name__)
 SCALED = re.compile(r"\$\{" + WARMUP_RESOLVER + r":\s*(\d+)\s*,\s*(\d+)\s*\}")

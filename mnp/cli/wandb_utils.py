@@ -22,8 +22,8 @@ from hydra.utils import get_class
 from omegaconf import DictConfig
 from pytorch_lightning.loggers import WandbLogger
 
-from mnp.runs.naming import data_label, group_name
 from mnp.eval.wandb_tables import run_tables
+from mnp.runs.naming import data_label, group_name
 
 
 def mode() -> str:

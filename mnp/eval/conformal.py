@@ -21,8 +21,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from mnp.eval.protocols import sample_generator
 from mnp.checks import is_finite, is_int
+from mnp.eval.protocols import sample_generator
 
 CONFORMALS = ("none", "thr", "aps", "raps")
 RAPS_LAMBDA = 0.01  # eval.raps_lambda: the penalty per class beyond rank k_reg (the RAPS paper's grid holds 0.01)

@@ -10,7 +10,7 @@ the mask; a fusion model combines the views present, an early-fusion one imputes
 from __future__ import annotations
 
 import logging
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch

@@ -51,7 +51,7 @@ def per_view_flag(value) -> bool:
 class PerView:
     """The test loop's per-view predictions (mean probabilities on the host) and their metrics."""
 
-    def __init__(self, model: "pl.LightningModule"):
+    def __init__(self, model: pl.LightningModule):
         self.model = model
         m = len(model.view_dims)
         self.active = m > 1  # False once the model's hook returns None; one view's own prediction is the fused one

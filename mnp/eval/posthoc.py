@@ -92,7 +92,7 @@ class TestPredictions:
 
 
 @torch.no_grad()
-def validation_predictions(model: "pl.LightningModule", rows: ValidationRows) -> tuple[Tensor, Tensor]:
+def validation_predictions(model: pl.LightningModule, rows: ValidationRows) -> tuple[Tensor, Tensor]:
     """Mean probabilities (N, K) and labels of the validation rows on the host, predicted batch by batch
     (``eval_batch_size``) from the generators of :data:`CAL_LOADER`."""
     size, probs = int(rows.eval_batch_size), []

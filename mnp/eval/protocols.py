@@ -5,15 +5,15 @@ from __future__ import annotations
 import math
 import random
 import sys
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import combinations
-from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from mnp.eval import metrics
 from mnp.checks import is_int
+from mnp.eval import metrics
 
 
 def default_noise_levels() -> list[float]:

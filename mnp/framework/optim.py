@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Mapping
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import torch
 

@@ -19,7 +19,7 @@ import inspect
 import logging
 import statistics
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import pytorch_lightning as pl
@@ -31,7 +31,6 @@ from mnp.eval import metrics
 from mnp.eval.eval_protocol import EvalProtocol
 from mnp.eval.missing import missing_results, present_mask, without
 from mnp.eval.per_view import PerView
-from mnp.framework.probabilities import Probabilities
 from mnp.eval.posthoc import PostHoc, TestPredictions, validation_predictions
 from mnp.eval.protocols import (
     add_noise,
@@ -45,6 +44,7 @@ from mnp.eval.protocols import (
     validation_names,
 )
 from mnp.eval.rng import rng_states, set_rng_states
+from mnp.framework.probabilities import Probabilities
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +114,7 @@ class Routine(pl.LightningModule):
         return {"entropy": metrics.entropy(probs.mean(0))}
 
     # ------------------------------------------------------------------ configuration
-    def configure_evaluation(self, protocol: EvalProtocol = EvalProtocol()) -> None:
+    def configure_evaluation(self, protocol: EvalProtocol = EvalProtocol()) -> None:  # noqa: B008 - frozen, so shared
         """Set the evaluation protocol (docs/method.md §5; :class:`~mnp.eval.eval_protocol.EvalProtocol`, which the
         pipeline builds from ``cfg.eval`` and the run's seed) and the view subsets it noises and removes for this
         model's views."""

@@ -11,7 +11,7 @@ no autocast support (its sparsemax would run in whatever precision autocast hand
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F

@@ -25,7 +25,7 @@ Update rules (``update``), applied after every optimiser step with the batch's d
 from __future__ import annotations
 
 import logging
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F

@@ -10,30 +10,31 @@ cache of the context encodings in :mod:`mnp.model.context_cache`.
 
 from __future__ import annotations
 
-from typing import Mapping, NamedTuple, Sequence
+from collections.abc import Mapping, Sequence
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
 from torch.profiler import record_function
 
-from mnp.eval import metrics
-from mnp.runs.migrations import refusing_flat
-from mnp.model.aggregation import modality_draws
+import mnp.model.parts as parts
 from mnp.checks import choice
+from mnp.eval import metrics
+from mnp.framework.routine import Routine
+from mnp.model.aggregation import modality_draws
 from mnp.model.attention import normalise, topk_hint
 from mnp.model.context_cache import ContextEncodingCache
 from mnp.model.decoder import sample_logits
-from mnp.model.inference_settings import set_inference_settings
 from mnp.model.encoders import EncoderStacks, encode_stacked, glorot_, project_stacked, stacked_roles
+from mnp.model.inference_settings import set_inference_settings
 from mnp.model.losses import predictive_nll, unimodal_error
 from mnp.model.memory import gather_candidates
-from mnp.model.training import MNPTraining
-from mnp.framework.routine import Routine
 from mnp.model.parts import PARTS, MNPSpec, as_part, plain
-import mnp.model.parts as parts
+from mnp.model.training import MNPTraining
 from mnp.model.view_predictions import view_softmaxes
 from mnp.model.view_training import fusion_weights, predictive_loss
 from mnp.model.view_weighting import DistanceWeighting, check_view_weighting
+from mnp.runs.migrations import refusing_flat
 
 
 class Explanation(NamedTuple):

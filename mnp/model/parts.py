@@ -15,20 +15,20 @@ Checkpoints and run configs written before the parts (flat keys such as ``memory
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, ClassVar, Sequence
+from typing import Any, ClassVar
 
 from torch import nn
 
-from mnp.model.aggregation import AGGREGATIONS, build_aggregation
 from mnp.checks import choice
-from mnp.model.attention import NORMALISERS, POSITIVE_PARAMS, SIMILARITIES, build_similarity
 from mnp.framework.domains import COUNT, NATURAL, NON_NEGATIVE, POSITIVE, UNIT, Domain, check_domains, optional
+from mnp.framework.optim import EPS_PLACEMENTS, OPTIM_DOMAINS, SCHEDULES, make_optimizer
+from mnp.model.aggregation import AGGREGATIONS, build_aggregation
+from mnp.model.attention import NORMALISERS, POSITIVE_PARAMS, SIMILARITIES, build_similarity
 from mnp.model.decoder import Decoder
 from mnp.model.encoders import MERGES, NORMS, PRIORS, PROJECTIONS, ModalityEncoder
 from mnp.model.memory import INITS, JSTARS, UPDATES, ContextMemory
-from mnp.framework.optim import EPS_PLACEMENTS, OPTIM_DOMAINS, SCHEDULES, make_optimizer
 from mnp.model.view_weighting import VIEW_WEIGHTINGS
 
 
@@ -317,7 +317,7 @@ class MNPSpec:
     fast: bool = True
     compile: bool = False
 
-    def replace(self, path: str, **settings) -> "MNPSpec":
+    def replace(self, path: str, **settings) -> MNPSpec:
         """A copy with ``settings`` changed in the part at ``path`` (``"loss"``, ``"aggregation.view_weighting"``)."""
         head, _, rest = path.partition(".")
         part = getattr(self, head)

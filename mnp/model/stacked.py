@@ -16,7 +16,7 @@ stacks under ``torch.distributed``.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor, nn

@@ -9,13 +9,13 @@ moments only until the warm-up is over).
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import torch
 from torch import Tensor, nn
 
-from mnp.model.losses import supervised_contrastive
 from mnp.framework.optim import keras_eps_, set_lr
+from mnp.model.losses import supervised_contrastive
 from mnp.model.step_graphs import StepGraphs, blockers
 
 

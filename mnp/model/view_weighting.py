@@ -25,7 +25,7 @@ which is eq. 8 with view m's observation and prior factor tempered by w_m; w = 0
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor, nn

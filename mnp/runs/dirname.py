@@ -4,8 +4,8 @@ says which), and an evaluation's folder beside its checkpoint."""
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from omegaconf import OmegaConf
 

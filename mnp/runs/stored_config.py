@@ -19,7 +19,6 @@ import inspect
 from pathlib import Path
 from typing import Any
 
-
 from mnp.runs.checkpointing import CheckpointError, weights_diff
 from mnp.runs.migrations import upgrade_hparams
 
@@ -162,4 +161,3 @@ def restore_model(ckpt: dict, target: str, path: Path):
         )
     model.load_state_dict(ckpt["state_dict"], strict=True)
     return model
-

@@ -7,13 +7,13 @@ the restored model, and a fault is refused in one line naming the checkpoint and
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
 import torch
 
-from mnp.runs.checkpointing import CheckpointError
 from mnp.checks import is_int
+from mnp.runs.checkpointing import CheckpointError
 
 SCALINGS = ("minmax", "standard", "none")
 FIELDS = ("scaling", "scale_test_separately", "shift", "scale", "labels", "eval_batch_size")

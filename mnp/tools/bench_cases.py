@@ -16,11 +16,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from mnp.runs.migrations import merge_into, nest_flat
-from mnp.model.decoder import Decoder
-from mnp.model.encoders import LEAKY_SLOPE
 from mnp.framework.optim import make_optimizer
 from mnp.framework.routine import Routine
+from mnp.model.decoder import Decoder
+from mnp.model.encoders import LEAKY_SLOPE
+from mnp.runs.migrations import merge_into, nest_flat
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 REAL = ("handwritten", "cub", "pie", "scene15")

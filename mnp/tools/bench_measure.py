@@ -15,8 +15,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import FlopCounterMode
 
-from mnp.tools.bench_cases import BATCH, EVAL_BATCH, first_optimizer
 from mnp.framework.routine import Routine
+from mnp.tools.bench_cases import BATCH, EVAL_BATCH, first_optimizer
 
 
 def sync(device: torch.device) -> None:
@@ -226,7 +226,7 @@ def training_flops(model: Routine, dm, device: torch.device, sizes: list[int], p
 
             def step():
                 with autocast(device, precision):
-                    loss, _ = model.training_loss(views, y)
+                    loss, _ = model.training_loss(views, y)  # noqa: B023 - step runs at once, in this iteration
                 loss.backward()
 
             cache[b] = count_flops(step)

@@ -30,8 +30,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mnp.model.decoder import sample_logits
 from mnp.eval.protocols import add_noise, noise_subsets
+from mnp.model.decoder import sample_logits
 
 DEFAULT_SIGMAS = (0.0, 0.1, 0.46, 1.0, 2.15, 10.0)
 

@@ -34,8 +34,8 @@ from mnp.tools import docgen_ceiling, docgen_decisions, docgen_results, docgen_s
 from mnp.tools.docgen_results import DATASETS, MAIN
 from mnp.tools.docgen_sources import SourceError, reading
 from mnp.tools.report_records import claims, read_runs
-from mnp.tools.row_claims import add_row_tests
 from mnp.tools.report_runs import dataset_label, model_label, read_cells, read_results
+from mnp.tools.row_claims import add_row_tests
 
 ROOT = Path(__file__).resolve().parents[2]
 BLOCK = re.compile(r"(<!-- generated:(\w+) -->\n)(.*?)(<!-- /generated:\2 -->)", re.S)

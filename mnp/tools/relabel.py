@@ -20,15 +20,15 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from mnp.runs.migrations import MNP_TARGET, under_built_in, upgrade_run_config
 from mnp.runs.flat import flatten
+from mnp.runs.migrations import MNP_TARGET, under_built_in, upgrade_run_config
 from mnp.runs.rundir import config_drift
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 RESULT_GROUPS = ("model", "dataset", "trainer", "eval")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _composed(model: str, dataset: str):
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra

@@ -6,9 +6,9 @@ from __future__ import annotations
 import csv
 import json
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
 
 import numpy as np
 from omegaconf import OmegaConf

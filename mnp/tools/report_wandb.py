@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from mnp.cli.wandb_utils import mode, table_logs
 from mnp.eval.wandb_tables import OOD_KEY, Table, number
 from mnp.runs.naming import group_name
-from mnp.cli.wandb_utils import mode, table_logs
 from mnp.tools.report_runs import Cell
 
 HEADLINE = ("test/acc", "test/ece", "noise/acc_mean", "time/train_epoch_s")

@@ -32,9 +32,9 @@ from pathlib import Path
 from datamodules.base import MultiViewDataModule
 from mnp.cli.errors import UnfinishedRun
 from mnp.model.inference_settings import INFERENCE_ONLY
+from mnp.model.parts import PARTS, DecoderPart, ViewWeightingPart
 from mnp.runs.flat import flatten
 from mnp.runs.migrations import modern_key, modern_variant, nest_flat, under_built_in
-from mnp.model.parts import PARTS, DecoderPart, ViewWeightingPart
 from mnp.tools.decision_record import (
     DEFAULT,
     SelectionError,
@@ -159,8 +159,8 @@ def infer_candidates(
     scored too when no variant equals it."""
     import pytorch_lightning as pl
 
-    from mnp.model.inference_settings import apply_inference_settings
     from mnp.cli.pipeline import load_finished_run
+    from mnp.model.inference_settings import apply_inference_settings
 
     if not any(all(current.get(k) == v for k, v in settings.items()) for settings in variants.values()):
         variants = {DEFAULT: current} | variants  # the runs' own setting is always the reference, listed or not

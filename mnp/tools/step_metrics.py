@@ -33,7 +33,7 @@ import contextlib
 import logging
 import re
 from collections import Counter
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import Tensor
