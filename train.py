@@ -6,22 +6,22 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from mnp.core.cli import main_guarded, run_guarded
-from mnp.core.rundir import register_resolver
+from mnp.cli.cli import main_guarded, run_guarded
+from mnp.cli.resolvers import register_resolver
 
 register_resolver()  # run directory names in conf/hydra/default.yaml; here, so sweep workers get it too
 
 
 @hydra.main(version_base="1.3", config_path=str(Path(__file__).resolve().parent / "conf"), config_name="train")
 def main(cfg: DictConfig):
-    from mnp.core.pipeline import train
+    from mnp.cli.pipeline import train
 
     return run_guarded(train, cfg)
 
 
 def cli() -> None:
     """The command (``python train.py`` or ``mnp-train``): help, or the guarded Hydra run."""
-    from mnp.core.help import train_help, wants_help
+    from mnp.cli.help import train_help, wants_help
 
     if wants_help(sys.argv[1:]):
         print(train_help(), end="")

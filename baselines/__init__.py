@@ -1,1 +1,1 @@
-"""Baselines compared with MNP (docs/method.md §3); each is a :class:`mnp.core.routine.Routine` subclass."""
+"""Baselines compared with MNP (docs/method.md §3); each is a :class:`mnp.framework.routine.Routine` subclass."""

@@ -4,7 +4,7 @@ one batched matmul, each member with its own initialisation and its own fan-in."
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor, nn

@@ -15,17 +15,17 @@ views present (an absent view's member is replaced by that mean, so the routine'
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor, nn
 
 from baselines.batched import BatchedMLP, pad_views
-from mnp.core import metrics
-from mnp.core.missing import MeanImputation
-from mnp.core.domains import COUNT, check_domains, each
-from mnp.optim import OPTIM_DOMAINS, make_optimizer, optim_settings
-from mnp.core.routine import Routine
+from mnp.eval import metrics
+from mnp.eval.missing import MeanImputation
+from mnp.framework.domains import COUNT, check_domains, each
+from mnp.framework.optim import OPTIM_DOMAINS, make_optimizer, optim_settings
+from mnp.framework.routine import Routine
 
 
 def member_variance(probs: Tensor, present: Tensor | None = None) -> Tensor:
@@ -49,7 +49,7 @@ class DeepEnsemble(MeanImputation, Routine):
     """Uncertainty: ``variance`` (member_variance, the paper's choice) or ``entropy`` of the average."""
 
     OPTIM = {}  # optim's defaults, as conf/model/ states them
-    domains = dict(members=COUNT, hidden=each(COUNT), optim=OPTIM_DOMAINS)  # mnp.core.domains
+    domains = dict(members=COUNT, hidden=each(COUNT), optim=OPTIM_DOMAINS)  # mnp.framework.domains
 
     def __init__(
         self,

@@ -17,17 +17,17 @@ entropy of the mean prediction.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor, nn
 from torch.distributions import Dirichlet, kl_divergence
 
-from mnp.core import metrics
-from mnp.core.missing import MeanImputation
-from mnp.core.domains import COUNT, NON_NEGATIVE, POSITIVE, UNIT, Domain, check_domains
-from mnp.optim import OPTIM_DOMAINS, make_optimizer, optim_settings
-from mnp.core.routine import Routine
+from mnp.eval import metrics
+from mnp.eval.missing import MeanImputation
+from mnp.framework.domains import COUNT, NON_NEGATIVE, POSITIVE, UNIT, Domain, check_domains
+from mnp.framework.optim import OPTIM_DOMAINS, make_optimizer, optim_settings
+from mnp.framework.routine import Routine
 
 LOGIT_MIN = -15.0  # numerical guard (not in the official code): keeps α = exp(ℓ) > 0 in float32
 
@@ -35,7 +35,7 @@ LOGIT_MIN = -15.0  # numerical guard (not in the official code): keeps α = exp(
 class ETP(MeanImputation, Routine):
     """Early fusion: a missing view takes its training means."""
 
-    # mnp.core.domains; the memory update uses n in [3, max_context) targets per batch
+    # mnp.framework.domains; the memory update uses n in [3, max_context) targets per batch
     OPTIM = {"lr": 1e-2}  # optim's defaults, as conf/model/ states them
     domains = dict(
         memory_size=COUNT,

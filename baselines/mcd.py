@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor, nn
 
 from baselines.mlp import mlp
-from mnp.core import metrics
-from mnp.core.missing import MeanImputation
-from mnp.core.domains import COUNT, NATURAL, Domain, check_domains, each
-from mnp.optim import OPTIM_DOMAINS, make_optimizer, optim_settings
-from mnp.core.routine import Routine
+from mnp.eval import metrics
+from mnp.eval.missing import MeanImputation
+from mnp.framework.domains import COUNT, NATURAL, Domain, check_domains, each
+from mnp.framework.optim import OPTIM_DOMAINS, make_optimizer, optim_settings
+from mnp.framework.routine import Routine
 
 
 class MCDropout(MeanImputation, Routine):
@@ -23,7 +23,7 @@ class MCDropout(MeanImputation, Routine):
     off: one deterministic pass with dropout disabled. Uncertainty: predictive entropy.
     """
 
-    # mnp.core.domains; mc_samples 0: one deterministic pass with dropout off
+    # mnp.framework.domains; mc_samples 0: one deterministic pass with dropout off
     OPTIM = {}  # optim's defaults, as conf/model/ states them
     domains = dict(
         hidden=each(COUNT), dropout=Domain(0, 1, low_open=True, high_open=True), mc_samples=NATURAL, optim=OPTIM_DOMAINS

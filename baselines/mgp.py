@@ -30,15 +30,15 @@ The paper's "ten warm-up epochs" are not in the official MGP code and are not re
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import gpytorch
 import torch
 from torch import Tensor
 
-from mnp.core.domains import COUNT, NON_NEGATIVE, POSITIVE, Domain, check_domains
-from mnp.optim import OPTIM_DOMAINS, make_optimizer, optim_settings
-from mnp.core.routine import Routine
+from mnp.framework.domains import COUNT, NON_NEGATIVE, POSITIVE, Domain, check_domains
+from mnp.framework.optim import OPTIM_DOMAINS, make_optimizer, optim_settings
+from mnp.framework.routine import Routine
 
 WEIGHTINGS = ("uniform", "poe", "entropy", "entropy_signed", "softmax_entropy")
 
@@ -129,7 +129,7 @@ class MGP(Routine):
     OPTIM = {"lr": 0.1, "schedule": "linear", "values": [1e-3]}  # optim's defaults, as conf/model/ states them
     domains = dict(
         num_inducing=COUNT,
-        lengthscale_init=Domain(0, low_open=True, words=("data",)),  # mnp.core.domains
+        lengthscale_init=Domain(0, low_open=True, words=("data",)),  # mnp.framework.domains
         outputscale_init=POSITIVE,
         alpha_eps=POSITIVE,
         kl_beta=NON_NEGATIVE,

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor, nn
 
-from mnp.core.missing import MeanImputation
-from mnp.core.domains import COUNT, Domain, check_domains, each
-from mnp.optim import OPTIM_DOMAINS, make_optimizer, optim_settings
-from mnp.core.routine import Routine
+from mnp.eval.missing import MeanImputation
+from mnp.framework.domains import COUNT, Domain, check_domains, each
+from mnp.framework.optim import OPTIM_DOMAINS, make_optimizer, optim_settings
+from mnp.framework.routine import Routine
 
 
 def mlp(d_in: int, hidden: Sequence[int], d_out: int, dropout: float = 0.0) -> nn.Sequential:
@@ -30,7 +30,7 @@ class MLP(MeanImputation, Routine):
     takes its training means (early fusion)."""
 
     OPTIM = {}  # optim's defaults, as conf/model/ states them
-    domains = dict(hidden=each(COUNT), dropout=Domain(0, 1, high_open=True), optim=OPTIM_DOMAINS)  # mnp.core.domains
+    domains = dict(hidden=each(COUNT), dropout=Domain(0, 1, high_open=True), optim=OPTIM_DOMAINS)  # framework.domains
 
     def __init__(
         self,

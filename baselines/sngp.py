@@ -17,15 +17,15 @@ Follows edward2's ``RandomFeatureGaussianProcess`` + ``LaplaceRandomFeatureCovar
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor, nn
 
-from mnp.core.missing import MeanImputation
-from mnp.core.domains import COUNT, NON_NEGATIVE, POSITIVE, Domain, check_domains, optional
-from mnp.optim import OPTIM_DOMAINS, make_optimizer, optim_settings
-from mnp.core.routine import Routine
+from mnp.eval.missing import MeanImputation
+from mnp.framework.domains import COUNT, NON_NEGATIVE, POSITIVE, Domain, check_domains, optional
+from mnp.framework.optim import OPTIM_DOMAINS, make_optimizer, optim_settings
+from mnp.framework.routine import Routine
 
 
 def mean_field_logits(logits: Tensor, variance: Tensor, factor: float = math.pi / 8) -> Tensor:
@@ -43,7 +43,7 @@ class SNGP(MeanImputation, Routine):
     """Early fusion: a missing view takes its training means."""
 
     OPTIM = {"lr": 1e-2}  # optim's defaults, as conf/model/ states them
-    # mnp.core.domains; cov_momentum <= 0: the precision summed over each epoch, in (0, 1): a moving average
+    # mnp.framework.domains; cov_momentum <= 0: the precision summed over each epoch, in (0, 1): a moving average
     domains = dict(
         num_features=COUNT,
         kernel_scale=optional(POSITIVE),

@@ -12,15 +12,15 @@ vacuous opinion (α = 1: no belief, u = 1), the identity of Dempster's rule, so 
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor, nn
 
 from baselines.batched import BatchedLinear, pad_views
-from mnp.core.domains import COUNT, check_domains
-from mnp.optim import OPTIM_DOMAINS, make_optimizer, optim_settings
-from mnp.core.routine import Routine
+from mnp.framework.domains import COUNT, check_domains
+from mnp.framework.optim import OPTIM_DOMAINS, make_optimizer, optim_settings
+from mnp.framework.routine import Routine
 
 
 def opinion(alpha: Tensor) -> tuple[Tensor, Tensor]:
@@ -73,7 +73,7 @@ def evidential_loss(alpha: Tensor, onehot: Tensor, annealing: float) -> Tensor:
 
 class TMC(Routine):
     OPTIM = {"lr": 3e-3, "weight_decay": 1e-5}  # optim's defaults, as conf/model/ states them
-    domains = dict(annealing_epochs=COUNT, optim=OPTIM_DOMAINS)  # mnp.core.domains
+    domains = dict(annealing_epochs=COUNT, optim=OPTIM_DOMAINS)  # mnp.framework.domains
 
     def __init__(
         self, num_classes: int, view_dims: Sequence[int], annealing_epochs: int = 10, optim: dict | None = None

@@ -40,7 +40,7 @@ def dataset_report(name: str, seed: int) -> dict:
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from mnp.core.builders import build_datamodule
+    from mnp.cli.builders import build_datamodule
 
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):

@@ -1,4 +1,4 @@
-"""The owned ECE (mnp.core.metrics.ece) against torchmetrics' on the stored predictions of real runs (issue 33).
+"""The owned ECE (mnp.eval.metrics.ece) against torchmetrics' on the stored predictions of real runs (issue 33).
 
 ``python benchmarks/ece_owned.py [--out benchmarks/ece_owned.json] [ROOT ...]`` reads every ``predictions.npz`` under the roots (default
 /work/runs) and prints, per run directory with test (else validation) probabilities: the stored ``test/ece``
@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torchmetrics.functional.classification import multiclass_accuracy, multiclass_calibration_error
 
-from mnp.core import metrics
+from mnp.eval import metrics
 
 
 def main(roots: list[str], out: str | None = None) -> None:

@@ -20,14 +20,15 @@ from pathlib import Path
 import pytorch_lightning as pl
 import torch
 
-from mnp.core.builders import build_datamodule, build_model
-from mnp.core.validate import resolve_auto
+from mnp.cli.builders import build_datamodule, build_model
+from mnp.cli.validate import resolve_auto
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def compose(dataset: str, epochs: int):
-    from hydra import compose as hydra_compose, initialize_config_dir
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
 
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         cfg = hydra_compose(

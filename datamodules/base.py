@@ -8,9 +8,9 @@ everything else (validation, splits, held-out-class OOD, train-only scaling) hap
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import pytorch_lightning as pl
@@ -75,7 +75,7 @@ class Scaler:
         self.kind = kind
 
     @np.errstate(over="ignore", invalid="ignore")  # overflow shows as non-finite output, reported by the caller
-    def fit(self, x: np.ndarray) -> "Scaler":
+    def fit(self, x: np.ndarray) -> Scaler:
         if self.kind == "minmax":
             self.shift, span = x.min(0), x.max(0) - x.min(0)
         elif self.kind == "standard":
@@ -148,7 +148,7 @@ class MultiViewDataModule(pl.LightningDataModule):
 
     def data_files(self) -> list[Path]:
         """The files :meth:`load` reads, in a fixed order (known before reading; some may not exist yet).
-        A run records their sha256, so a file changed since is noticed (mnp/core/rundir.py)."""
+        A run records their sha256, so a file changed since is noticed (mnp/runs/rundir.py)."""
         return []
 
     # ---------------------------------------------------------------- setup
@@ -281,7 +281,7 @@ class MultiViewDataModule(pl.LightningDataModule):
         return t
 
     def preprocessing(self) -> dict:
-        """What predicting on raw rows needs (:mod:`mnp.core.predictor`), as tensors and plain values that a
+        """What predicting on raw rows needs (:mod:`mnp.cli.predictor`), as tensors and plain values that a
         checkpoint stores: each view's scaler fitted on the training rows and the file's label of each class."""
         return {
             "scaling": self.scaling,

@@ -7,16 +7,16 @@ from __future__ import annotations
 import errno
 import hashlib
 import logging
-import numbers
 import os
 import stat
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
 from datamodules.errors import DataError
 from datamodules.npz import ACCEPTED
+from mnp.checks import check_fraction, check_int
 
 log = logging.getLogger(__name__)
 
@@ -30,17 +30,12 @@ SPECIAL_FILES = (
 
 def positive_int(key: str, value) -> int:
     """``dataset.<key>`` as an int >= 1, else a DataError naming the key."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        raise DataError(f"dataset.{key} must be an integer >= 1, got {value!r}")
-    return int(value)
+    return check_int(f"dataset.{key}", value, 1, error=DataError)
 
 
 def fraction(key: str, value, lower_open: bool) -> float:
     """``dataset.<key>`` as a float in [0, 1) (or (0, 1) with ``lower_open``), else a DataError naming the key."""
-    ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
-    if not (ok and (0 < value < 1 if lower_open else 0 <= value < 1)):
-        raise DataError(f"dataset.{key} must be a fraction in {'(0' if lower_open else '[0'}, 1), got {value!r}")
-    return float(value)
+    return check_fraction(f"dataset.{key}", value, lower_open=lower_open, error=DataError)
 
 
 def link_fault(path: Path) -> str | None:

@@ -15,7 +15,6 @@ from datamodules.base import MultiViewDataModule, RawData
 from datamodules.features import check_split
 from datamodules.formats import read_file
 
-
 log = logging.getLogger(__name__)
 
 

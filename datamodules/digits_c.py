@@ -12,13 +12,13 @@ Held-out digit classes are a second OOD option: ``dataset.ood_classes=[9]`` adds
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
-from datamodules.base import RawData, stratified_split
-from datamodules.cifar10c import PAPER_CORRUPTIONS, PAPER_SEVERITIES, CIFAR10C
-from datamodules.errors import DataError
 from datamodules import images as im
+from datamodules.base import RawData, stratified_split
+from datamodules.cifar10c import CIFAR10C, PAPER_CORRUPTIONS, PAPER_SEVERITIES
+from datamodules.errors import DataError
 from datamodules.feature_cache import (
     Job,
     feature_path,

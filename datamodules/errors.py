@@ -6,7 +6,7 @@ class DataError(ValueError):
 
 
 class MissingData(DataError, FileNotFoundError):
-    """A dataset file is absent or cannot be fetched: a sweep skips the job instead of failing it (mnp.core.sweep)."""
+    """A dataset file is absent or cannot be fetched: a sweep skips the job instead of failing it (mnp.cli.sweep)."""
 
 
 CPU_INDEX = "https://download.pytorch.org/whl/cpu"

@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 
 from datamodules.base import MultiViewDataModule, RawData
-from datamodules.errors import DataError
 from datamodules.checks import split_indices
+from datamodules.errors import DataError
 from datamodules.formats import read_file, read_index
 from datamodules.sources import DATASETS, DatasetSpec, fetch, local_path
 

@@ -13,12 +13,13 @@ import numpy as np
 from sklearn.model_selection import StratifiedKFold
 
 from datamodules.errors import DataError
+from mnp.checks import is_int
 
 
 def check_folds(folds: int, fold: int) -> tuple[int, int]:
     """``dataset.cv_folds`` (0: off, else >= 2) and ``dataset.cv_fold`` in [0, folds)."""
     for key, v in (("cv_folds", folds), ("cv_fold", fold)):
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+        if not is_int(v):
             raise DataError(f"dataset.{key} must be an integer, got {v!r}")
     if folds == 1 or folds < 0:
         raise DataError(f"dataset.cv_folds must be 0 (no cross-validation) or an integer >= 2, got {folds}")

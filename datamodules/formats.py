@@ -17,8 +17,8 @@ from __future__ import annotations
 import hashlib
 import io
 import re
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 import h5py
 import numpy as np

@@ -3,7 +3,7 @@ that a seed and the epoch fix (the official code's streaming order is one switch
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import copy
 import logging
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
@@ -76,7 +77,7 @@ class MultiViewClassifier(ClassifierMixin, BaseEstimator):
         from hydra import compose, initialize_config_dir
         from hydra.core.global_hydra import GlobalHydra
 
-        from mnp.core.rundir import register_resolver
+        from mnp.cli.resolvers import register_resolver
 
         register_resolver()
         settings = [f"{k}={_override(v)}" for k, v in (self.settings or {}).items()]
@@ -94,10 +95,10 @@ class MultiViewClassifier(ClassifierMixin, BaseEstimator):
         import pytorch_lightning as pl
 
         from datamodules.base import TensorDataModule
-        from mnp.core.builders import build, build_model
-        from mnp.core.console import quiet
-        from mnp.core.predictor import Predictor
-        from mnp.core.validate import resolve_auto, resolve_epochs, validate
+        from mnp.cli.builders import build, build_model
+        from mnp.cli.console import quiet
+        from mnp.cli.predictor import Predictor
+        from mnp.cli.validate import resolve_auto, resolve_epochs, validate
 
         quiet()
         if y is None:

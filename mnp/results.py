@@ -9,12 +9,13 @@ table there always agree.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 import pandas as pd
 
-from mnp.tools.report_records import ID_COLUMNS, Records, aggregate, claims as claim_rows, read_runs, records_of
+from mnp.tools.report_records import ID_COLUMNS, Records, aggregate, read_runs, records_of
+from mnp.tools.report_records import claims as claim_rows
 from mnp.tools.report_runs import load
 
 Source = str | Path | Iterable[str | Path]

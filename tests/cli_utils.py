@@ -8,9 +8,9 @@ import subprocess
 import sys
 
 import pytest
-
 from cfg_utils import ROOT
-from mnp.core.cli import run_guarded
+
+from mnp.cli.cli import run_guarded
 
 
 def guarded_error(fn, cfg, capsys) -> str:

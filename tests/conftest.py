@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mnp.core.rundir import register_resolver
+from mnp.cli.resolvers import register_resolver
 
 register_resolver()  # the configs' resolvers, for tests that compose and resolve configs (train.py registers them)
 

@@ -1,10 +1,10 @@
 """Small MNPs for tests, written with the constructor's flat names of before the parts (``d_e=8, memory_size=6``):
-:func:`mnp.core.migrations.nest_flat` (the same mapping that reads old checkpoints) turns them into the parts' nodes."""
+:func:`mnp.runs.migrations.nest_flat` (the same mapping that reads old checkpoints) turns them into the parts' nodes."""
 
 from __future__ import annotations
 
 from mnp.model import MNP
-from mnp.core.migrations import nest_flat
+from mnp.runs.migrations import nest_flat
 
 
 def flat_mnp(num_classes: int, view_dims, **flat) -> MNP:

@@ -92,7 +92,7 @@ def eager_step(model, opt, views, y) -> torch.Tensor:
     loss.backward()
     model.configure_gradient_clipping(opt, model.spec.optim.clip_norm)
     if model.spec.memory.write == "before_step":
-        model._update_memory()
+        model.update_context_memory()
     opt.step()
     model.on_train_batch_end(None, None, 0)
     return loss.detach()

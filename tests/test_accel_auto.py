@@ -8,11 +8,12 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-
-from mnp.core import accel
-from mnp.core.rundir import config_drift, run_suffix
-from mnp.core.summary import run_summary
 from mnp_utils import flat_mnp
+
+from mnp.cli import accel
+from mnp.runs.dirname import run_suffix
+from mnp.runs.rundir import config_drift
+from mnp.runs.summary import run_summary
 
 DIMS = (5, 7, 4)
 
@@ -32,7 +33,7 @@ def test_auto_is_the_default_and_trains_eagerly_on_a_cpu_saying_why_in_one_line(
 
     assert compose_train("/nonexistent/x", []).accel.cuda_graph == "auto"
     model = mnp()
-    with caplog.at_level(logging.INFO, logger="mnp.core.accel"):
+    with caplog.at_level(logging.INFO, logger="mnp.cli.accel"):
         step = accel.configure(model, {"cuda_graph": "auto"}, trainer("cpu"))
     assert step == {"accel/step": "eager", "accel/eager_reason": "the trainer runs on cpu, not on a CUDA device"}
     assert model.cuda_graph is False
@@ -43,7 +44,7 @@ def test_auto_is_the_default_and_trains_eagerly_on_a_cpu_saying_why_in_one_line(
 
 def test_auto_captures_mnp_on_one_cuda_device_when_nothing_blocks_it(caplog):
     model = mnp()
-    with caplog.at_level(logging.INFO, logger="mnp.core.accel"):
+    with caplog.at_level(logging.INFO, logger="mnp.cli.accel"):
         step = accel.configure(model, {}, trainer("cuda"))  # the key left out: auto
     assert step == {"accel/step": "cuda_graph"} and model.cuda_graph is True
     assert [r.getMessage() for r in caplog.records] == ["training step: CUDA graph"]

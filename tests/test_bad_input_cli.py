@@ -1,7 +1,7 @@
 """Bad input end to end: every case ends with one line ``error: ...`` naming what is wrong and where,
 exit status 1, no traceback and no outputs (no metrics.json, predictions.npz, config.yaml or checkpoints).
 
-Most cases call the CLI's guard (:func:`mnp.core.cli.run_guarded`) in-process on a composed config; two
+Most cases call the CLI's guard (:func:`mnp.cli.cli.run_guarded`) in-process on a composed config; two
 subprocess runs check the real ``train.py`` (the guard, and Hydra's own composition errors).
 Data that is odd but usable (a constant or all-zero view, duplicated samples, a class with fewer than
 N_K training samples, labels with a gap) trains with a warning and gives finite results.
@@ -17,13 +17,13 @@ import numpy as np
 import pytest
 import scipy.io
 import torch
-from omegaconf import OmegaConf
-
 from cfg_utils import compose_train
 from cli_utils import assert_no_outputs, guarded_error, hydra_only, run_cli
+from omegaconf import OmegaConf
+
 from datamodules.custom import CustomDataModule
-from mnp.core.pipeline import evaluate, train
-from mnp.core.validate import ConfigError, validate
+from mnp.cli.pipeline import evaluate, train
+from mnp.cli.validate import ConfigError, validate
 
 FAST = ["trainer.max_epochs=1", "eval.noise=false", "skip_if_done=false", "ckpt_path=null"]
 SMALL_MNP = ["model=mnp", "model.encoder.d_e=16", "model.warmup.epochs=0", "model.decoder.num_samples=2"]

@@ -1,7 +1,7 @@
 """Bad data and dataset values through the CLI: each ends in one ``error: ...`` line naming the file,
 view or key, exit status 1 and no outputs, found before training. A label of 10⁹ trains.
 
-The cases run through the CLI's guard in-process (:func:`mnp.core.cli.run_guarded` on a composed config,
+The cases run through the CLI's guard in-process (:func:`mnp.cli.cli.run_guarded` on a composed config,
 what ``train.py`` calls); the ones that used to fail during or after training, or to exhaust memory,
 also run as real ``train.py`` subprocesses.
 """
@@ -12,11 +12,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from cfg_utils import compose_train
 from cli_utils import assert_no_outputs, guarded_error, hydra_only, run_cli
-from mnp.core.pipeline import train
 from zip_utils import deflate_bomb
+
+from mnp.cli.pipeline import train
 
 G = ["model=mlp", "trainer.max_epochs=2", "dataset=custom", "eval.noise=false", "skip_if_done=false", "ckpt_path=null"]
 

@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 import scipy.io
 import torch
+from zip_utils import deflate_bomb
 
 from datamodules import TensorDataModule
 from datamodules.custom import CustomDataModule
 from datamodules.errors import DataError
 from datamodules.features import FeatureDataModule
-from zip_utils import deflate_bomb
 
 
 def error_of(make) -> str:

@@ -8,7 +8,7 @@ from torch import nn
 from baselines.batched import BatchedLinear, pad_views
 from baselines.deep_ensemble import DeepEnsemble, member_variance
 from baselines.mcd import MCDropout
-from mnp.core import metrics
+from mnp.eval import metrics
 
 DIMS = [6, 3, 4]
 

@@ -4,11 +4,10 @@ from pathlib import Path
 
 import pytest
 import pytorch_lightning as pl
-
+from conftest import data_dir, data_missing
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from conftest import data_dir, data_missing
 from datamodules.features import FeatureDataModule
 
 

@@ -8,8 +8,8 @@ import torch
 
 from baselines.mgp import MGP, data_lengthscales, dirichlet_targets, entropy_weights, fuse_experts
 from datamodules.base import TensorDataModule
-from mnp.core import metrics
-from mnp.core.protocols import add_noise
+from mnp.eval import metrics
+from mnp.eval.protocols import add_noise
 
 
 def test_dirichlet_targets_formula():

@@ -6,9 +6,9 @@ import math
 
 import pytest
 import torch
+from mnp_utils import flat_mnp
 
 from mnp.tools import bench, bench_cases, bench_measure, bench_scaling
-from mnp_utils import flat_mnp
 
 FIELDS = (
     "dataset",

@@ -7,16 +7,16 @@ import numpy as np
 import pytest
 import pytorch_lightning as pl
 import torch
+from cfg_utils import compose_train, evaluate_config
 from torch import Tensor
 
-from cfg_utils import compose_train, evaluate_config
 from datamodules import TensorDataModule
-from mnp.core import metrics
-from mnp.core.calibration import fit_temperature, temper, tempered_nll
-from mnp.core.eval_protocol import EvalProtocol
-from mnp.core.pipeline import train
-from mnp.core.routine import Routine
-from mnp.core.validate import ConfigError, check_eval, validate
+from mnp.cli.pipeline import train
+from mnp.cli.validate import ConfigError, check_eval, validate
+from mnp.eval import metrics
+from mnp.eval.calibration import fit_temperature, temper, tempered_nll
+from mnp.eval.eval_protocol import EvalProtocol
+from mnp.framework.routine import Routine
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -225,7 +225,7 @@ def test_the_report_shows_raw_and_temperature_scaled_columns_side_by_side(tmp_pa
 
 def test_evaluate_fits_the_same_temperature_from_the_checkpoint(tmp_path):
     """evaluate.py +eval.calibration=temperature on a run trained with validation rows: the T of train.py."""
-    from mnp.core.pipeline import evaluate
+    from mnp.cli.pipeline import evaluate
 
     common = [
         "model=mlp",

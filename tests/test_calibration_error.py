@@ -11,7 +11,7 @@ import pytest
 import torch
 from scipy import stats
 
-from mnp.core.metrics import debiased_ce, ece, ece_floor, selective_metrics
+from mnp.eval.metrics import debiased_ce, ece, ece_floor, selective_metrics
 
 
 def random_probs(rng, n, k, scale=2.0, decimals=None):

@@ -16,14 +16,14 @@ import numpy as np
 import pytest
 import pytorch_lightning as pl
 import torch
+from cfg_utils import ROOT, compose_train
 from omegaconf import OmegaConf
 
 from baselines.mlp import MLP
-from cfg_utils import ROOT, compose_train
-from mnp.core.checkpointing import AtomicCheckpointIO
-from mnp.core.cli import run_guarded
-from mnp.core.builders import build_datamodule, build_model, eval_protocol
-from mnp.core.pipeline import evaluate, train
+from mnp.cli.builders import build_datamodule, build_model, eval_protocol
+from mnp.cli.cli import run_guarded
+from mnp.cli.pipeline import evaluate, train
+from mnp.runs.checkpointing import AtomicCheckpointIO
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -42,7 +42,7 @@ SMALL_MNP = [
     "skip_if_done=false",
     "seed=4",
 ]
-THROTTLE = "+callbacks.extra.throttle={_target_:mnp.core.callbacks.Throttle,seconds:0.5}"
+THROTTLE = "+callbacks.extra.throttle={_target_:mnp.cli.callbacks.Throttle,seconds:0.5}"
 
 
 def cli(*args, wait=True):
@@ -150,9 +150,10 @@ def test_a_run_keeps_one_checkpoint_and_a_crash_while_writing_it_resumes_from_th
 def test_past_the_warmup_a_checkpoint_leaves_out_the_warmup_optimiser(tmp_path):
     """MNP's warm-up Adam never steps after the warm-up: its moments are in the warm-up's checkpoints only (the
     resumed run still equals the uninterrupted one: tests/test_determinism.py)."""
-    from datamodules import TensorDataModule
-    from mnp.core.checkpointing import checkpoint_callbacks
     from mnp_utils import flat_mnp
+
+    from datamodules import TensorDataModule
+    from mnp.runs.checkpointing import checkpoint_callbacks
 
     rng = np.random.default_rng(0)
     y = np.repeat(np.arange(2), 20)
@@ -247,7 +248,7 @@ def test_a_rerun_after_a_failed_output_write_leaves_one_test_row(tmp_path, monke
         raise OSError(28, "No space left on device", str(path))
 
     with monkeypatch.context() as m:
-        m.setattr("mnp.core.pipeline.write_npz", full)
+        m.setattr("mnp.cli.pipeline.write_npz", full)
         with pytest.raises(OSError, match="No space left"):
             train(compose_train(run, [*MLP_RUN, "logger=csv", "trainer.max_epochs=2"]))
     with open(run / "csv" / "metrics.csv", newline="") as f:

@@ -9,12 +9,12 @@ import pytest
 import pytorch_lightning as pl
 import torch
 
+from datamodules import feature_cache as F
 from datamodules.cifar10c import CIFAR10C
 from datamodules.errors import DataError
-from datamodules import feature_cache as F
-from mnp.core.eval_protocol import EvalProtocol
-from mnp.core.metrics import auroc
-from mnp.core.routine import Routine
+from mnp.eval.eval_protocol import EvalProtocol
+from mnp.eval.metrics import auroc
+from mnp.framework.routine import Routine
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 CORR, SEV = ["gaussian_noise", "shot_noise", "impulse_noise"], [1, 3, 5]
@@ -173,7 +173,7 @@ def test_ood_is_the_positive_class_of_the_auroc(tmp_path, sign):
 def test_dataset_config_instantiates(tmp_path):
     from hydra import compose, initialize_config_dir
 
-    from mnp.core.builders import build_datamodule
+    from mnp.cli.builders import build_datamodule
 
     write_cache(tmp_path)
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):

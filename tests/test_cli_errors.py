@@ -3,11 +3,11 @@
 import logging
 
 import pytest
-from omegaconf import OmegaConf
-
 from cfg_utils import compose_train
 from cli_utils import guarded_error, run_cli
-from mnp.core.cli import run_guarded
+from omegaconf import OmegaConf
+
+from mnp.cli.cli import run_guarded
 
 
 @pytest.fixture(autouse=True)
@@ -59,7 +59,7 @@ def test_every_failure_leaves_its_traceback_in_the_log_file(tmp_path, capsys):
 @pytest.mark.slow
 def test_cli_hydra_composition_errors_are_one_line(tmp_path, override, expected):
     """Unknown keys, unknown group options and malformed overrides fail in Hydra's composition, before
-    any code runs; :func:`mnp.core.cli.main_guarded` turns Hydra's multi-line text into one line, exit 1."""
+    any code runs; :func:`mnp.cli.cli.main_guarded` turns Hydra's multi-line text into one line, exit 1."""
     r = run_cli(["train.py", override, f"hydra.run.dir={tmp_path / 'run'}", "logger=none"])
     assert r.returncode == 1
     assert len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith(expected), r.stderr

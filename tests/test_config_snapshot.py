@@ -2,7 +2,7 @@
 into a shared file, a defaults list, an interpolation) must not change what any run gets.
 
 ``tests/data/resolved_configs.json`` holds, for each ``conf/model/<m>.yaml`` × ``conf/dataset/<d>.yaml``,
-``train.yaml`` as composed (before ``mnp.core.validate.resolve_auto``), resolved to plain values, every
+``train.yaml`` as composed (before ``mnp.cli.validate.resolve_auto``), resolved to plain values, every
 top-level key except ``paths``. A value that interpolates the environment or the run's paths
 (``dataset.data_dir: ${paths.data_dir}``, ``torch_threads: ${oc.env:...}``) is kept as its unresolved
 text, so the file does not depend on the machine.
@@ -23,7 +23,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
-from mnp.core.rundir import register_resolver
+from mnp.cli.resolvers import register_resolver
 
 pytestmark = pytest.mark.slow  # module fixtures train whole runs
 

@@ -8,15 +8,15 @@ import warnings
 import numpy as np
 import pytest
 import torch
-
 from cfg_utils import compose_train, evaluate_config
-from mnp.core.conformal import SplitConformal, quantile_rank
-from mnp.core.eval_protocol import EvalProtocol
-from mnp.core.pipeline import train
-from mnp.core.posthoc import PostHoc
-from mnp.core.validate import ConfigError, check_eval, validate
 from test_calibration import Overconfident, logit_module, run_test
 from test_posthoc import Identity, Rows
+
+from mnp.cli.pipeline import train
+from mnp.cli.validate import ConfigError, check_eval, validate
+from mnp.eval.conformal import SplitConformal, quantile_rank
+from mnp.eval.eval_protocol import EvalProtocol
+from mnp.eval.posthoc import PostHoc
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 ALPHA = 0.1
@@ -148,10 +148,10 @@ def test_conformal_refusals_name_the_key_and_the_counts(tmp_path):
 def test_a_run_writes_the_conformal_keys_and_predict_set_gives_its_sets(tmp_path):
     """train.py with eval.conformal=aps on a digits file; mnp.load(run).predict_set on the raw test rows gives the
     run's own sets; evaluate.py +eval.conformal=thr writes its keys too."""
-    import mnp
-
-    from mnp.core.pipeline import evaluate
     from test_predictor import digits_file
+
+    import mnp
+    from mnp.cli.pipeline import evaluate
 
     data = tmp_path / "digits.npz"
     x, y, test_idx = digits_file(data)

@@ -6,14 +6,14 @@ import inspect
 import numpy as np
 import pytest
 import pytorch_lightning as pl
+from cfg_utils import CONF, compose_train
 from hydra.utils import get_class
 from omegaconf import OmegaConf
 from sklearn.datasets import load_digits
 
-from cfg_utils import CONF, compose_train
 from datamodules import TensorDataModule
-from mnp.core.pipeline import train
-from mnp.optim import make_optimizer
+from mnp.cli.pipeline import train
+from mnp.framework.optim import make_optimizer
 
 BASELINES = ["mlp", "mcd", "de_ef", "de_lf", "sngp", "etp", "tmc", "mgp"]
 # a second model of one class: conf/model/<m>.yaml states the constructor arguments that make it that model

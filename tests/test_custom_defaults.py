@@ -7,9 +7,9 @@ import sys
 
 import numpy as np
 import pytest
-
 from cfg_utils import ROOT, compose_train
-from mnp.core.pipeline import train
+
+from mnp.cli.pipeline import train
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from custom_defaults import DATASETS, run, updated  # noqa: E402
@@ -44,7 +44,7 @@ def test_the_epochs_come_from_the_training_batches_in_one_line(tmp_path, caplog)
     path = tmp_path / "d.npz"
     np.savez(path, x1=rng.normal(size=(120, 4)) + y[:, None], x2=rng.normal(size=(120, 3)), y=y)
     base = ["model=mlp", "dataset=custom", f"dataset.path={path}", "eval.noise=false", "train_steps=12"]
-    with caplog.at_level(logging.INFO, logger="mnp.core.validate"):
+    with caplog.at_level(logging.INFO, logger="mnp.cli.validate"):
         res = train(compose_train(tmp_path / "a", [*base, "min_epochs=2"]))
     assert res["epochs"] == 12
     assert "1 training batches per epoch: trainer.max_epochs=12 for about train_steps=12 optimiser steps" in caplog.text

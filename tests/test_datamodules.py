@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import scipy.io
 import torch
+from mat_utils import cell
 
 from datamodules.custom import CustomDataModule
 from datamodules.features import FeatureDataModule
-from mat_utils import cell
 
 SPEC4 = {  # name: (default file, N, view dims, K, n_test)
     "handwritten": ("handwritten_6views.mat", 2000, [240, 76, 216, 47, 64, 6], 10, 400),
@@ -136,8 +136,9 @@ def test_caltech101_format_through_the_datamodule(tmp_path, tiny_views):
 def test_hmdb_registered_dataset_reads_a_v73_file(tmp_path, monkeypatch):
     """An HDF5 file with hmdb's keys in <data_dir>/hmdb/ passes the registry checks (N, K) and
     uses the index files; the registry is shrunk to the tiny file's size."""
-    import h5py
     from dataclasses import replace
+
+    import h5py
 
     from datamodules import features, sources
 
@@ -234,7 +235,7 @@ def test_mlp_learns_handwritten(tmp_path, real_file):
     """`python train.py model=mlp dataset=handwritten trainer.max_epochs=5` reaches >= 95% test accuracy."""
     from cfg_utils import compose_train
 
-    from mnp.core.pipeline import train
+    from mnp.cli.pipeline import train
 
     data_dir = real_file("handwritten", "handwritten_6views.mat").parent.parent
     os.environ.setdefault("WANDB_MODE", "disabled")

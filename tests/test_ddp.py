@@ -2,17 +2,17 @@
 context memory must be identical on both ranks after training, each rank must see its own shard of the
 training set with the same number of batches, and the run must write its outputs once."""
 
-import pytest
 import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 import pytorch_lightning as pl
 import torch
 import torch.distributed as dist
-
 from cfg_utils import compose_train
-from mnp.core.pipeline import train
+
+from mnp.cli.pipeline import train
 
 
 class DumpRank(pl.Callback):

@@ -9,11 +9,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from cfg_utils import CONF, ROOT
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
-
-from cfg_utils import CONF, ROOT
 
 RECORDS = sorted(p for p in (ROOT / "results" / "decisions").glob("*.csv") if p.name != "open.csv")
 

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 import pytorch_lightning as pl
 import torch
-
 from cfg_utils import compose_train
-from mnp.core.builders import build_datamodule, build_model
-from mnp.core.pipeline import train
+
+from mnp.cli.builders import build_datamodule, build_model
+from mnp.cli.pipeline import train
 
 # two-view two moons, a small MNP with the warm-up, the memory update and the noise protocol all active
 MNP_RUN = [

@@ -1,9 +1,9 @@
 """The device tools run only on a GPU; what can be checked here: the job list and the log parser."""
 
-import pytest
 import subprocess
 import sys
 
+import pytest
 from cfg_utils import ROOT
 
 sys.path.insert(0, str(ROOT / "benchmarks" / "device"))
@@ -67,6 +67,7 @@ def test_device_selection_trains_only_the_decisions_still_open(tmp_path):
 def test_device_decisions_use_the_cpu_records_names_and_match_one_candidate_each():
     """decide.py names each decision as the committed records do, and each --match picks exactly its candidate."""
     import csv
+
     import decide
     import jobs
 
@@ -109,7 +110,8 @@ def test_gpu_check_records_each_step_and_skips_what_the_deadline_leaves_no_time_
 def test_gpu_check_runs_compose_as_valid_train_configs(tmp_path):
     """Every whole run's overrides compose and validate (on the CPU: the emulated graph)."""
     from cfg_utils import compose_train
-    from mnp.core.validate import resolve_auto, validate
+
+    from mnp.cli.validate import resolve_auto, validate
 
     for cpu in (False, True):
         for dataset, variant in gpu_check.ORDER:

@@ -9,8 +9,8 @@ import pytest
 from torch import nn
 
 import datamodules.digits_c as dc
-from datamodules.errors import DataError
 from datamodules import feature_cache as F
+from datamodules.errors import DataError
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 

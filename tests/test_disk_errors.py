@@ -1,13 +1,13 @@
 """A run directory that cannot be created, and a disk that fills during a run: one error line each, as
 ``train.py`` prints it, with the earlier good checkpoint kept and no temp file left."""
 
-import pytest
 import os
 import resource
 import signal
 import subprocess
 import sys
 
+import pytest
 from cfg_utils import ROOT
 from cli_utils import run_cli
 

@@ -1,8 +1,9 @@
 """The docs: generated tables match the committed result files, links resolve, the README stays a guide."""
 
-import pytest
 import re
 from pathlib import Path
+
+import pytest
 
 from mnp.tools import docgen
 
@@ -176,6 +177,7 @@ def test_code_and_configs_cite_nothing_outside_the_repository():
 def test_the_slow_marker_says_how_many_tests_it_marks():
     import subprocess
     import sys
+
     import tomllib
 
     text = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["markers"][0]

@@ -1,4 +1,4 @@
-"""The models' numeric keys (mnp.core.domains): every numeric constructor argument of every model class has a
+"""The models' numeric keys (mnp.framework.domains): every numeric constructor argument of every model class has a
 declared domain, its default lies in it, and a value outside it is refused in one line naming the key, by the
 constructor (Python) and by the config validation (CLI) alike."""
 
@@ -12,18 +12,18 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
+from cfg_utils import compose_train
 from hydra.utils import get_class
 from omegaconf import OmegaConf, open_dict
 
-from cfg_utils import compose_train
-from mnp.core.domains import Domain
-from mnp.core.routine import Routine
-from mnp.core.validate import ConfigError, resolve_auto, validate
-from mnp.optim import OPTIM_DOMAINS, make_optimizer
+from mnp.cli.validate import ConfigError, resolve_auto, validate
+from mnp.framework.domains import Domain
+from mnp.framework.optim import OPTIM_DOMAINS, make_optimizer
+from mnp.framework.routine import Routine
 
 ROOT = Path(__file__).resolve().parents[1]
 MODULES = [
-    "mnp.model",
+    "mnp.model.model",
     *sorted(f"baselines.{p.stem}" for p in (ROOT / "baselines").glob("*.py") if p.stem != "__init__"),
 ]
 DATA_ARGS = {"num_classes", "view_dims"}  # given by the data, checked by Routine
@@ -103,7 +103,7 @@ def test_every_numeric_argument_has_a_domain_holding_its_default(cls):
     )
     for name, domain in cls.domains.items():
         part = next((h for h in typing.get_args(hints[name]) if dataclasses.is_dataclass(h)), None)
-        if part is not None:  # an MNP part (mnp.parts): its own numeric settings, each with a domain
+        if part is not None:  # an MNP part (mnp.model.parts): its own numeric settings, each with a domain
             check_part(part, domain)
         elif isinstance(domain, Mapping):  # a dict-valued argument: the optimiser's keyword arguments
             assert hints[name] in (dict, dict | None) and domain is OPTIM_DOMAINS, name

@@ -10,7 +10,7 @@ import pytest
 import torch
 from torchmetrics.functional.classification import multiclass_accuracy, multiclass_calibration_error
 
-from mnp.core import metrics
+from mnp.eval import metrics
 
 
 def loop_ece(probs, labels, n_bins=15):
@@ -101,8 +101,8 @@ def test_an_entry_beyond_the_tolerance_is_refused_with_the_range_found(entry):
 
 
 def test_the_figure_title_and_the_wandb_table_use_the_bins_of_the_reported_ece():
-    from mnp.core.figures import reliability_figure
-    from mnp.core.wandb_tables import reliability_table
+    from mnp.eval.figures import reliability_figure
+    from mnp.eval.wandb_tables import reliability_table
 
     # a mixture: a calibrated bulk and wrong rows at confidence 1 and on the edge 14/15
     probs, labels = random_case(7, n=300)
@@ -131,7 +131,7 @@ def test_a_nonfinite_row_is_an_error_in_accuracy_and_makes_the_ece_nan_as_nll_an
 
 
 def test_the_figure_of_a_run_with_nonfinite_rows_says_so_beside_its_nan_ece():
-    from mnp.core.figures import reliability_figure
+    from mnp.eval.figures import reliability_figure
 
     probs = np.array([[0.9, 0.1], [0.2, 0.8], [np.nan, np.nan]], dtype=np.float32)
     fig = reliability_figure(probs, np.array([0, 1, 0]), "t")

@@ -1,4 +1,4 @@
-"""The evaluation protocol as one object (mnp.core.eval_protocol): the ``eval:`` node of conf/train.yaml, built once
+"""The evaluation protocol as one object (mnp.eval.eval_protocol): the ``eval:`` node of conf/train.yaml, built once
 from the run config, handed whole to the model and read there; a checkpoint of a run saved before some of its
 keys existed evaluates with their defaults."""
 
@@ -6,15 +6,15 @@ import dataclasses
 
 import pytest
 import torch
-
 from cfg_utils import compose_train
-from mnp.core.checkpointing import CFG_KEY
-from mnp.core.eval_protocol import EvalProtocol
-from mnp.core.builders import build_datamodule, build_model
-from mnp.core.pipeline import evaluate, train
-from mnp.core.protocols import default_noise_levels
-from mnp.core.validate import ConfigError, check_eval
 from test_checkpointing import eval_cfg
+
+from mnp.cli.builders import build_datamodule, build_model
+from mnp.cli.pipeline import evaluate, train
+from mnp.cli.validate import ConfigError, check_eval
+from mnp.eval.eval_protocol import EvalProtocol
+from mnp.eval.protocols import default_noise_levels
+from mnp.runs.checkpointing import CFG_KEY
 
 
 def test_the_train_yaml_eval_node_is_the_protocol_with_its_defaults(tmp_path):

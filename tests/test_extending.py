@@ -3,13 +3,13 @@ missing-view protocols, is rebuilt by evaluate.py and mnp.load once registered, 
 
 import numpy as np
 import pytest
+from cfg_utils import ROOT, compose_train
 from omegaconf import OmegaConf
 from sklearn.datasets import load_digits
 
 import mnp
-from cfg_utils import ROOT, compose_train
-from mnp.core import stored_config
-from mnp.core.pipeline import evaluate, train
+from mnp.cli.pipeline import evaluate, train
+from mnp.runs import stored_config
 from mnp.tools.report import report
 
 EXAMPLES = ROOT / "docs" / "examples"

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from test_images import write_cifar10, write_cifar10c, write_cifar100, write_svhn
 from torch import nn
 
-from datamodules.errors import DataError, MissingData
 from datamodules import feature_cache as F
-from test_images import write_cifar10, write_cifar10c, write_cifar100, write_svhn
+from datamodules.errors import DataError, MissingData
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 CORR, SEV = ["gaussian_noise", "shot_noise", "impulse_noise"], [1, 3, 5]
@@ -86,6 +86,7 @@ def test_without_torchvision_the_image_datasets_stop_in_one_line_naming_the_extr
     """torchvision is the `images` extra (its torch pin pulled CUDA torch into CPU-only installs): the default
     install lacks it, and the two places that need it say how to get it."""
     import sys
+
     import tomllib
 
     from datamodules.images import load_images
@@ -118,7 +119,7 @@ def test_missing_weights_offline_say_where_to_put_them(monkeypatch):
         F.inception_v3("IMAGENET1K_V1")
     msg = str(e.value)
     assert "\n" not in msg and "checkpoints/inception_v3_google-0cc3c7bd.pth" in msg and "weights=null" in msg
-    with pytest.raises(MissingData, match="does not exist"):  # a sweep skips the job (mnp.core.sweep)
+    with pytest.raises(MissingData, match="does not exist"):  # a sweep skips the job (mnp.cli.sweep)
         F.inception_v3("/nonexistent/inception.pth")
     assert isinstance(e.value, MissingData)
 

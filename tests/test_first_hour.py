@@ -9,10 +9,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from cfg_utils import ROOT, compose_train
 from cli_utils import hydra_only, run_cli
-from mnp.core.validate import ConfigError, resolve_auto, validate
+
+from mnp.cli.validate import ConfigError, resolve_auto, validate
 
 NOISE = ("litlogger", "LeafSpec", "GPU available", "TPU available", "torch.jit.script")
 
@@ -107,7 +107,7 @@ def test_metrics_json_orders_noise_levels_numerically(mnp_run):
 def test_the_console_carries_no_library_noise(mnp_run):
     res, _ = mnp_run
     assert not [n for n in NOISE if n in res.stdout + res.stderr]
-    code = "from mnp.core.console import quiet; quiet(); import gpytorch"  # MGP's import warned torch.jit.script
+    code = "from mnp.cli.console import quiet; quiet(); import gpytorch"  # MGP's import warned torch.jit.script
     assert "torch.jit.script" not in run_cli(["-W", "default", "-c", code]).stderr
 
 
@@ -127,7 +127,7 @@ def test_evaluate_works_from_another_directory_and_writes_only_inside_the_run(mn
 
 @pytest.mark.slow
 def test_evaluate_helps_example_of_another_noise_protocol_runs(mnp_run, tmp_path):
-    from mnp.core.help import evaluate_help
+    from mnp.cli.help import evaluate_help
 
     _, run_dir = mnp_run
     example = next(ln.split()[1:] for ln in evaluate_help().splitlines() if "eval.noise_levels" in ln)
@@ -242,7 +242,7 @@ def test_a_run_shortened_below_the_datasets_warmup_scales_it_in_one_line(tmp_pat
             tmp_path, [f"model={model}", f"dataset={dataset}"] + ([f"trainer.max_epochs={epochs}"] if epochs else [])
         )
         caplog.clear()
-        with caplog.at_level(logging.INFO, logger="mnp.core.validate"):
+        with caplog.at_level(logging.INFO, logger="mnp.cli.validate"):
             resolve_auto(cfg)
         validate(cfg)
         assert cfg.model.warmup.epochs == warmup, (model, dataset, epochs)
@@ -250,7 +250,7 @@ def test_a_run_shortened_below_the_datasets_warmup_scales_it_in_one_line(tmp_pat
         assert len(lines) == logged, lines  # one line when it is scaled
     caplog.clear()
     cfg = compose_train(tmp_path, ["model=mnp", "dataset=scene15", "trainer.max_epochs=20"])
-    with caplog.at_level(logging.INFO, logger="mnp.core.validate"):
+    with caplog.at_level(logging.INFO, logger="mnp.cli.validate"):
         resolve_auto(cfg)
     assert [r.getMessage() for r in caplog.records] == [
         "trainer.max_epochs=20 leaves no epoch after the dataset's 100 warm-up epochs: the warm-up keeps its share "
@@ -280,7 +280,7 @@ def test_the_quick_preset_runs_every_model_on_every_dataset_in_a_few_short_epoch
 
 
 def test_a_quick_run_writes_its_record_and_no_checkpoint(tmp_path):
-    from mnp.core.pipeline import train
+    from mnp.cli.pipeline import train
 
     res = train(
         compose_train(tmp_path / "run", ["experiment=quick", "model=mlp", "dataset.n_train=100", "dataset.n_test=40"])
@@ -331,10 +331,10 @@ def test_a_sweep_ends_with_one_line_per_job_and_the_report_command(tmp_path, dat
 # ---------------------------------------------------------------------------- the terminal's bar
 def test_on_a_terminal_the_bar_names_the_stage_and_the_whole_run_eta(tmp_path):
     import pytorch_lightning as pl
+    from mnp_utils import flat_mnp
 
     from datamodules import TensorDataModule
-    from mnp_utils import flat_mnp
-    from mnp.core.progress import EpochLines, RunProgressBar, progress_callbacks
+    from mnp.cli.progress import EpochLines, RunProgressBar, progress_callbacks
 
     assert isinstance(progress_callbacks(True, tty=True)[0][0], RunProgressBar)
     assert isinstance(progress_callbacks(True, tty=False)[0][0], EpochLines)

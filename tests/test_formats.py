@@ -4,10 +4,10 @@ import h5py
 import numpy as np
 import pytest
 import scipy.io
+from mat_utils import cell
 
 from datamodules.errors import DataError
 from datamodules.formats import labels, read_file
-from mat_utils import cell
 
 
 def test_caltech_layout_cell_features_by_samples_one_based(tmp_path, tiny_views):

@@ -3,7 +3,7 @@ values, label sets), ``train.py`` either trains normally (exit 0, metrics.json a
 written) or prints one ``error: <file>: ...`` line, exits 1 and leaves no outputs. Files that are clean
 must train; files with a defect every run must reject must fail.
 
-The examples run in-process through the CLI's guard (:func:`mnp.core.cli.run_guarded`, what ``train.py``
+The examples run in-process through the CLI's guard (:func:`mnp.cli.cli.run_guarded`, what ``train.py``
 calls; a subprocess costs ~10 s of imports here); two fixed examples run as real subprocesses.
 """
 
@@ -17,12 +17,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, event, example, given, settings, strategies as st
-
 from cfg_utils import compose_train
 from cli_utils import run_cli
-from mnp.core.cli import run_guarded
-from mnp.core.pipeline import train
+from hypothesis import HealthCheck, event, example, given, settings
+from hypothesis import strategies as st
+
+from mnp.cli.cli import run_guarded
+from mnp.cli.pipeline import train
 
 ARGS = [
     "model=mlp",

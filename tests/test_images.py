@@ -250,6 +250,7 @@ def test_imagenet_c_noise_is_imagecorruptions_without_it():
     """The four ImageNet-C noise corruptions (every default) give imagecorruptions.corrupt's arrays from the same
     seed, so the default install needs neither that package nor the OpenCV it brings."""
     import sys
+
     import tomllib
 
     deps = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]["dependencies"]
@@ -266,7 +267,7 @@ def test_imagenet_c_noise_is_imagecorruptions_without_it():
             import skimage.util
 
             noise = skimage.util.random_noise
-            skimage.util.random_noise = lambda *a, **k: noise(*a, rng=np.random.randint(2**31), **k)
+            skimage.util.random_noise = lambda *a, **k: noise(*a, rng=np.random.randint(2**31), **k)  # noqa: B023 - used in this iteration only
             try:
                 theirs = np.stack([ic.corrupt(img, corruption_name=corruption, severity=severity) for img in x])
             finally:

@@ -1,4 +1,4 @@
-"""Inference-only MNP settings on a trained checkpoint (mnp.core.inference_settings): evaluate.py's +model.*
+"""Inference-only MNP settings on a trained checkpoint (mnp.model.inference_settings): evaluate.py's +model.*
 re-scores a run under them into its own folder and records them in its config; other model keys are refused."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ import math
 
 import pytest
 import yaml
+from cfg_utils import compose_train
 from omegaconf import OmegaConf
 
-from cfg_utils import compose_train
-from mnp.core.inference_settings import inference_settings
-from mnp.core.pipeline import evaluate, train
+from mnp.cli.pipeline import evaluate, train
+from mnp.model.inference_settings import inference_settings
 
 
 def _evaluate(ckpt, model=None, output_dir=None):

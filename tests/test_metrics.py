@@ -5,10 +5,11 @@ import itertools
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from mnp.core import metrics
-from mnp.core.eval_protocol import EvalProtocol
+from mnp.eval import metrics
+from mnp.eval.eval_protocol import EvalProtocol
 
 
 def test_ece_hand_computed():
@@ -120,7 +121,7 @@ def test_non_finite_test_probabilities_are_counted_and_reported(caplog):
     model.on_test_epoch_start()  # the test loop's empty state; then one batch's clean predictions
     model._clean = {"probs": [probs], "labels": [torch.zeros(6, dtype=torch.long)], "unc": [torch.zeros(6)]}
     model.log = lambda *a, **k: None
-    with caplog.at_level(logging.WARNING, logger="mnp.core.routine"):
+    with caplog.at_level(logging.WARNING, logger="mnp.framework.routine"):
         model.on_test_epoch_end()
     assert model.test_results["test/nonfinite_rows"] == 2
     assert "2 of 6 test rows have non-finite probabilities (MLP)" in caplog.text
@@ -217,11 +218,11 @@ def test_ood_scores_name_each_score_and_energy_only_with_logits():
 def test_a_run_writes_the_selective_and_ood_metrics_that_a_reference_recomputes(tmp_path, one_thread):
     """metrics.json of a run with held-out classes: AURC, accuracy at 90 % coverage, adaptive ECE, and AUPR and
     FPR95 of each OOD score, recomputed from predictions.npz with scikit-learn and direct loops."""
+    from cfg_utils import compose_train
     from sklearn.datasets import load_digits
     from sklearn.metrics import average_precision_score, roc_curve
 
-    from cfg_utils import compose_train
-    from mnp.core.pipeline import train
+    from mnp.cli.pipeline import train
 
     x, y = load_digits(return_X_y=True)
     np.savez(tmp_path / "d.npz", x1=x[:, :32], x2=x[:, 32:], y=y)

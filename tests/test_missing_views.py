@@ -10,16 +10,16 @@ import numpy as np
 import pytest
 import pytorch_lightning as pl
 import torch
+from cfg_utils import CONF, compose_train
 from omegaconf import open_dict
 
-from cfg_utils import CONF, compose_train
 from datamodules import TensorDataModule
-from mnp.core import metrics
-from mnp.core.checkpointing import check_fits
-from mnp.core.eval_protocol import EvalProtocol
-from mnp.core.builders import build_model
-from mnp.core.pipeline import load_run, train
-from mnp.core.validate import ConfigError, validate
+from mnp.cli.builders import build_model
+from mnp.cli.pipeline import load_run, train
+from mnp.cli.validate import ConfigError, validate
+from mnp.eval import metrics
+from mnp.eval.eval_protocol import EvalProtocol
+from mnp.runs.checkpointing import check_fits
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # small models: one thread is fastest on 2 shared cores
 

@@ -7,18 +7,18 @@ from itertools import combinations
 import numpy as np
 import pytest
 import torch
+from mnp_utils import flat_mnp
 
-from mnp.aggregation import (
+from mnp.model.aggregation import (
+    MBA,
     TABLE_VIEWS,
     ConcatAggregation,
-    MBA,
     MeanAggregation,
     mba_posterior,
     modality_draws,
     random_modality_mask,
     unimodal_posteriors,
 )
-from mnp_utils import flat_mnp
 
 CPU = torch.device("cpu")
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 from scipy.spatial.distance import cdist
 
-from mnp.attention import DotSimilarity, RBFSimilarity, from_positive, normalise, sq_dist, to_positive
+from mnp.model.attention import DotSimilarity, RBFSimilarity, from_positive, normalise, sq_dist, to_positive
 
 
 def project_onto_simplex(z: np.ndarray) -> np.ndarray:

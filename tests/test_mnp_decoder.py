@@ -2,11 +2,11 @@
 
 import pytest
 import torch
+from mnp_utils import flat_mnp
 from torch import nn
 
-from mnp.core import metrics
-from mnp.decoder import Decoder, sample_logits
-from mnp_utils import flat_mnp
+from mnp.eval import metrics
+from mnp.model.decoder import Decoder, sample_logits
 
 
 class LinearGaussianDecoder(nn.Module):
@@ -130,7 +130,7 @@ def test_a_higher_floor_softens_the_prediction():
 
 @pytest.mark.parametrize("floor", [0.0, 1.0, -0.1])
 def test_scale_floor_outside_the_open_unit_interval_is_refused(floor):
-    from mnp.parts import DecoderPart
+    from mnp.model.parts import DecoderPart
 
     with pytest.raises(ValueError, match="scale_floor") as e:
         DecoderPart(scale_floor=floor)

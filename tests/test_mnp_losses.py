@@ -5,9 +5,9 @@ import math
 
 import pytest
 import torch
-
-from mnp.losses import predictive_nll, supervised_contrastive, unimodal_error
 from mnp_utils import flat_mnp
+
+from mnp.model.losses import predictive_nll, supervised_contrastive, unimodal_error
 
 
 def naive_supcon(sim: torch.Tensor, y: torch.Tensor, tau: float, self_in_denominator: bool) -> float:
@@ -127,7 +127,7 @@ def test_the_models_predictive_loss_reads_its_label_smoothing():
 
 @pytest.mark.parametrize("eps", [-0.1, 1.0])
 def test_label_smoothing_outside_zero_to_one_is_refused(eps):
-    from mnp.parts import LossPart
+    from mnp.model.parts import LossPart
 
     with pytest.raises(ValueError, match="label_smoothing"):
         LossPart(label_smoothing=eps)

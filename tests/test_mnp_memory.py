@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 import pytorch_lightning as pl
 import torch
+from mnp_utils import flat_mnp
 
 from datamodules import TensorDataModule
-from mnp.memory import ContextMemory, gather_candidates, sample_per_class
 from mnp.model import MNP
-from mnp_utils import flat_mnp
+from mnp.model.memory import ContextMemory, gather_candidates, sample_per_class
 
 K, NK, DIMS = 3, 4, [2, 3]
 
@@ -128,7 +128,7 @@ def test_class_balance_survives_many_random_updates(jstar):
     torch.manual_seed(1)
     mem = filled_memory(jstar=jstar)
     views, y = labelled_data(n_per_class=30, seed=3)
-    for step in range(50):
+    for _ in range(50):
         idx = torch.randperm(len(y))[:16]
         mem.update([v[idx] for v in views], y[idx], torch.rand(2, K * NK), torch.rand(2, 16))
     for m in range(2):

@@ -7,13 +7,13 @@ import numpy as np
 import pytest
 import pytorch_lightning as pl
 import torch
+from cfg_utils import compose_train
 from hydra.utils import instantiate
+from mnp_utils import flat_mnp
 from omegaconf import OmegaConf
 
-from cfg_utils import compose_train
 from datamodules import TensorDataModule
-from mnp_utils import flat_mnp
-from mnp.core.validate import resolve_auto
+from mnp.cli.validate import resolve_auto
 
 DATASETS = ["synthetic", "handwritten", "cub", "pie", "caltech101", "scene15", "hmdb", "cifar10c", "digits_c"]
 
@@ -320,3 +320,21 @@ def test_trains_and_tests_under_bf16_autocast(tmp_path):
     trainer(tmp_path, 4, precision="bf16-mixed").fit(model, dm)
     trainer(tmp_path, 1, precision="bf16-mixed").test(model, dm, verbose=False)
     assert model.test_results["test/acc"] > 0.5 and np.isfinite(model.test_results["test/nll"])
+
+
+def test_explain_shows_the_attention_and_posteriors_the_prediction_uses():
+    torch.manual_seed(0)
+    views, y, tr, _ = blobs()
+    model = small(view_weighting="distance")
+    train = [torch.as_tensor(v[tr], dtype=torch.float32) for v in views]
+    model.init_memory(train, torch.as_tensor(y[tr]))
+    model.eval()
+    model.update_distance_reference(train)
+    batch = [v[:5] for v in train]
+    e = model.explain(batch)
+    assert e.attention.shape == e.scores.shape == (2, 5, 6)  # (M, B, N) with a memory of 6
+    torch.testing.assert_close(e.attention.sum(-1), torch.ones(2, 5))
+    torch.testing.assert_close(e.r_star, e.attention @ e.r)  # eq. 5
+    torch.testing.assert_close(e.s_star, e.attention @ e.s)
+    assert e.view_weights.shape == (5, 2) and bool(((e.view_weights > 0) & (e.view_weights <= 1)).all())  # κ, eq. 8′
+    assert not e.attention.requires_grad

@@ -9,12 +9,11 @@ import pickle
 import pytest
 import torch
 from entmax import sparsemax
-
-from mnp.attention import normalise, topk_hint
-from mnp.model import MNP
 from mnp_utils import flat_mnp
-from mnp.model_training import SumOfSquares, clip_per_tensor
 
+from mnp.model import MNP
+from mnp.model.attention import normalise, topk_hint
+from mnp.model.training import SumOfSquares, clip_per_tensor
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # small models: one thread is fastest on 2 shared cores
 

@@ -7,9 +7,9 @@ import json
 
 import pandas as pd
 import pytest
+from cfg_utils import ROOT
 from scipy import stats
 
-from cfg_utils import ROOT
 from mnp.tools.noise_figure import differences
 from mnp.tools.report_records import read_runs
 

@@ -7,9 +7,8 @@ import shutil
 
 import nbformat
 import pytest
-from nbclient import NotebookClient
-
 from cfg_utils import ROOT
+from nbclient import NotebookClient
 
 NOTEBOOK = ROOT / "docs" / "examples" / "quickstart.ipynb"
 

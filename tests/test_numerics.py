@@ -6,13 +6,13 @@ import pytest
 import pytorch_lightning as pl
 import torch
 from entmax import sparsemax
-
-from datamodules import TensorDataModule
-from mnp.aggregation import mba_posterior
-from mnp.attention import POSITIVE_FLOOR, RBFSimilarity, normalise, to_positive
 from mnp_utils import flat_mnp
 
-FLOOR = 0.01  # s, q and the logit scale: 0.01 + 0.99·softplus (mnp.encoders.positive_scale)
+from datamodules import TensorDataModule
+from mnp.model.aggregation import mba_posterior
+from mnp.model.attention import POSITIVE_FLOOR, RBFSimilarity, normalise, to_positive
+
+FLOOR = 0.01  # s, q and the logit scale: 0.01 + 0.99·softplus (mnp.model.encoders.positive_scale)
 K, DIMS = 3, [4, 6]
 
 

@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 import pytorch_lightning as pl
 import torch
+from cfg_utils import compose_train
+from mnp_utils import flat_mnp
 from omegaconf import OmegaConf
 
-from cfg_utils import compose_train
 from datamodules import TensorDataModule
 from datamodules.loaders import EpochBatchSampler
-from mnp_utils import flat_mnp
-from mnp.optim import keras_eps_, make_optimizer
+from mnp.framework.optim import keras_eps_, make_optimizer
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -188,7 +188,7 @@ def test_mnp_on_scene15_trains_exactly_as_mnp_official(tmp_path):
     """Its decision `configuration` adopted the authors' configuration: the two composed configs differ only in the
     model's name, the test-only keys and the inference-only keys decided on its checkpoints (eq. 8′ and S), so
     their paper_main cells are the same training read two ways."""
-    from mnp.core.rundir import flatten
+    from mnp.runs.flat import flatten
     from mnp.tools.select import untrained_keys
 
     mine, theirs = (
@@ -201,7 +201,7 @@ def test_mnp_on_scene15_trains_exactly_as_mnp_official(tmp_path):
 
 # ---------------------------------------------------------------------------- unconstrained l and σ_f
 def test_identity_lengthscale_param_moves_l_and_amplitude_by_the_raw_adam_step():
-    from mnp.attention import RBFSimilarity
+    from mnp.model.attention import RBFSimilarity
 
     steps = {}
     for param in ("softplus", "identity"):
@@ -223,6 +223,6 @@ def test_identity_lengthscale_param_moves_l_and_amplitude_by_the_raw_adam_step()
 
 
 def to_amp(sim):
-    from mnp.attention import to_positive
+    from mnp.model.attention import to_positive
 
     return to_positive(sim.raw_amplitude, sim.param).detach().clone()

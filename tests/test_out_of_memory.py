@@ -7,14 +7,14 @@ import re
 
 import numpy as np
 import pytest
-
 from cli_utils import hydra_only, run_cli
-from mnp.core.errors import USER_ERRORS, OutOfMemory
-from mnp.core.oom import allocation_failure
+
+from mnp.cli.errors import USER_ERRORS, OutOfMemory
+from mnp.cli.oom import allocation_failure
 
 HEADROOM = 1 << 30
 CHILD = (
-    "import resource, runpy, sys; import pytorch_lightning, hydra, mnp.core.pipeline; "
+    "import resource, runpy, sys; import pytorch_lightning, hydra, mnp.cli.pipeline; "
     "size = int([l for l in open('/proc/self/status') if l.startswith('VmSize')][0].split()[1]) * 1024; "
     f"resource.setrlimit(resource.RLIMIT_AS, (size + {HEADROOM}, size + {HEADROOM})); "
     "sys.argv = ['train.py'] + sys.argv[1:]; runpy.run_path('train.py', run_name='__main__')"
@@ -103,7 +103,7 @@ def test_the_advice_names_the_sample_count_of_a_sampling_model():
     """N88: `model.decoder.num_samples=1000000` ran out of memory with advice naming every key but that one."""
     from omegaconf import OmegaConf
 
-    from mnp.core.oom import _settings
+    from mnp.cli.oom import _settings
 
     cfg = OmegaConf.create(
         {

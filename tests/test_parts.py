@@ -1,4 +1,4 @@
-"""MNP from its parts (mnp.parts): the parts' nodes, their one-line errors, and checkpoints from before the parts.
+"""MNP from its parts (mnp.model.parts): the parts' nodes, their one-line errors, and checkpoints from before the parts.
 
 ``tests/data/mnp_flat_checkpoint/`` was written by commit 62322e7 (the flat 50-argument constructor):
 ``python train.py model=mnp dataset=synthetic dataset.num_views=2 trainer.max_epochs=3 model.d_e=8
@@ -17,10 +17,10 @@ import pytest
 import torch
 
 import mnp
-from mnp.core.validate import ConfigError, check_types
+from mnp.cli.validate import ConfigError, check_types
 from mnp.model import MNP
-from mnp.core.migrations import FLAT, nest_flat, under_built_in
-from mnp.parts import PARTS, AggregationPart, MemoryPart, MNPSpec, ViewWeightingPart, as_part, plain
+from mnp.model.parts import PARTS, AggregationPart, MemoryPart, MNPSpec, ViewWeightingPart, as_part, plain
+from mnp.runs.migrations import FLAT, nest_flat, under_built_in
 
 OLD = Path(__file__).parent / "data" / "mnp_flat_checkpoint"
 

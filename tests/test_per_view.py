@@ -5,12 +5,12 @@ import numpy as np
 import pytest
 import pytorch_lightning as pl
 import torch
+from mnp_utils import flat_mnp
 
 from datamodules import TensorDataModule
-from mnp.core.eval_protocol import EvalProtocol
-from mnp.core.validate import ConfigError, check_eval
+from mnp.cli.validate import ConfigError, check_eval
+from mnp.eval.eval_protocol import EvalProtocol
 from mnp.model import MNP
-from mnp_utils import flat_mnp
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # small models: one thread is fastest on 2 shared cores
 

@@ -8,10 +8,10 @@ import sys
 import numpy as np
 import pytest
 import torch
+from cfg_utils import CONF, ROOT, compose_train
 from omegaconf import OmegaConf
 
-from cfg_utils import CONF, ROOT, compose_train
-from mnp.core.pipeline import evaluate, train
+from mnp.cli.pipeline import evaluate, train
 
 CONTRACT = {
     "model",
@@ -92,8 +92,8 @@ def test_the_summary_says_what_it_times_and_lists_the_files_there(tmp_path, monk
     says it is a median of the timed epochs."""
     import logging
 
-    import mnp.core.pipeline as pipeline
-    from mnp.core.summary import run_summary
+    import mnp.cli.pipeline as pipeline
+    from mnp.runs.summary import run_summary
 
     monkeypatch.setenv("WANDB_MODE", "disabled")
     monkeypatch.setattr(pipeline, "log_summary", lambda lg, results, out, *a: (out / "noise.png").write_bytes(b"png"))

@@ -5,10 +5,12 @@ rows through a declared interface."""
 import numpy as np
 import pytest
 import torch
-
-from mnp.core import metrics
 from cfg_utils import compose_train
-from mnp.core.calibration import (
+from test_calibration import Overconfident, calibrated_draws, logit_module, run_test
+
+from mnp.cli.validate import ConfigError, check_eval, validate
+from mnp.eval import metrics
+from mnp.eval.calibration import (
     ODIR_LAMBDA,
     ODIR_MU,
     DirichletScaling,
@@ -18,10 +20,8 @@ from mnp.core.calibration import (
     temper,
     tempered_nll,
 )
-from mnp.core.eval_protocol import EvalProtocol
-from mnp.core.posthoc import PostHoc, validation_predictions
-from mnp.core.validate import ConfigError, check_eval, validate
-from test_calibration import Overconfident, calibrated_draws, logit_module, run_test
+from mnp.eval.eval_protocol import EvalProtocol
+from mnp.eval.posthoc import PostHoc, validation_predictions
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

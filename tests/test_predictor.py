@@ -5,13 +5,13 @@ import logging
 import numpy as np
 import pytest
 import torch
+from cfg_utils import compose_train
 from omegaconf import OmegaConf
 from sklearn.datasets import load_digits
 
 import mnp
-from cfg_utils import compose_train
-from mnp.core.checkpointing import PREP_KEY, load_checkpoint
-from mnp.core.pipeline import evaluate, train
+from mnp.cli.pipeline import evaluate, train
+from mnp.runs.checkpointing import PREP_KEY, load_checkpoint
 
 
 def digits_file(path):

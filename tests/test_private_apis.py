@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import inspect
 import signal
-import tomllib
 import warnings
 from pathlib import Path
 
 import pytorch_lightning as pl
+import tomllib
 import torch
 from packaging.requirements import Requirement
 
@@ -34,13 +34,13 @@ def test_pyproject_bounds_lightning_and_torch_to_the_tested_minor_versions():
 
 # ---------------------------------------------------------------------------- Lightning
 def test_lightning_private_apis_the_project_uses(tmp_path):
-    # mnp.core.pipeline.spawned: a ddp_spawn fit runs in child processes
+    # mnp.cli.pipeline.spawned: a ddp_spawn fit runs in child processes
     from pytorch_lightning.strategies.launchers.multiprocessing import _MultiProcessingLauncher
 
     trainer = pl.Trainer(accelerator="cpu", devices=2, strategy="ddp_spawn", logger=False, enable_progress_bar=False)
     assert isinstance(trainer.strategy.launcher, _MultiProcessingLauncher)
 
-    # mnp.step_graphs: a replayed graph advances Lightning's optimiser-step count by these hooks
+    # mnp.model.step_graphs: a replayed graph advances Lightning's optimiser-step count by these hooks
     from pytorch_lightning.core.optimizer import LightningOptimizer
 
     opt = LightningOptimizer(torch.optim.SGD([torch.nn.Parameter(torch.ones(1))], lr=0.1))
@@ -49,7 +49,7 @@ def test_lightning_private_apis_the_project_uses(tmp_path):
     # models and baselines: LightningModule._trainer is None before a Trainer attaches (self.trainer raises)
     assert pl.LightningModule()._trainer is None
 
-    # mnp.core.csv_history.keep_csv_history: the CSV writer deletes metrics.csv as it opens, and appends
+    # mnp.runs.csv_history.keep_csv_history: the CSV writer deletes metrics.csv as it opens, and appends
     # with the header in its metrics_keys
     from lightning_fabric.loggers.csv_logs import _ExperimentWriter
     from pytorch_lightning.loggers import CSVLogger
@@ -63,8 +63,8 @@ def test_lightning_private_apis_the_project_uses(tmp_path):
     assert isinstance(writer, _ExperimentWriter) and writer.metrics_keys == []
     assert not (Path(logger.log_dir) / "metrics.csv").exists()
 
-    # mnp.core.signals: Lightning's SIGTERM handler calls the one installed before it, and stops the loops
-    # with SIGTERMException, a SystemExit (status 0); mnp.core.console silences this module's note of it
+    # mnp.runs.signals: Lightning's SIGTERM handler calls the one installed before it, and stops the loops
+    # with SIGTERMException, a SystemExit (status 0); mnp.cli.console silences this module's note of it
     from pytorch_lightning.trainer.connectors import signal_connector
     from pytorch_lightning.utilities.exceptions import SIGTERMException
 
@@ -81,7 +81,7 @@ def test_lightning_private_apis_the_project_uses(tmp_path):
         signal.signal(signal.SIGTERM, before)
     assert connector.received_sigterm and calls == ["ours"]
 
-    # mnp.core.wandb_utils.RunLogger: WandbLogger keeps wandb.init's kwargs in _wandb_init, anonymous among them
+    # mnp.cli.wandb_utils.RunLogger: WandbLogger keeps wandb.init's kwargs in _wandb_init, anonymous among them
     from pytorch_lightning.loggers import WandbLogger
 
     assert WandbLogger(project="mnp", save_dir=str(tmp_path))._wandb_init["anonymous"] is None
@@ -90,13 +90,13 @@ def test_lightning_private_apis_the_project_uses(tmp_path):
 
 # ---------------------------------------------------------------------------- torch
 def test_torch_private_apis_the_project_uses():
-    # mnp.model_training: per-tensor clipping and the L2 term
+    # mnp.model.training: per-tensor clipping and the L2 term
     a, b = torch.ones(2), torch.full((3,), 2.0)
     assert torch.allclose(torch.stack(torch._foreach_norm([a, b])), torch.tensor([2**0.5, 12**0.5]))
     torch._foreach_mul_([a], [torch.tensor(3.0)])
     assert a.tolist() == [3.0, 3.0] and torch._foreach_mul([b], 0.5)[0].tolist() == [1.0] * 3
 
-    # mnp.model_training: fused Adam reads the optimiser attribute found_inf (a float tensor, GradScaler's hook)
+    # mnp.model.training: fused Adam reads the optimiser attribute found_inf (a float tensor, GradScaler's hook)
     # and skips the whole update, step count included, while it is 1
     for flag, moved in ((1.0, False), (0.0, True)):
         p = torch.nn.Parameter(torch.ones(2))
@@ -106,7 +106,7 @@ def test_torch_private_apis_the_project_uses():
         opt.step()
         assert opt.defaults["fused"] and bool((p != 1).all()) == moved and opt.state[p]["step"].item() == moved
 
-    # mnp.context_cache, baselines.sngp: a tensor's in-place version counter
+    # mnp.model.context_cache, baselines.sngp: a tensor's in-place version counter
     v = b._version
     b.add_(1)
     assert b._version == v + 1

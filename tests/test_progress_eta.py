@@ -4,8 +4,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from mnp.core import progress
-from mnp.core.progress import MAIN_OVER_WARMUP, RunClock
+from mnp.cli import progress
+from mnp.cli.progress import MAIN_OVER_WARMUP, RunClock
 
 
 class FakeClock:
@@ -22,7 +22,7 @@ class Module:
     def __init__(self, warmup: int):
         self.spec, self.epoch = SimpleNamespace(warmup=SimpleNamespace(epochs=warmup)), 0
 
-    def _in_warmup(self) -> bool:
+    def in_warmup(self) -> bool:
         return self.epoch < self.spec.warmup.epochs
 
 

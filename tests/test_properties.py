@@ -3,11 +3,12 @@ it; the MBA posterior variance never exceeds any single term's variance."""
 
 import numpy as np
 import torch
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from mnp.aggregation import mba_posterior, unimodal_posteriors
-from mnp.attention import normalise
+from mnp.model.aggregation import mba_posterior, unimodal_posteriors
+from mnp.model.attention import normalise
 
 SETTINGS = settings(max_examples=200, deadline=None)
 ULP64 = 8 * np.finfo(np.float64).eps

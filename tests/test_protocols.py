@@ -10,15 +10,15 @@ import numpy as np
 import pytest
 import pytorch_lightning as pl
 import torch
-
-from baselines.deep_ensemble import DeepEnsemble
 from cfg_utils import compose_train
 from cli_utils import run_cli
+
+from baselines.deep_ensemble import DeepEnsemble
 from datamodules import TensorDataModule
 from datamodules.cifar10c import ood_mix
-from mnp.core import protocols
-from mnp.core.eval_protocol import EvalProtocol
-from mnp.core.validate import ConfigError, resolve_auto, validate
+from mnp.cli.validate import ConfigError, resolve_auto, validate
+from mnp.eval import protocols
+from mnp.eval.eval_protocol import EvalProtocol
 
 
 @pytest.mark.parametrize("m,count", [(6, 20), (3, 3), (2, 2), (1, 0)])
@@ -118,7 +118,7 @@ def test_forty_views_train_and_test_in_little_memory(tmp_path):
 @pytest.mark.slow
 def test_forty_views_train_mnp_with_the_modality_mask_in_little_memory(tmp_path):
     """MNP's modality mask drew from the table of all 2^40 subsets of >= 2 views, built before training; it now
-    draws a subset size, then the views, beyond 12 views (mnp.aggregation.random_modality_mask)."""
+    draws a subset size, then the views, beyond 12 views (mnp.model.aggregation.random_modality_mask)."""
     metrics = train_forty_views(
         tmp_path,
         "model=mnp",
@@ -233,8 +233,9 @@ def test_mnp_noisy_accuracy_batched_matches_one_call_per_subset(real_file, one_t
     """MNP samples its decoder from ``sample_generator``: batched, the draws are laid out differently, so
     the noisy accuracy agrees statistically (within 1.5 points), not bit for bit."""
     real_file("handwritten", "handwritten_6views.mat")
-    from datamodules.features import FeatureDataModule
     from mnp_utils import flat_mnp
+
+    from datamodules.features import FeatureDataModule
 
     pl.seed_everything(0, verbose=False)
     dm = FeatureDataModule("handwritten", os.environ["MNP_DATA_DIR"], download=False, batch_size=200)

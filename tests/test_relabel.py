@@ -8,7 +8,8 @@ from pathlib import Path
 
 import yaml
 
-from mnp.core.migrations import FLAT, PART_NODES as FLAT_PART_NODES
+from mnp.runs.migrations import FLAT
+from mnp.runs.migrations import PART_NODES as FLAT_PART_NODES
 from mnp.tools.relabel import defaults, variant_of
 from mnp.tools.report import main
 from mnp.tools.report_runs import load
@@ -75,7 +76,7 @@ def test_a_switch_added_after_the_run_counts_at_its_built_in_default_not_the_dat
 
 
 def test_a_run_saved_before_the_parts_is_labelled_by_its_settings_not_its_key_names():
-    """A config.yaml with MNP's flat keys (written before mnp.parts) is today's default run when its settings are."""
+    """A config.yaml with MNP's flat keys (written before mnp.model.parts) is today's default run when its settings are."""
     cfg = saved()
     flat = {k: v for k, v in cfg["model"].items() if k not in FLAT_PART_NODES}
     for key, (path, setting) in FLAT.items():

@@ -10,14 +10,14 @@ import time
 import pytest
 import pytorch_lightning as pl
 import torch
+from cfg_utils import ROOT, compose_train
 
 from baselines.mlp import MLP
-from cfg_utils import ROOT, compose_train
 from datamodules.synthetic import TwoMoons
-from mnp.core.checkpointing import AtomicCheckpointIO, checkpoint_callbacks
-from mnp.core.pipeline import train
+from mnp.cli.pipeline import train
+from mnp.runs.checkpointing import AtomicCheckpointIO, checkpoint_callbacks
 
-THROTTLE = "+callbacks.extra.throttle={_target_:mnp.core.callbacks.Throttle,seconds:0.4}"
+THROTTLE = "+callbacks.extra.throttle={_target_:mnp.cli.callbacks.Throttle,seconds:0.4}"
 
 
 def _cmd(out, epochs=8):

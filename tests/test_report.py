@@ -378,8 +378,9 @@ def test_tables_numbered_consecutively_with_the_paper_table_named(sweep, tmp_pat
 
 # ---------------------------------------------------------------------------- the paper's numbers
 def test_paper_numbers_come_from_the_package_data_file():
-    import tomllib
     from importlib import resources
+
+    import tomllib
 
     from mnp.tools.report_paper import PAPER_FILE, paper_rows, paper_speedups, paper_values
 

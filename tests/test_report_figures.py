@@ -63,8 +63,8 @@ def reliability_data():
 def test_reliability_figure_shows_ece_counts_confidence_and_faded_small_bins():
     import torch
 
-    from mnp.core.metrics import ece
-    from mnp.core.figures import FADED, reliability_figure
+    from mnp.eval.figures import FADED, reliability_figure
+    from mnp.eval.metrics import ece
 
     probs, labels = reliability_data()
     fig = reliability_figure(probs, labels, "mnp / pie / seed 0")

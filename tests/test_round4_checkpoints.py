@@ -7,7 +7,7 @@ import torch
 from cfg_utils import compose_train
 from test_checkpointing import MLP_RUN, eval_cfg, guarded, results
 
-from mnp.core.pipeline import evaluate, train
+from mnp.cli.pipeline import evaluate, train
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -11,7 +11,7 @@ from cfg_utils import compose_train
 from cli_utils import guarded_error
 
 from datamodules.custom import CustomDataModule
-from mnp.core.pipeline import train
+from mnp.cli.pipeline import train
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -62,7 +62,7 @@ def test_a_symlink_loop_or_a_dangling_link_is_named_as_such(tmp_path, capsys):
 
 def test_a_full_disk_while_writing_an_output_names_the_file(tmp_path, monkeypatch):
     """A30: `[Errno 28] No space left on device` named no file (it was predictions.npz's temp file)."""
-    from mnp.core.outputs import write_npz
+    from mnp.runs.outputs import write_npz
 
     def full(*args, **kwargs):
         raise OSError(28, "No space left on device")
@@ -79,7 +79,7 @@ def test_a_sweep_over_data_files_is_one_job_per_file(tmp_path):
     """N85: `-m dataset.path=a.npz,b.npz` became one job whose path was `a.npz,b.npz` (not found)."""
     from cli_utils import run_cli
 
-    from mnp.core.cli import quote_path_value
+    from mnp.cli.cli import quote_path_value
 
     a, b = _data(tmp_path / "a.npz", 0), _data(tmp_path / "b.npz", 1)
     assert quote_path_value(f"dataset.path={a},{b}") == f"dataset.path='{a},{b}'"  # one file, outside a sweep

@@ -8,9 +8,9 @@ import torch
 from cfg_utils import compose_train
 from test_checkpointing import eval_cfg
 
-from mnp.core import metrics
-from mnp.core.pipeline import evaluate, train
-from mnp.view_weighting import view_weights
+from mnp.cli.pipeline import evaluate, train
+from mnp.eval import metrics
+from mnp.model.view_weighting import view_weights
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -104,7 +104,7 @@ def test_predict_proba_with_an_infinite_cell_is_one_line(tmp_path, model, cell):
         "test=false",
     ]
     train(compose_train(tmp_path / "run", overrides))
-    from mnp.core.pipeline import load_run
+    from mnp.cli.pipeline import load_run
 
     _, _, _, dm, net, _ = load_run(tmp_path / "run" / "checkpoints" / "last.ckpt")
     dm.setup("test")

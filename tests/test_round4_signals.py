@@ -9,9 +9,9 @@ from cfg_utils import compose_train
 from test_checkpointing import MLP_RUN, eval_cfg
 
 from baselines.mlp import MLP
-from mnp.core.cli import run_guarded
-from mnp.core.pipeline import evaluate, train
-from mnp.core.routine import Routine
+from mnp.cli.cli import run_guarded
+from mnp.cli.pipeline import evaluate, train
+from mnp.framework.routine import Routine
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -125,7 +125,7 @@ def test_logger_wandb_with_a_broken_wandb_is_one_line_before_anything_is_written
     with open_dict(cfg):
         cfg.logger = {
             "wandb": {
-                "_target_": "mnp.core.wandb_utils.RunLogger",
+                "_target_": "mnp.cli.wandb_utils.RunLogger",
                 "project": "mnp",
                 "mode": "offline",
                 "save_dir": str(tmp_path / "run"),

@@ -7,6 +7,8 @@ import inspect
 
 import numpy as np
 import pytest
+from cfg_utils import ROOT, compose_train
+from cli_utils import assert_no_outputs, guarded_error, hydra_only, run_cli
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
@@ -17,11 +19,9 @@ from baselines.mgp import MGP
 from baselines.mlp import MLP
 from baselines.sngp import SNGP
 from baselines.tmc import TMC
-from cfg_utils import ROOT, compose_train
-from cli_utils import assert_no_outputs, guarded_error, hydra_only, run_cli
 from datamodules.custom import CustomDataModule
-from mnp.core.cli import not_a_model_key, one_line
-from mnp.core.pipeline import train
+from mnp.cli.cli import not_a_model_key, one_line
+from mnp.cli.pipeline import train
 from mnp.model import MNP
 
 MOVED = "is not a key of the model: MNP's flat settings moved into its parts' nodes (docs/usage.md), give"

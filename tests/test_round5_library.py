@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import warnings
 import os
+import warnings
 
 import numpy as np
 import pytest
@@ -16,8 +16,8 @@ from cfg_utils import compose_train
 from test_predictor import digits_file
 
 import mnp
-from mnp.core.checkpointing import PREP_KEY, CheckpointError, load_checkpoint
-from mnp.core.pipeline import train
+from mnp.cli.pipeline import train
+from mnp.runs.checkpointing import PREP_KEY, CheckpointError, load_checkpoint
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -18,11 +18,11 @@ from cli_utils import guarded_error, run_cli
 from test_checkpointing import MLP_RUN, SMALL_MNP, eval_cfg
 from test_run_records import error_line, evaluate, g, snapshot, write_data
 
-from mnp.core import calibration
-from mnp.core.cli import run_guarded
-from mnp.core.per_view import PerView
-from mnp.core.pipeline import evaluate as evaluate_run
-from mnp.core.pipeline import train
+from mnp.cli.cli import run_guarded
+from mnp.cli.pipeline import evaluate as evaluate_run
+from mnp.cli.pipeline import train
+from mnp.eval import calibration
+from mnp.eval.per_view import PerView
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

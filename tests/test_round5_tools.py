@@ -11,14 +11,14 @@ import shutil
 import subprocess
 
 import pytest
-
 from cfg_utils import ROOT
-from mnp.core import codeversion
+from test_report import md_table, read_csv, write_run
+from test_selection import _fake_run, _sweep
+
+from mnp.runs import codeversion
 from mnp.tools import docgen, select
 from mnp.tools.docgen_sources import ADVICE
 from mnp.tools.report import main as report_main
-from test_report import md_table, read_csv, write_run
-from test_selection import _fake_run, _sweep
 
 CANDIDATE = "model.memory.size=300"
 
@@ -146,7 +146,8 @@ def test_a_run_records_the_commit_of_its_code_and_none_outside_a_checkout(tmp_pa
 @pytest.mark.slow
 def test_a_trained_run_writes_its_code_version_into_metrics_json(tmp_path, one_thread):
     from cfg_utils import compose_train
-    from mnp.core.pipeline import train
+
+    from mnp.cli.pipeline import train
 
     train(compose_train(tmp_path, ["model=mlp", "trainer.max_epochs=1", "dataset.num_views=2"]))
     record = json.loads((tmp_path / "metrics.json").read_text())

@@ -6,9 +6,9 @@ import pytorch_lightning as pl
 import torch
 
 from datamodules import TensorDataModule
-from mnp.core.eval_protocol import EvalProtocol
-from mnp.core import metrics
-from mnp.core.routine import Routine
+from mnp.eval import metrics
+from mnp.eval.eval_protocol import EvalProtocol
+from mnp.framework.routine import Routine
 
 
 class ThresholdModel(Routine):

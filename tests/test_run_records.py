@@ -7,10 +7,10 @@ import re
 
 import numpy as np
 import pytest
+from cli_utils import run_cli
 from omegaconf import OmegaConf
 
-from cli_utils import run_cli
-from mnp.core.rundir import rename_key
+from mnp.runs.rundir import rename_key
 
 
 def write_data(path, seed=0, noise=False):
@@ -186,8 +186,9 @@ def test_a_real_datasets_record_holds_its_data_file_and_split_files(tmp_path, re
     import hashlib
 
     from cfg_utils import compose_train
-    from mnp.core.builders import make_datamodule
-    from mnp.core.rundir import data_hashes
+
+    from mnp.cli.builders import make_datamodule
+    from mnp.runs.datahash import data_hashes
 
     files = [
         real_file("pie", name) for name in ("PIE_face_10.mat", "PIE_face_10_train_idx.npy", "PIE_face_10_test_idx.npy")

@@ -5,11 +5,12 @@ import subprocess
 import sys
 
 import pytest
-
 from cfg_utils import ROOT, compose_train
-from mnp.core.pipeline import train
+
+from mnp.cli.pipeline import train
+from mnp.runs.dirname import run_suffix
+from mnp.runs.rundir import RunDirConflict, config_drift
 from mnp.tools.report import load
-from mnp.core.rundir import RunDirConflict, config_drift, run_suffix
 
 
 def test_run_suffix_names_only_result_changing_overrides():

@@ -10,18 +10,17 @@ import math
 import numpy as np
 import pytest
 import yaml
+from cfg_utils import ROOT, compose_train
 from scipy import stats
 
 from datamodules import TensorDataModule
-
-from mnp.core.pipeline import train
-from mnp.tools.report_runs import load
-from mnp.core.protocols import validation_names
-from mnp.core.validate import ConfigError, validate
-from mnp.core.migrations import MNP_TARGET
-from mnp.parts import LossPart
+from mnp.cli.pipeline import train
+from mnp.cli.validate import ConfigError, validate
+from mnp.eval.protocols import validation_names
+from mnp.model.parts import LossPart
+from mnp.runs.migrations import MNP_TARGET
 from mnp.tools import select
-from cfg_utils import ROOT, compose_train
+from mnp.tools.report_runs import load
 
 
 def _module(seed: int, **kw) -> TensorDataModule:
@@ -339,8 +338,8 @@ def test_infer_refuses_a_checkpoint_short_of_the_runs_end(tmp_path, one_thread, 
     assert select.main([*args, "--out", str(out)]) != 0 and not out.exists()
     assert "holds epoch 2 of the run's 3" in capsys.readouterr().err
     # the shared guard of select infer, benchmarks/view_weighting.py and benchmarks/research/view_conflict.py
-    from mnp.core.errors import UnfinishedRun
-    from mnp.core.pipeline import load_finished_run
+    from mnp.cli.errors import UnfinishedRun
+    from mnp.cli.pipeline import load_finished_run
 
     with pytest.raises(UnfinishedRun, match="holds epoch 2 of the run's 3"):
         load_finished_run(tmp_path / "runs" / "mnp_synthetic_s0")

@@ -8,9 +8,9 @@ import os
 import subprocess
 
 import pytest
-
 from cfg_utils import ROOT, compose_train
-from mnp.core.validate import validate
+
+from mnp.cli.validate import validate
 
 SCRIPTS = {"pie": (4, 3), "scene15": (4, 3), "digits_c": (2, 5)}  # dataset -> (candidates, seeds) of its train stage
 

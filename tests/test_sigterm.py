@@ -1,10 +1,9 @@
 """SIGTERM (kill, a scheduler, a container stop) ends a run or a sweep with exit status 143 and one
-``error:`` line, keeps a resumable last.ckpt, and the same command resumes (mnp.core.signals); Ctrl-C (SIGINT)
+``error:`` line, keeps a resumable last.ckpt, and the same command resumes (mnp.runs.signals); Ctrl-C (SIGINT)
 ends the same way with status 130."""
 
 from __future__ import annotations
 
-import pytest
 import os
 import re
 import signal
@@ -13,7 +12,9 @@ import sys
 import time
 from pathlib import Path
 
-from mnp.core.checkpointing import load_checkpoint
+import pytest
+
+from mnp.runs.checkpointing import load_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 # MNP on 10,000 two-moons rows: about a second per epoch here, so a SIGTERM lands inside an epoch

@@ -9,8 +9,8 @@ from urllib.parse import unquote, urlparse
 
 import numpy as np
 import pytest
-
 from conftest import data_dir, data_missing
+
 from datamodules import sources
 from datamodules.errors import DataError
 from datamodules.formats import read_file

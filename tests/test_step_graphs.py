@@ -1,4 +1,4 @@
-"""``accel.cuda_graph``: MNP's training step and DCM update replayed as CUDA graphs (mnp.step_graphs).
+"""``accel.cuda_graph``: MNP's training step and DCM update replayed as CUDA graphs (mnp.model.step_graphs).
 
 On a CPU the ``emulate`` mode runs the graph path's bookkeeping (static input buffers, one pair per
 phase and batch size, a capturable fused Adam with tensor learning rates, Lightning's step count
@@ -9,18 +9,19 @@ GPU by benchmarks/device/graph_check.py (part of benchmarks/device/gpu_check.py)
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 import pytorch_lightning as pl
 import torch
-from types import SimpleNamespace
-
-from datamodules import TensorDataModule
-from mnp import step_graphs
-from mnp.core import accel
-from mnp.core.validate import ConfigError, check_accel
-from mnp.model import MNP
 from mnp_utils import flat_mnp
+
+import mnp.model.step_graphs as step_graphs
+from datamodules import TensorDataModule
+from mnp.cli import accel
+from mnp.cli.validate import ConfigError, check_accel
+from mnp.model import MNP
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -184,7 +185,7 @@ def test_make_capturable_keeps_the_update_and_the_schedule_fills_the_tensor():
     assert opt.param_groups[0]["capturable"] and isinstance(lr, torch.Tensor) and lr.dtype == torch.float64
     sched.step()
     assert opt.param_groups[0]["lr"] is lr and float(lr) == pytest.approx(0.05)  # filled in place, not replaced
-    from mnp.optim import set_lr
+    from mnp.framework.optim import set_lr
 
     set_lr(opt.param_groups[0], 0.02)
     assert opt.param_groups[0]["lr"] is lr and float(lr) == pytest.approx(0.02)
@@ -279,7 +280,7 @@ def test_matmul_precision_is_restored_after_the_run():
 
 
 def test_train_py_runs_with_the_emulated_graph(tmp_path):
-    from mnp.core.pipeline import train
+    from mnp.cli.pipeline import train
     from tests.cfg_utils import compose_train
 
     cfg = compose_train(

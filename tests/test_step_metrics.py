@@ -1,6 +1,6 @@
 """MNP's training step as one CUDA graph needs it: no host syncs, no graph breaks, few ops
 (mnp.tools.step_metrics), the same numbers as the eager step before (tests/data/step_golden.pt), batched
-parameters that behave as the modules' own (mnp.stacked), and the fields in the benchmark's JSON."""
+parameters that behave as the modules' own (mnp.model.stacked), and the fields in the benchmark's JSON."""
 
 import copy
 import json
@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 import pytorch_lightning as pl
 import torch
-
-from mnp.tools import bench, bench_cases, step_metrics
-from mnp.model import MNP
 from mnp_utils import flat_mnp
-from mnp.stacked import ParamStack
+
+from mnp.model import MNP
+from mnp.model.stacked import ParamStack
+from mnp.tools import bench, bench_cases, step_metrics
 
 sys.path.insert(0, str(Path(__file__).parent))
 from step_golden import BASE, CASES, GOLDEN, STEPS, run, unflatten  # noqa: E402
@@ -124,7 +124,7 @@ def test_sync_counter_sees_item_masks_and_device_reads():
 def new_step(model, opt, views, y):
     model.capturable = True
     loss, _ = model.train_step(views, y, opt)
-    model._update_memory()  # on_train_batch_end
+    model.update_context_memory()  # on_train_batch_end
     return loss.detach()
 
 
@@ -157,8 +157,9 @@ def test_train_step_equals_the_eager_step_of_before(name):
 
 
 def test_a_non_finite_loss_stops_training_at_the_periodic_read(tmp_path):
-    from datamodules import TensorDataModule
     import numpy as np
+
+    from datamodules import TensorDataModule
 
     class NaNFromEpoch1(MNP):
         def _training_loss(self, views, y):

@@ -6,12 +6,12 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-
 from cfg_utils import CONF
-from mnp.core.checkpointing import CFG_KEY, CheckpointError
-from mnp.core.pipeline import evaluate, load_run, train
-from mnp.core.stored_config import DATAMODULES, MODELS, READ_ONLY
 from test_checkpointing import MLP_RUN, cli, compose_train, eval_cfg, one_line
+
+from mnp.cli.pipeline import evaluate, load_run, train
+from mnp.runs.checkpointing import CFG_KEY, CheckpointError
+from mnp.runs.stored_config import DATAMODULES, MODELS, READ_ONLY
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 PRECIOUS = "precious\n"

@@ -1,4 +1,4 @@
-"""Experiment presets, launchers, and multirun failure isolation / skipping / resuming (mnp.core.sweep)."""
+"""Experiment presets, launchers, and multirun failure isolation / skipping / resuming (mnp.cli.sweep)."""
 
 from __future__ import annotations
 
@@ -16,10 +16,10 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf
 
 from datamodules.custom import CustomDataModule
-from datamodules.features import FeatureDataModule
 from datamodules.errors import DataError, MissingData
-from mnp.core.rundir import register_resolver
-from mnp.core.sweep import FAILED, SKIPPED, JobFailed, is_missing_data, run_job
+from datamodules.features import FeatureDataModule
+from mnp.cli.resolvers import register_resolver
+from mnp.cli.sweep import FAILED, SKIPPED, JobFailed, is_missing_data, run_job
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
@@ -145,7 +145,7 @@ def test_launchers_compose():
 def test_the_one_gpu_preset_composes_with_the_paper_sweep(monkeypatch):
     """launcher=gpu_joblib: joblib with one-thread jobs, as many as the CPU cores but one and the GPU's memory
     allow (15 on the 16-core H100 and H200 machines of docs/gpu.md)."""
-    from mnp.core import resources
+    from mnp.cli import resources
 
     cfg = compose_hydra(["experiment=paper_main", "launcher=gpu_joblib", "model=mnp"])
     assert cfg.hydra.launcher._target_.endswith("JoblibLauncher") and cfg.torch_threads == 1
@@ -179,13 +179,13 @@ def test_a_run_given_no_thread_count_takes_the_free_cores(monkeypatch, caplog, c
 
     import torch
 
-    from mnp.core import resources
+    from mnp.cli import resources
 
     monkeypatch.setattr(resources, "cpu_count", lambda: cores)
     monkeypatch.setattr(resources.os, "getloadavg", lambda: (load, 0.0, 0.0))
     before = torch.get_num_threads()
     try:
-        with caplog.at_level(logging.INFO, logger="mnp.core.resources"):
+        with caplog.at_level(logging.INFO, logger="mnp.cli.resources"):
             assert resources.set_threads(None) == threads == torch.get_num_threads()
         assert caplog.messages == [
             f"torch threads: {threads} ({cores} cores, load {load:.1f}); MNP_TORCH_THREADS=<n> sets it"
@@ -197,7 +197,7 @@ def test_a_run_given_no_thread_count_takes_the_free_cores(monkeypatch, caplog, c
 
 
 def test_the_load_average_is_zero_where_the_platform_has_none(monkeypatch):
-    from mnp.core import resources
+    from mnp.cli import resources
 
     monkeypatch.delattr(resources.os, "getloadavg")
     assert resources.load_average() == 0.0

@@ -9,18 +9,18 @@ import math
 import numpy as np
 import pytest
 import yaml
+from cfg_utils import CONF, ROOT
+from cli_utils import run_cli
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
-from cfg_utils import CONF, ROOT
-from cli_utils import run_cli
 from datamodules.base import TensorDataModule
 from datamodules.errors import DataError
 from datamodules.folds import kfold_split
-from mnp.core.rundir import register_resolver
-from mnp.core.validate import ConfigError, check_ranges
+from mnp.cli.resolvers import register_resolver
+from mnp.cli.validate import ConfigError, check_ranges
 from mnp.tune.apply import apply
 from mnp.tune.records import tuned_config
 from mnp.tune.space import SpaceError, contains, distribution

@@ -7,7 +7,6 @@ from __future__ import annotations
 import sys
 
 import torch
-
 from cfg_utils import ROOT
 
 sys.path.insert(0, str(ROOT / "benchmarks" / "research"))

@@ -1,4 +1,4 @@
-"""Stronger single views (mnp.view_training, docs/method.md §1.9): the per-view loss weight λ against a decode by
+"""Stronger single views (mnp.model.view_training, docs/method.md §1.9): the per-view loss weight λ against a decode by
 hand, view dropout's drop rate, its one-view guarantee and a dropped view's absence from the fused posterior, and
 both switches in the sync-free and the emulated-graph training step."""
 
@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from mnp.aggregation import random_modality_mask
-from mnp.decoder import sample_logits
 from mnp_utils import flat_mnp
+
+from mnp.model.aggregation import random_modality_mask
+from mnp.model.decoder import sample_logits
+from mnp.model.view_training import fusion_weights, view_dropout_mask
 from mnp.tools import bench_cases, step_metrics
-from mnp.view_training import fusion_weights, view_dropout_mask
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_step_graphs import assert_same_training, fit  # noqa: E402

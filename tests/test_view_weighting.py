@@ -1,14 +1,14 @@
-"""Distance-aware view weighting (mnp/view_weighting.py, eq. 8′): its pieces against closed forms, and its
+"""Distance-aware view weighting (mnp/model/view_weighting.py, eq. 8′): its pieces against closed forms, and its
 principle on a trained model: a view replaced by pure noise loses its MBA weight."""
 
 import pytest
 import torch
-
 from cfg_utils import compose_train
-from mnp.aggregation import mba_posterior
-from mnp.core.builders import build_datamodule, build_model
-from mnp.core.pipeline import load_run, train
-from mnp.view_weighting import nearest_sq_dist, proximity, reference_sq_dist, view_weights
+
+from mnp.cli.builders import build_datamodule, build_model
+from mnp.cli.pipeline import load_run, train
+from mnp.model.aggregation import mba_posterior
+from mnp.model.view_weighting import nearest_sq_dist, proximity, reference_sq_dist, view_weights
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -45,7 +45,7 @@ def test_proximity_and_relative_weights_closed_form():
 
 
 def test_reference_is_the_quantile_of_nonzero_training_distances_over_chunks(monkeypatch):
-    import mnp.view_weighting as vw
+    import mnp.model.view_weighting as vw
 
     monkeypatch.setattr(vw, "CHUNK", 3)
     x = torch.tensor([0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0])  # d² = x for view 0 (a zero: a memory row), 2x for view 1

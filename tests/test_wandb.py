@@ -16,11 +16,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-
-from mnp.core.wandb_utils import summary_items
 from wandb_records import OfflineRun, offline_runs
 
-from mnp.core.wandb_utils import run_id
+from mnp.cli.wandb_utils import run_id, summary_items
 
 pytestmark = pytest.mark.slow  # module fixtures train whole runs
 
@@ -237,7 +235,7 @@ def test_wandb_mode_decides_the_mode_and_no_anonymous_setting_reaches_wandb(tmp_
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from mnp.core.builders import build_loggers
+    from mnp.cli.builders import build_loggers
 
     monkeypatch.setenv("WANDB_MODE", "disabled")
     GlobalHydra.instance().clear()

@@ -54,7 +54,7 @@ class OfflineRun:
     history: list[dict] = field(default_factory=list)
 
     @classmethod
-    def read(cls, path: Path) -> "OfflineRun":
+    def read(cls, path: Path) -> OfflineRun:
         run = cls(path)
         for r in read_wandb_records(next(path.glob("run-*.wandb"))):
             kind = r.WhichOneof("record_type")

@@ -16,6 +16,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from jobs import RIVAL, SCREENS  # noqa: E402
+
 from mnp.tools import select  # noqa: E402
 
 

@@ -7,7 +7,7 @@ for 4 epochs twice, eager and with its step and DCM update replayed as CUDA grap
 counts, the largest parameter difference, whether every parameter is finite, each fit's seconds, and how
 often torch warned "AccumulateGrad node's stream does not match" (0 expected: the short batch's pair is a
 second pair per phase, whose eager first step met the first pair's kept autograd graph on the H200 before
-the pairs kept their outputs detached, mnp.step_graphs._outputs).
+the pairs kept their outputs detached, mnp.model.step_graphs._outputs).
 The Monte Carlo draws of a graph come from other philox offsets than eager ones, so on a GPU the runs
 agree within ``--tol``; ``--cpu`` compares the emulated path, which must agree bit for bit. Exit 1 when
 they do not agree.

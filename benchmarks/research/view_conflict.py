@@ -31,11 +31,11 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from mnp.aggregation import mba_posterior, unimodal_posteriors  # noqa: E402
-from mnp.core.pipeline import load_finished_run  # noqa: E402
-from mnp.core.protocols import add_noise, default_noise_levels, sigma_key  # noqa: E402
-from mnp.decoder import sample_logits  # noqa: E402
-from mnp.view_weighting import log_proximity, nearest_sq_dist  # noqa: E402
+from mnp.cli.pipeline import load_finished_run  # noqa: E402
+from mnp.eval.protocols import add_noise, default_noise_levels, sigma_key  # noqa: E402
+from mnp.model.aggregation import mba_posterior, unimodal_posteriors  # noqa: E402
+from mnp.model.decoder import sample_logits  # noqa: E402
+from mnp.model.view_weighting import log_proximity, nearest_sq_dist  # noqa: E402
 
 SIGMAS = tuple(default_noise_levels())  # the evaluation protocol's σ, labelled as its metrics are (sigma_key)
 CHUNK = 1024

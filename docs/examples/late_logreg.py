@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor, nn
 
-from mnp.core.domains import POSITIVE
-from mnp.core.routine import Routine
-from mnp.optim import make_optimizer
+from mnp.framework.domains import POSITIVE
+from mnp.framework.optim import make_optimizer
+from mnp.framework.routine import Routine
 
 
 class LateLogReg(Routine):

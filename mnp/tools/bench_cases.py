@@ -16,11 +16,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from mnp.core.migrations import merge_into, nest_flat
-from mnp.decoder import Decoder
-from mnp.encoders import LEAKY_SLOPE
-from mnp.optim import make_optimizer
-from mnp.core.routine import Routine
+from mnp.framework.optim import make_optimizer
+from mnp.framework.routine import Routine
+from mnp.model.decoder import Decoder
+from mnp.model.encoders import LEAKY_SLOPE
+from mnp.runs.migrations import merge_into, nest_flat
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 REAL = ("handwritten", "cub", "pie", "scene15")
@@ -83,7 +83,7 @@ def compose_cfg(model: str, dataset: str, overrides: tuple[str, ...] = ()) -> di
     from hydra.core.global_hydra import GlobalHydra
     from omegaconf import OmegaConf
 
-    from mnp.core.validate import resolve_auto
+    from mnp.cli.validate import resolve_auto
 
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):

@@ -15,8 +15,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import FlopCounterMode
 
+from mnp.framework.routine import Routine
 from mnp.tools.bench_cases import BATCH, EVAL_BATCH, first_optimizer
-from mnp.core.routine import Routine
 
 
 def sync(device: torch.device) -> None:
@@ -185,7 +185,7 @@ def manual_step(model: Routine, opt, views, y, precision: str, device: torch.dev
     if clip:
         model.configure_gradient_clipping(opt, clip)
     opt.step()
-    if hasattr(model, "_dcm_batch"):
+    if hasattr(model, "update_context_memory"):
         model.on_train_batch_end(None, None, 0)
 
 
@@ -226,13 +226,13 @@ def training_flops(model: Routine, dm, device: torch.device, sizes: list[int], p
 
             def step():
                 with autocast(device, precision):
-                    loss, _ = model.training_loss(views, y)
+                    loss, _ = model.training_loss(views, y)  # noqa: B023 - step runs at once, in this iteration
                 loss.backward()
 
             cache[b] = count_flops(step)
             model.zero_grad(set_to_none=True)
-            if hasattr(model, "_dcm_batch"):
-                model._dcm_batch = None
+            if hasattr(model, "drop_memory_update"):
+                model.drop_memory_update()
         total += cache[b]
     return total
 

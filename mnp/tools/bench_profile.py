@@ -71,11 +71,9 @@ def profile_case(case: Case, device: torch.device, steps: int = 3) -> str:
 
 def sparsemax_timings(model, views, device: torch.device, reps: int = 5) -> tuple[str, dict[str, float]]:
     """entmax's sparsemax with a full sort against partial sorts (top-k, exact) on real scores."""
-    from mnp.attention import normalise, topk_hint
+    from mnp.model.attention import normalise, topk_hint
 
-    with torch.no_grad():
-        targets, (contexts, *_) = model._encode(views)
-        scores = model.similarity(targets, contexts).float()
+    scores = model.explain(views).scores.float()
     grad = torch.randn_like(scores)
     n = scores.shape[-1]
     hint = topk_hint(normalise(scores, "sparsemax"))

@@ -11,8 +11,8 @@ import time
 import pytorch_lightning as pl
 import torch
 
-from mnp.core.eval_protocol import EvalProtocol
-from mnp.core.migrations import nest_flat
+from mnp.eval.eval_protocol import EvalProtocol
+from mnp.runs.migrations import nest_flat
 from mnp.tools.bench_cases import CONF, REAL, compose_cfg, load_case, merged
 from mnp.tools.bench_measure import train_epoch
 
@@ -25,7 +25,7 @@ def startup_s() -> float:
 
     t0 = time.perf_counter()
     subprocess.run(
-        [sys.executable, "-c", "import mnp.core.pipeline, datamodules.features, baselines.mgp"],
+        [sys.executable, "-c", "import mnp.cli.pipeline, datamodules.features, baselines.mgp"],
         check=True,
         cwd=str(CONF.parent),
         capture_output=True,

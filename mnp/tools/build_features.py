@@ -10,8 +10,8 @@ from datamodules.feature_cache import build_cifar10c
 def main() -> None:
     import hydra
 
-    from mnp.core.cli import run_guarded
-    from mnp.core.rundir import register_resolver
+    from mnp.cli.cli import run_guarded
+    from mnp.cli.resolvers import register_resolver
 
     register_resolver()
     hydra.main(version_base="1.3", config_path="../../conf", config_name="features/cifar10c")(

@@ -74,7 +74,7 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def package_of(module: str, mods: dict[str, Path]) -> str:
-    """The (sub)package that holds ``module``: ``mnp.core`` for mnp.core.routine, ``mnp`` for mnp.model."""
+    """The (sub)package that holds ``module``: ``mnp.framework`` for mnp.framework.routine, ``mnp.model`` for mnp.model."""
     return module if mods[module].name == "__init__.py" else module.rpartition(".")[0]
 
 

@@ -30,8 +30,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mnp.decoder import sample_logits
-from mnp.core.protocols import add_noise, noise_subsets
+from mnp.eval.protocols import add_noise, noise_subsets
+from mnp.model.decoder import sample_logits
 
 DEFAULT_SIGMAS = (0.0, 0.1, 0.46, 1.0, 2.15, 10.0)
 
@@ -59,9 +59,10 @@ def _probs(model, r_star, s_star, u, q, weights=None, seed: int = 0):
 @torch.no_grad()
 def measure(model, views: list[torch.Tensor], y: torch.Tensor, subset: tuple[int, ...]) -> dict:
     """Diagnostics of one (noised) evaluation of ``views``; ``subset`` names the noised views."""
-    _, (_, r_all, s_all, _, _) = model._encode(views)
-    _, scores, attn, r_star, s_star, u, q = model._attend_scores(views)
-    weights = model._view_weights(scores)  # eq. 8′ with view_weighting=distance, else None (eq. 8)
+    e = model.explain(views)
+    r_all, s_all, scores, attn = e.r, e.s, e.scores, e.attention
+    r_star, s_star, u, q = e.r_star, e.s_star, e.u, e.q
+    weights = e.view_weights  # eq. 8′ with view_weighting=distance, else None (eq. 8)
     p, p_m = _probs(model, r_star, s_star, u, q, weights)
     r_u, s_u = r_star.clone(), s_star.clone()
     for m in subset:  # uniform attention: the context mean of r and s
@@ -198,7 +199,7 @@ def main(argv: list[str] | None = None) -> dict:
         "--plot", type=Path, default=None, help="write a PNG of accuracy, attention and MBA precision against σ"
     )
     args = ap.parse_args(argv)
-    from mnp.core.pipeline import load_run
+    from mnp.cli.pipeline import load_run
 
     ckpt = Path(args.run)
     if ckpt.is_dir():
@@ -224,7 +225,7 @@ def main(argv: list[str] | None = None) -> dict:
 def cli(argv: list[str] | None = None) -> int:
     """``python -m mnp.tools.diagnose``: a refused or unreadable checkpoint, or a run of another model, is one
     ``error: ...`` line and status 1."""
-    from mnp.core.errors import USER_ERRORS
+    from mnp.cli.errors import USER_ERRORS
 
     try:
         main(argv)

@@ -13,7 +13,7 @@ exits 1 when a block differs from what the files give (tests/test_docs.py runs i
 * ``docs/goals.csv``: the goal table of the fidelity issue; ``benchmarks/custom_defaults.json``:
   ``python benchmarks/custom_defaults.py --before``; ``figures/figure2.json``: ``python -m mnp.tools.figure2 --out figures``;
   the GPU and start-up measurements of :mod:`mnp.tools.docgen_speed` (its renderers are registered here); the models'
-  declared domains (``domains`` of each class in ``conf/model/``, mnp.core.domains) for the table of model keys.
+  declared domains (``domains`` of each class in ``conf/model/``, mnp.framework.domains) for the table of model keys.
   ``figures/noise_curves.json`` and ``.png`` (accuracy per σ: bands, ceiling, per-view curves; :mod:`mnp.tools.noise_figure`) are
   rewritten from ``results/paper_main/results.csv`` when they differ from it; ``benchmarks/view_weighting_<dataset>.json``:
   ``python benchmarks/view_weighting.py <mnp run dirs> --out ...``; ``results/decisions/*.csv``: the decision
@@ -29,13 +29,13 @@ import re
 import sys
 from pathlib import Path
 
-from mnp.core.migrations import modern_variant
+from mnp.runs.migrations import modern_variant
 from mnp.tools import docgen_ceiling, docgen_decisions, docgen_results, docgen_speed, docgen_tuning, noise_figure
 from mnp.tools.docgen_results import DATASETS, MAIN
 from mnp.tools.docgen_sources import SourceError, reading
 from mnp.tools.report_records import claims, read_runs
-from mnp.tools.row_claims import add_row_tests
 from mnp.tools.report_runs import dataset_label, markdown_table, model_label, read_cells, read_results
+from mnp.tools.row_claims import add_row_tests
 
 ROOT = Path(__file__).resolve().parents[2]
 BLOCK = re.compile(r"(<!-- generated:(\w+) -->\n)(.*?)(<!-- /generated:\2 -->)", re.S)
@@ -156,7 +156,7 @@ def render_depgraph(src: dict) -> str:
 
 def render_model_keys(src: dict) -> str:
     """Each model class's numeric keys and the values they accept: the domains the class declares next to its
-    constructor (``domains``, mnp.core.domains), which its constructor and the config validation check."""
+    constructor (``domains``, mnp.framework.domains), which its constructor and the config validation check."""
     from collections.abc import Mapping
 
     from hydra.utils import get_class
@@ -168,7 +168,7 @@ def render_model_keys(src: dict) -> str:
         target = node.get("_target_") or confs[node.defaults[0]]["_target_"]
         names.setdefault(get_class(target), []).append(f"`{name}`")
 
-    def flat(domains: Mapping, prefix: str = ""):  # a part's domains (MNP, mnp.parts) as dotted keys
+    def flat(domains: Mapping, prefix: str = ""):  # a part's domains (MNP, mnp.model.parts) as dotted keys
         for key, domain in domains.items():
             yield from flat(domain, f"{prefix}{key}.") if isinstance(domain, Mapping) else [(prefix + key, domain)]
 

@@ -25,7 +25,7 @@ from hydra import compose, initialize_config_dir  # noqa: E402
 from hydra.core.global_hydra import GlobalHydra  # noqa: E402
 
 from datamodules.synthetic import mesh  # noqa: E402
-from mnp.core.builders import build_datamodule, build_model  # noqa: E402
+from mnp.cli.builders import build_datamodule, build_model  # noqa: E402
 
 CONF = str(Path(__file__).resolve().parents[2] / "conf")
 VARIANTS = {
@@ -68,7 +68,7 @@ def variant_maps(model, dm) -> dict:
     grid = torch.as_tensor(mesh(), dtype=torch.float32)
     probs, unc = model.predict_tensors([grid])
     ood = torch.tensor([OOD_POINT], dtype=torch.float32)
-    attn = model._attend([ood])[1][0, 0]  # (N^m,) weights of the OOD point on the context
+    attn = model.explain([ood]).attention[0, 0]  # (N^m,) weights of the OOD point on the context
     ctx_x, ctx_y = model.memory.context()
     test_p, test_u = model.predict_tensors(dm.test_views)
     _, ood_u = model.predict_tensors([ood])

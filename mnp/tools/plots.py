@@ -13,7 +13,7 @@ One figure per experiment (and dataset) and kind:
   bars from the fastest to the slowest seed, log axis with plain tick labels.
 
 The pieces of one run's figures (noise series, reliability panels and legend) live in
-:mod:`mnp.core.figures`.
+:mod:`mnp.eval.figures`.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter  # noqa: E402
 
-from mnp.core.figures import draw_reliability, noise_series, reliability_axes, reliability_legend  # noqa: E402
-from mnp.core.metrics import reliability  # noqa: E402
+from mnp.eval.figures import draw_reliability, noise_series, reliability_axes, reliability_legend  # noqa: E402
+from mnp.eval.metrics import reliability  # noqa: E402
 from mnp.tools.report_runs import DATASET_ORDER, Run, dataset_label, order, order_rows, row_label  # noqa: E402
 
 

@@ -5,7 +5,7 @@ overrides it was given. After a default changes, that label goes stale: a run ma
 ``model.warmup.lr=0.01`` as an override is a default run once 0.01 is the default, and an old default
 run is now a variant. With ``--relabel`` the report labels each run by its saved ``config.yaml``
 instead: its variant is the result keys where that config differs from today's composed defaults for
-its model, dataset and seed (``mnp.core.rundir.config_drift``, the same comparison that guards run
+its model, dataset and seed (``mnp.runs.rundir.config_drift``, the same comparison that guards run
 directories), and its experiment is the one whose directory holds it
 (``<log_dir>/<experiment>/multiruns/<run>``).
 """
@@ -20,14 +20,15 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from mnp.core.migrations import MNP_TARGET, under_built_in, upgrade_run_config
-from mnp.core.rundir import flatten, config_drift
+from mnp.runs.flat import flatten
+from mnp.runs.migrations import MNP_TARGET, under_built_in, upgrade_run_config
+from mnp.runs.rundir import config_drift
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 RESULT_GROUPS = ("model", "dataset", "trainer", "eval")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _composed(model: str, dataset: str):
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
@@ -42,7 +43,7 @@ def _composed(model: str, dataset: str):
 def defaults(model: str, dataset: str, seed: int) -> dict:
     """The result groups (model, dataset, trainer, eval) of today's resolved ``train.yaml`` for a job
     (composed once per model and dataset, resolved per seed)."""
-    from mnp.core.validate import resolve_auto
+    from mnp.cli.validate import resolve_auto
 
     cfg = copy.deepcopy(_composed(model, dataset))
     cfg.seed = seed
@@ -58,7 +59,7 @@ def with_built_in_defaults(config: dict, current: dict) -> dict:
     model = config.get("model")
     if not isinstance(model, Mapping) or model.get("_target_") != MNP_TARGET:
         return config
-    from mnp.parts import PARTS
+    from mnp.model.parts import PARTS
 
     today = current.get("model") or {}
     parts = {

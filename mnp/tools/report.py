@@ -50,9 +50,8 @@ from mnp.tools.report_records import (
     write_runs,
 )
 from mnp.tools.report_runs import LEGACY, Cell, Job, Run, load, mixed_versions, read_cells, row_label
-from mnp.tools.row_claims import add_row_tests, archive_predictions
 from mnp.tools.report_tables import experiment_tables, speedup_md, speedup_tex, speedups, table_md, table_tex
-
+from mnp.tools.row_claims import add_row_tests, archive_predictions
 
 STATUSES = ("failed", "skipped", "unreadable", "interrupted")  # of the jobs without metrics in the tables
 

@@ -45,7 +45,7 @@ CLAIM_COLUMNS = [
     "experiment", "model", "dataset", "metric", "baseline", "difference", "p_value", "n", "verdict", "p_holm",
     "verdict_holm", "p_rows", "verdict_rows",
 ]  # fmt: skip
-# cal/: temperature-scaled (runs with eval.calibration=temperature, mnp.core.calibration)
+# cal/: temperature-scaled (runs with eval.calibration=temperature, mnp.eval.calibration)
 CLAIM_METRICS = ["test/acc", "test/ece", "noise/acc_mean", "test/nll", "cal/test/ece", "cal/test/nll"]
 NON_METRICS = {"seed", "epochs"}
 UNTESTED = "untested (legacy aggregate)"

@@ -6,17 +6,17 @@ from __future__ import annotations
 import csv
 import json
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
 
 import numpy as np
 import pandas as pd
 from omegaconf import OmegaConf
 from tabulate import DataRow, TableFormat
 
-from mnp.core.migrations import upgrade_run_config
-from mnp.core.naming import data_label
+from mnp.runs.migrations import upgrade_run_config
+from mnp.runs.naming import data_label
 from mnp.tools.stats import t_interval
 
 log = logging.getLogger(__name__)
@@ -174,7 +174,7 @@ def load(dirs: Iterable[str | Path], relabel: bool = False, evaluations: bool = 
 
     ``metrics.json`` written by ``evaluate.py`` (it has a ``checkpoint`` key) is not a sweep job
     and is left out, unless ``evaluations``: then it is its run re-scored (``+model.*``, a default decided after
-    the run) and counts as the run, labelled by its own config.yaml. A ``dataset=custom`` run's dataset is its file's stem (:func:`mnp.core.naming.data_label`).
+    the run) and counts as the run, labelled by its own config.yaml. A ``dataset=custom`` run's dataset is its file's stem (:func:`mnp.runs.naming.data_label`).
     A job found twice (the same experiment, model, variant, dataset and seed) counts once when the two records are
     equal or one is its evaluation (:func:`_replaces`); two different records of it are refused (:class:`DuplicateRun`).
     A metrics.json whose seed is not an integer is ``unreadable``. ``relabel``: each run's experiment and variant from where it

@@ -40,7 +40,7 @@ class Metric:
 
 ACC = Metric("test/acc", True, 100.0, 2)
 ECE = Metric("test/ece", False)
-# eval.calibration=temperature (mnp.core.calibration): the same predictions, temperature-scaled on validation rows
+# eval.calibration=temperature (mnp.eval.calibration): the same predictions, temperature-scaled on validation rows
 CAL_ECE = Metric("cal/test/ece", False)
 NLL = Metric("test/nll", False)
 CAL_NLL = Metric("cal/test/nll", False)

@@ -1,11 +1,11 @@
 """The report's aggregate as a wandb run of its own: ``python -m mnp.tools.report ... --wandb-project NAME``.
 
 One run with ``job_type=report`` in the project the training runs went to, offline unless ``WANDB_MODE``
-says otherwise (:func:`mnp.core.wandb_utils.mode`), written under ``<out>/wandb``:
+says otherwise (:func:`mnp.cli.wandb_utils.mode`), written under ``<out>/wandb``:
 
 - ``report/results``: every cell (``experiment``, ``model``, ``variant``, ``dataset``, ``group``, ``metric``,
   ``mean``, ``std``, ``n``); ``group`` is the wandb group of the cell's training runs
-  (:func:`mnp.core.naming.group_name`), so the table joins the runs table on it.
+  (:func:`mnp.runs.naming.group_name`), so the table joins the runs table on it.
 - ``report/<metric>``: ``group``, ``mean``, ``std``, ``n`` of one headline metric, with a bar chart
   ``charts/<metric>/mean``.
 """
@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mnp.core.wandb_tables import OOD_KEY, Table, number
-from mnp.core.naming import group_name
-from mnp.core.wandb_utils import mode, table_logs
+from mnp.cli.wandb_utils import mode, table_logs
+from mnp.eval.wandb_tables import OOD_KEY, Table, number
+from mnp.runs.naming import group_name
 from mnp.tools.report_runs import Cell
 
 HEADLINE = ("test/acc", "test/ece", "noise/acc_mean", "time/train_epoch_s")

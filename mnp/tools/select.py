@@ -30,11 +30,11 @@ from dataclasses import asdict
 from pathlib import Path
 
 from datamodules.base import MultiViewDataModule
-from mnp.core.errors import UnfinishedRun
-from mnp.core.inference_settings import INFERENCE_ONLY
-from mnp.core.rundir import flatten
-from mnp.core.migrations import modern_key, modern_variant, nest_flat, under_built_in
-from mnp.parts import PARTS, DecoderPart, ViewWeightingPart
+from mnp.cli.errors import UnfinishedRun
+from mnp.model.inference_settings import INFERENCE_ONLY
+from mnp.model.parts import PARTS, DecoderPart, ViewWeightingPart
+from mnp.runs.flat import flatten
+from mnp.runs.migrations import modern_key, modern_variant, nest_flat, under_built_in
 from mnp.tools.decision_record import (
     DEFAULT,
     SelectionError,
@@ -115,7 +115,7 @@ def settings(
 
 def untrained_keys() -> set[str]:
     """The config keys no training reads: the model's name, the test-only dataset keys and the inference-only model
-    keys (flattened, as :func:`mnp.core.rundir.flatten` names them)."""
+    keys (flattened, as :func:`mnp.runs.flat.flatten` names them)."""
     inference = {f"model.{part}.{key}" for part, keys in INFERENCE_ONLY.items() for key in keys}
     return {"model.name", *(f"dataset.{k}" for k in MultiViewDataModule.TEST_ONLY), *inference}
 
@@ -159,8 +159,8 @@ def infer_candidates(
     scored too when no variant equals it."""
     import pytorch_lightning as pl
 
-    from mnp.core.inference_settings import apply_inference_settings
-    from mnp.core.pipeline import load_finished_run
+    from mnp.cli.pipeline import load_finished_run
+    from mnp.model.inference_settings import apply_inference_settings
 
     if not any(all(current.get(k) == v for k, v in settings.items()) for settings in variants.values()):
         variants = {DEFAULT: current} | variants  # the runs' own setting is always the reference, listed or not

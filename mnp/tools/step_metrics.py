@@ -33,7 +33,7 @@ import contextlib
 import logging
 import re
 from collections import Counter
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import Tensor
@@ -127,7 +127,7 @@ class StepOps(TorchDispatchMode):
 
 
 def _where(path: str) -> str:
-    """A source path shortened to its package and file (mnp/model.py, optim/adam.py)."""
+    """A source path shortened to its package and file (mnp/model/model.py, optim/adam.py)."""
     return "/".join(path.rsplit("/", 2)[-2:])
 
 
@@ -198,7 +198,7 @@ def step_function(
         def step():
             with autocast():
                 model.train_step(views, y, opt)
-            model._update_memory()
+            model.update_context_memory()
 
         return step
 
@@ -210,8 +210,8 @@ def step_function(
         if clip := model.hparams.get("clip_norm"):  # baselines: none; an MNP from before the parts: flat
             model.configure_gradient_clipping(opt, clip)
         opt.step()
-        if hasattr(model, "_update_memory"):
-            model._update_memory()
+        if hasattr(model, "update_context_memory"):
+            model.update_context_memory()
 
     return generic
 
@@ -234,8 +234,8 @@ def loss_function(
     def fn():
         with autocast():
             model.training_loss(views, y)
-        if hasattr(model, "_update_memory"):
-            model._update_memory()
+        if hasattr(model, "update_context_memory"):
+            model.update_context_memory()
 
     return fn
 

@@ -1,0 +1,378 @@
+"""``train(cfg)`` and ``evaluate(cfg)``: instantiate, fit, test and write the run's outputs.
+
+Outputs of a run directory: ``metrics.json`` and ``predictions.npz`` (both written atomically),
+``config.yaml`` (the resolved config), ``checkpoints/last.ckpt`` (+ the best one with a
+validation split) and logger files.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytorch_lightning as pl
+from omegaconf import DictConfig, OmegaConf, open_dict
+from pytorch_lightning.callbacks import ModelCheckpoint
+from pytorch_lightning.loggers import WandbLogger
+
+from mnp.cli.accel import configure as configure_accel
+from mnp.cli.accel import matmul_precision
+from mnp.cli.builders import (
+    absolute_data_paths,
+    build,
+    build_callbacks,
+    build_datamodule,
+    build_loggers,
+    build_model,
+    eval_protocol,
+    make_datamodule,
+)
+from mnp.cli.errors import StoppedEarly, UnfinishedRun
+from mnp.cli.oom import explains_memory
+from mnp.cli.progress import progress_callbacks
+from mnp.cli.resources import set_threads
+from mnp.cli.startup import FirstStep, run_start
+from mnp.cli.validate import (
+    check_eval,
+    check_manual_optimization,
+    check_stored,
+    check_train_batches,
+    resolve_auto,
+    resolve_epochs,
+    validate,
+)
+from mnp.cli.wandb_utils import log_summary
+from mnp.eval.calibration import check_fit_rows
+from mnp.model.inference_settings import apply_inference_settings, inference_settings
+from mnp.runs import signals
+from mnp.runs.checkpointing import (
+    CFG_KEY,
+    AtomicCheckpointIO,
+    RunTime,
+    atomic_write,
+    check_epochs,
+    check_fits,
+    check_writable,
+    holds_run_dir,
+    load_checkpoint,
+    resume_checkpoint,
+)
+from mnp.runs.codeversion import code_version
+from mnp.runs.csv_history import CsvHistory
+from mnp.runs.datahash import data_hashes, warn_if_data_changed
+from mnp.runs.dirname import eval_dir, hydra_variant
+from mnp.runs.outputs import split_record, write_json, write_npz
+from mnp.runs.places import check_output_dir
+from mnp.runs.rundir import check_checkpoint_config, check_eval_output, check_reuse, keep_derived, stored_config
+from mnp.runs.runrecord import accept, finished_record, staged
+from mnp.runs.stored_config import checked_run_config, restore_model
+from mnp.runs.summary import log_run_summary
+
+log = logging.getLogger(__name__)
+
+
+def spawned(trainer) -> bool:
+    """True in the main process of a ddp_spawn (or ddp_fork) run: fit ran in child processes, and only the
+    weights came back, none of the module's other state (test results, epoch times, the epoch count)."""
+    from pytorch_lightning.strategies.launchers.multiprocessing import _MultiProcessingLauncher
+
+    return isinstance(getattr(trainer.strategy, "launcher", None), _MultiProcessingLauncher)
+
+
+def finish_wandb() -> None:
+    """End the job's wandb run, if a logger started one (a run without wandb never imports it: about 1 s)."""
+    wandb = sys.modules.get("wandb")
+    if wandb is not None and getattr(wandb, "run", None) is not None:
+        wandb.finish()
+
+
+def write_outputs(out_dir: Path, model, identity: dict, extra: dict, tested: float | None = None) -> dict:
+    """predictions.npz, then metrics.json; ``tested`` (the test's end, ``time.time()``) adds ``time/teardown_s``,
+    the end of the test to the outputs written (metrics.json's own write of about a millisecond aside)."""
+    results = dict(identity)
+    results.update(model.test_results)
+    results.update(extra)
+    write_npz(out_dir / "predictions.npz", model.test_arrays)
+    if tested is not None:
+        results["time/teardown_s"] = time.time() - tested
+    write_json(out_dir / "metrics.json", results)
+    return results
+
+
+def check_trained(trainer, out_dir: Path) -> None:
+    """A fit that ended before ``trainer.max_epochs`` without reaching ``trainer.max_steps`` (``trainer.max_time``, a
+    callback that stops training) is no finished run: :class:`StoppedEarly`, nothing tested or recorded, and its
+    ``last.ckpt`` resumes it."""
+    steps = trainer.max_steps
+    if trainer.current_epoch >= trainer.max_epochs or (steps not in (None, -1) and trainer.global_step >= steps):
+        return
+    raise StoppedEarly(
+        f"training stopped after {trainer.current_epoch} of {trainer.max_epochs} epochs (trainer.max_time, "
+        "or a callback that stops training), so the run is not recorded as finished; "
+        f"{out_dir / 'checkpoints'} keeps its last checkpoint: raise or remove trainer.max_time and "
+        "re-run the same command to resume"
+    )
+
+
+def _identity(cfg: DictConfig, model_name: str | None, dataset_name: str | None, trainer, dm) -> dict:
+    return {
+        "model": model_name,
+        "dataset": dataset_name,
+        "seed": int(cfg.get("seed", 0)),
+        "epochs": int(trainer.current_epoch) if trainer is not None else None,
+        "experiment": cfg.get("experiment_name", "default"),
+        **split_record(dm),
+        **code_version(),
+    }
+
+
+def check_run_dir(cfg: DictConfig, out_dir: Path, resumed: dict | None, finished: bool, data_files) -> None:
+    """The run in ``out_dir`` is reused (skipped as finished, or resumed from the checkpoint ``resumed``) only by
+    a job of its config and data (else :class:`RunDirConflict`); a resume keeps the values derived for the run."""
+    inside = None  # no config.yaml beside the checkpoint: compare with the config stored inside it
+    if resumed and cfg.get("ckpt_path") == "last" and not (out_dir / "config.yaml").is_file():
+        inside = resumed.get(CFG_KEY)
+    stored = stored_config(out_dir, inside)
+    if stored is None:
+        return
+    check_reuse(out_dir, OmegaConf.to_container(cfg, resolve=True), stored, not finished, data_files)
+    if not finished:
+        keep_derived(cfg, stored)
+        validate(cfg)
+
+
+# ---------------------------------------------------------------------------- entry points
+@staged
+@explains_memory
+@holds_run_dir
+def train(cfg: DictConfig) -> dict[str, Any]:
+    """Train, then test; write metrics.json, predictions.npz, config.yaml and checkpoints.
+
+    Returns the metrics dict (also when the job is skipped because it already finished).
+    """
+    t0, started = time.perf_counter(), run_start(time.time())
+    loaded = resolve_epochs(cfg, lambda: build_datamodule(cfg))  # dataset=custom: epochs sized by steps on the data
+    resolve_auto(cfg)
+    validate(cfg)  # the whole config, before anything else is built or written
+    absolute_data_paths(cfg)
+    out_dir = Path(cfg.paths.output_dir)
+    metrics_path = out_dir / "metrics.json"
+    resume_from, resumed = resume_checkpoint(cfg.get("ckpt_path"), out_dir)  # read once for the checks below
+    protocol = eval_protocol(cfg)  # built once, read by the datamodule (its split) and the model
+    dataset_name, dm = loaded or make_datamodule(cfg, protocol)
+    record = finished_record(metrics_path)
+    if metrics_path.exists() or resume_from:  # a finished or resumable run of another config is never reused
+        check_run_dir(cfg, out_dir, resumed, record is not None, dm.data_files())
+    if cfg.get("skip_if_done", False) and record is not None:
+        log.info("skipping: %s already exists", metrics_path)
+        return record
+    if resume_from:
+        check_epochs(resume_from, cfg.trainer.max_epochs, resumed)
+        log.info("resuming from %s", resume_from)
+    check_writable(out_dir)  # a read-only run dir: one line, and Hydra's record and train.log are not written
+    accept()  # from here on the job is the run directory's: Hydra's record and train.log are written
+    variant = hydra_variant()
+    if cfg.get("variant") is None and variant:  # report rows tell ad-hoc override runs apart
+        with open_dict(cfg):
+            cfg.variant = variant
+    set_threads(cfg.get("torch_threads"))
+    pl.seed_everything(int(cfg.seed), workers=True, verbose=False)
+    if loaded is None:  # dataset=custom with epochs sized by steps has read its data already
+        dm.setup("fit")
+    with open_dict(cfg):  # the sha256 of every data file read: config.yaml and the checkpoints record it
+        cfg.data_hash = data_hashes(dm.data_files(), dm.read_sha256)
+    check_train_batches(cfg.trainer, len(dm.train_dataloader()))  # a fraction of them that rounds to none
+    if protocol.calibration == "temperature":  # too few validation rows to fit T: refused before training
+        check_fit_rows(dm.val_y)
+    model_name, model = build_model(cfg, dm, protocol)
+    try:  # a dry run: Lightning calls it in fit, after config.yaml is written
+        model.configure_optimizers()
+    except ValueError as e:
+        raise ValueError(f"model.optim: {e}") from None
+    check_manual_optimization(cfg.trainer, model_name, model.automatic_optimization)
+    if resume_from:
+        check_fits(resume_from, model, resumed)
+        if cfg.get("ckpt_path") != "last":  # a run's own last.ckpt: compared in check_run_dir
+            check_checkpoint_config(resume_from, OmegaConf.to_container(cfg, resolve=True), resumed.get(CFG_KEY))
+    has_val = len(getattr(dm, "val_y", [])) > 0
+    loggers = build_loggers(cfg)
+    for lg in loggers:  # the whole resolved run config, not just the model's hyperparameters
+        lg.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
+    progress, bar = progress_callbacks(bool(cfg.trainer.get("enable_progress_bar", True)))
+    callbacks, first_step = build_callbacks(cfg, out_dir, has_val), FirstStep()
+    clock, resumed = RunTime(t0, resumed), None  # Lightning reads the checkpoint itself: this copy goes
+    trainer = build(
+        "trainer",
+        cfg.trainer,
+        logger=loggers or False,
+        callbacks=[*callbacks, clock, *progress, first_step],
+        enable_checkpointing=any(isinstance(c, ModelCheckpoint) for c in callbacks),
+        enable_progress_bar=bar,
+        default_root_dir=str(out_dir),
+        plugins=[AtomicCheckpointIO(resume_from, out_dir / "checkpoints")],
+        limit_val_batches=None if has_val else 0,
+    )
+    accel = cfg.get("accel") or {}
+    step = configure_accel(model, accel, trainer)  # which training step runs, for metrics.json
+    # written once everything is built: a bad config or bad data leaves no output behind
+    atomic_write(out_dir / "config.yaml", lambda tmp: OmegaConf.save(cfg, tmp, resolve=True))
+    try:
+        with matmul_precision(accel.get("matmul_precision")), signals.resumable(trainer, out_dir / "checkpoints"):
+            trainer.fit(model, datamodule=dm, ckpt_path=resume_from)
+            if trainer.interrupted:
+                raise KeyboardInterrupt("training was interrupted")
+            if not spawned(trainer):
+                check_trained(trainer, out_dir)
+            if not cfg.get("test", True):
+                return {}
+            identity = _identity(cfg, model_name, dataset_name, trainer, dm)
+            if spawned(trainer):  # the fit ran in child processes: test its end state (last.ckpt) here, on one device
+                last = out_dir / "checkpoints" / "last.ckpt"
+                identity["epochs"] = int(load_checkpoint(last)["epoch"]) + 1
+                trainer = build(
+                    "trainer",
+                    cfg.trainer,
+                    strategy="auto",
+                    devices=1,
+                    num_nodes=1,
+                    logger=loggers or False,
+                    callbacks=[CsvHistory()],
+                    enable_checkpointing=False,
+                    default_root_dir=str(out_dir),
+                    plugins=[AtomicCheckpointIO()],
+                )
+                trainer.test(model, datamodule=dm, ckpt_path=str(last), verbose=False)
+            else:
+                trainer.test(model, datamodule=dm, verbose=False)
+            times = {"time/total_s": clock.elapsed()}  # every session of a resumed run
+            if first_step.at is not None:
+                times["time/startup_s"] = first_step.at - started
+            results = (
+                {}
+                if not trainer.is_global_zero
+                else write_outputs(out_dir, model, identity, {**times, **step}, tested=time.time())
+            )
+            for lg in loggers:
+                if isinstance(lg, WandbLogger):
+                    log_summary(lg, results, out_dir, model.protocol.n_bins)
+            if results:  # last: it lists the run's files, the figures log_summary saves included
+                log_run_summary(results, out_dir)
+            return results
+    finally:
+        finish_wandb()
+
+
+def load_run(ckpt_path: str | Path, data_dir: str | None = None, eval_overrides=None, model_overrides=None):
+    """Rebuild a finished run from its checkpoint alone: ``(run_cfg, model_name, dataset_name, dm, model, ckpt)``.
+
+    ``data_dir`` points the run's dataset at another data directory; ``eval_overrides`` merge into its
+    ``eval`` config; ``model_overrides``, inference-only MNP settings (:mod:`mnp.model.inference_settings`), into
+    its model and its ``model`` config. The datamodule is set up and the model carries the checkpoint's weights
+    and memory.
+    """
+    settings = inference_settings(model_overrides)  # refused before anything is loaded
+    ckpt_path = Path(ckpt_path)
+    ckpt = load_checkpoint(ckpt_path)
+    if CFG_KEY not in ckpt:
+        raise KeyError(f"{ckpt_path} has no '{CFG_KEY}' entry; it was not written by train.py")
+    run_cfg = OmegaConf.create(checked_run_config(ckpt[CFG_KEY], ckpt_path))  # registered classes, plain settings
+    if data_dir:
+        if "data_dir" in run_cfg.dataset:
+            run_cfg.dataset.data_dir = data_dir
+        elif "path" in run_cfg.dataset:  # dataset=custom: the same file name, in data_dir
+            run_cfg.dataset.path = str(Path(data_dir) / Path(run_cfg.dataset.path).name)
+        else:
+            raise ValueError(
+                f"data_dir={data_dir} does not apply: dataset {run_cfg.dataset.get('name')} reads no data directory"
+            )
+    if eval_overrides is not None:
+        run_cfg.eval = OmegaConf.merge(run_cfg.get("eval") or {}, eval_overrides)
+    if settings:
+        run_cfg.model = OmegaConf.merge(run_cfg.model, model_overrides)
+    check_stored(run_cfg, ckpt_path)
+    pl.seed_everything(int(run_cfg.get("seed", 0)), workers=True, verbose=False)
+    protocol = eval_protocol(run_cfg)
+    dataset_name, dm = build_datamodule(run_cfg, protocol)
+    model_name = run_cfg.model.get("name")
+    model = restore_model(ckpt, run_cfg.model._target_, ckpt_path)
+    if list(model.view_dims) != list(dm.view_dims) or model.num_classes != dm.num_classes:
+        raise ValueError(
+            f"checkpoint {ckpt_path} was trained on view dims {model.view_dims} and "
+            f"{model.num_classes} classes, but the data has {dm.view_dims} and {dm.num_classes}"
+        )
+    apply_inference_settings(model, settings, getattr(dm, "train_views", None))
+    model.configure_evaluation(protocol)
+    return run_cfg, model_name, dataset_name, dm, model, ckpt
+
+
+def load_finished_run(run_dir: str | Path, data_dir: str | None = None, eval_overrides=None):
+    """:func:`load_run` of ``run_dir/checkpoints/last.ckpt``, refused when that checkpoint holds an earlier epoch
+    than the run's ``trainer.max_epochs`` (checkpointed every n epochs, n not a divisor): its scores would not be
+    the run's."""
+    path = Path(run_dir) / "checkpoints" / "last.ckpt"
+    loaded = load_run(path, data_dir, eval_overrides)
+    run_cfg, ckpt = loaded[0], loaded[-1]
+    epochs = (run_cfg.get("trainer") or {}).get("max_epochs")
+    if epochs is not None and ckpt.get("epoch", epochs - 1) + 1 != epochs:
+        raise UnfinishedRun(
+            f"{path} holds epoch {ckpt['epoch'] + 1} of the run's {epochs}, so its scores would not be the run's: "
+            "train with callbacks.checkpoint.every_n_epochs a divisor of trainer.max_epochs"
+        )
+    return loaded
+
+
+@staged
+@explains_memory
+def evaluate(cfg: DictConfig) -> dict[str, Any]:
+    """Rebuild model and datamodule from a checkpoint alone, re-run the full evaluation (SIGTERM and Ctrl-C end it
+    in one line, :func:`mnp.runs.signals.evaluating`)."""
+    with signals.evaluating():
+        return _evaluate(cfg)
+
+
+def _evaluate(cfg: DictConfig) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    ev = cfg.get("eval")  # the +eval.* overrides, checked before anything is loaded (+model.*: by load_run, first)
+    check_eval(OmegaConf.to_container(ev, resolve=True) if OmegaConf.is_config(ev) else ev or {})
+    ckpt_path = Path(cfg.ckpt_path)
+    if cfg.output_dir:
+        check_output_dir(cfg.output_dir)
+    out_dir = Path(cfg.output_dir or eval_dir(str(ckpt_path), cfg.get("eval"), cfg.get("data_dir"), cfg.get("model")))
+    data_dir = os.path.abspath(os.path.expanduser(cfg.data_dir)) if cfg.get("data_dir") else None
+    run_cfg, model_name, dataset_name, dm, model, ckpt = load_run(
+        ckpt_path, data_dir, cfg.get("eval"), cfg.get("model")
+    )
+    warn_if_data_changed(run_cfg, dm.data_files(), ckpt_path, dm.read_sha256)
+    check_eval_output(out_dir, ckpt_path, OmegaConf.to_container(run_cfg, resolve=True))
+    check_writable(out_dir, "output_dir")
+    if model.protocol.calibration == "temperature":
+        check_fit_rows(getattr(dm, "val_y", []), str(ckpt_path))
+    accept()  # Hydra's record (.hydra/) and evaluate.log reach the output folder
+    trainer = pl.Trainer(
+        accelerator=cfg.trainer.accelerator,
+        devices=cfg.trainer.devices,
+        logger=False,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+    )
+    with matmul_precision((run_cfg.get("accel") or {}).get("matmul_precision")):
+        trainer.test(model, datamodule=dm, verbose=False)
+    identity = _identity(run_cfg, model_name, dataset_name, None, dm)
+    identity["epochs"] = int(ckpt.get("epoch", -1)) + 1
+    identity["checkpoint"] = str(ckpt_path)
+    planned = (run_cfg.get("trainer") or {}).get("max_epochs")
+    if isinstance(planned, int) and identity["epochs"] < planned:
+        log.warning(
+            "%s holds %d of its run's %d epochs: this evaluates an unfinished run",
+            ckpt_path,
+            identity["epochs"],
+            planned,
+        )
+    atomic_write(out_dir / "config.yaml", lambda tmp: OmegaConf.save(run_cfg, tmp, resolve=True))
+    results = write_outputs(out_dir, model, identity, {"time/total_s": time.perf_counter() - t0})
+    log_run_summary(results, out_dir)
+    return results
