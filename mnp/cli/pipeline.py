@@ -11,6 +11,7 @@ import logging
 import os
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -145,6 +146,175 @@ def check_run_dir(cfg: DictConfig, out_dir: Path, resumed: dict | None, finished
         validate(cfg)
 
 
+# ---------------------------------------------------------------------------- train's steps
+@dataclass
+class Job:
+    """What :func:`train`'s steps hand on: the run's config and data, then its model and trainer."""
+
+    cfg: DictConfig
+    t0: float  # perf_counter at entry: time/total_s
+    started: float  # the process's start: time/startup_s
+    out_dir: Path
+    protocol: Any
+    loaded: tuple | None  # dataset=custom with epochs sized by steps: (name, datamodule) already read
+    dataset_name: str | None
+    dm: Any
+    resume_from: str | None
+    resumed: dict | None  # the checkpoint to resume, read once for the checks
+    model_name: str | None = None
+    model: Any = None
+    loggers: list = field(default_factory=list)
+    trainer: Any = None
+    clock: RunTime | None = None
+    first_step: FirstStep | None = None
+    step: dict = field(default_factory=dict)  # which training step runs, for metrics.json
+
+
+def prepare(cfg: DictConfig) -> Job:
+    """Resolve and check the whole config before anything is built or written; open the datamodule and find the
+    checkpoint to resume."""
+    t0, started = time.perf_counter(), run_start(time.time())
+    loaded = resolve_epochs(cfg, lambda: build_datamodule(cfg))  # dataset=custom: epochs sized by steps on the data
+    resolve_auto(cfg)
+    validate(cfg)
+    absolute_data_paths(cfg)
+    out_dir = Path(cfg.paths.output_dir)
+    resume_from, resumed = resume_checkpoint(cfg.get("ckpt_path"), out_dir)
+    protocol = eval_protocol(cfg)  # built once, read by the datamodule (its split) and the model
+    dataset_name, dm = loaded or make_datamodule(cfg, protocol)
+    return Job(cfg, t0, started, out_dir, protocol, loaded, dataset_name, dm, resume_from, resumed)
+
+
+def reuse(job: Job) -> dict | None:
+    """The finished run's record when the job is skipped (``skip_if_done``); a finished or resumable run of another
+    config is never reused."""
+    metrics_path = job.out_dir / "metrics.json"
+    record = finished_record(metrics_path)
+    if metrics_path.exists() or job.resume_from:
+        check_run_dir(job.cfg, job.out_dir, job.resumed, record is not None, job.dm.data_files())
+    if job.cfg.get("skip_if_done", False) and record is not None:
+        log.info("skipping: %s already exists", metrics_path)
+        return record
+    if job.resume_from:
+        check_epochs(job.resume_from, job.cfg.trainer.max_epochs, job.resumed)
+        log.info("resuming from %s", job.resume_from)
+    return None
+
+
+def claim(job: Job) -> None:
+    """The run directory becomes the job's (Hydra's record and train.log are written from here on); threads, seed."""
+    cfg = job.cfg
+    check_writable(job.out_dir)  # a read-only run dir: one line, and Hydra's record and train.log are not written
+    accept()
+    variant = hydra_variant()
+    if cfg.get("variant") is None and variant:  # report rows tell ad-hoc override runs apart
+        with open_dict(cfg):
+            cfg.variant = variant
+    set_threads(cfg.get("torch_threads"))
+    pl.seed_everything(int(cfg.seed), workers=True, verbose=False)
+
+
+def setup_data(job: Job) -> None:
+    """Read the data, record every file's sha256 in the config, and refuse a split too small to train or calibrate."""
+    dm = job.dm
+    if job.loaded is None:  # dataset=custom with epochs sized by steps has read its data already
+        dm.setup("fit")
+    with open_dict(job.cfg):  # config.yaml and the checkpoints record it
+        job.cfg.data_hash = data_hashes(dm.data_files(), dm.read_sha256)
+    check_train_batches(job.cfg.trainer, len(dm.train_dataloader()))  # a fraction of them that rounds to none
+    if job.protocol.calibration == "temperature":  # too few validation rows to fit T: refused before training
+        check_fit_rows(dm.val_y)
+
+
+def build_checked_model(job: Job) -> None:
+    """The model, its optimisers tried once, and a resumed checkpoint checked against it."""
+    cfg = job.cfg
+    job.model_name, job.model = build_model(cfg, job.dm, job.protocol)
+    try:  # a dry run: Lightning calls it in fit, after config.yaml is written
+        job.model.configure_optimizers()
+    except ValueError as e:
+        raise ValueError(f"model.optim: {e}") from None
+    check_manual_optimization(cfg.trainer, job.model_name, job.model.automatic_optimization)
+    if job.resume_from:
+        check_fits(job.resume_from, job.model, job.resumed)
+        if cfg.get("ckpt_path") != "last":  # a run's own last.ckpt: compared in check_run_dir
+            config = OmegaConf.to_container(cfg, resolve=True)
+            check_checkpoint_config(job.resume_from, config, job.resumed.get(CFG_KEY))
+
+
+def build_trainer(job: Job) -> None:
+    """Loggers, callbacks and the trainer; then config.yaml, written once everything is built, so a bad config or
+    bad data leaves no output behind."""
+    cfg, out_dir = job.cfg, job.out_dir
+    has_val = len(getattr(job.dm, "val_y", [])) > 0
+    job.loggers = build_loggers(cfg)
+    for lg in job.loggers:  # the whole resolved run config, not just the model's hyperparameters
+        lg.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
+    progress, bar = progress_callbacks(bool(cfg.trainer.get("enable_progress_bar", True)))
+    callbacks, job.first_step = build_callbacks(cfg, out_dir, has_val), FirstStep()
+    job.clock, job.resumed = RunTime(job.t0, job.resumed), None  # Lightning reads the checkpoint itself
+    job.trainer = build(
+        "trainer",
+        cfg.trainer,
+        logger=job.loggers or False,
+        callbacks=[*callbacks, job.clock, *progress, job.first_step],
+        enable_checkpointing=any(isinstance(c, ModelCheckpoint) for c in callbacks),
+        enable_progress_bar=bar,
+        default_root_dir=str(out_dir),
+        plugins=[AtomicCheckpointIO(job.resume_from, out_dir / "checkpoints")],
+        limit_val_batches=None if has_val else 0,
+    )
+    job.step = configure_accel(job.model, cfg.get("accel") or {}, job.trainer)
+    atomic_write(out_dir / "config.yaml", lambda tmp: OmegaConf.save(cfg, tmp, resolve=True))
+
+
+def fit(job: Job) -> None:
+    """Train; an interrupted or early-stopped fit is no finished run."""
+    job.trainer.fit(job.model, datamodule=job.dm, ckpt_path=job.resume_from)
+    if job.trainer.interrupted:
+        raise KeyboardInterrupt("training was interrupted")
+    if not spawned(job.trainer):
+        check_trained(job.trainer, job.out_dir)
+
+
+def record_test(job: Job) -> dict[str, Any]:
+    """Test the trained model; write metrics.json and predictions.npz, wandb's summary and the run's summary."""
+    cfg, out_dir, trainer, model = job.cfg, job.out_dir, job.trainer, job.model
+    identity = _identity(cfg, job.model_name, job.dataset_name, trainer, job.dm)
+    if spawned(trainer):  # the fit ran in child processes: test its end state (last.ckpt) here, on one device
+        last = out_dir / "checkpoints" / "last.ckpt"
+        identity["epochs"] = int(load_checkpoint(last)["epoch"]) + 1
+        trainer = build(
+            "trainer",
+            cfg.trainer,
+            strategy="auto",
+            devices=1,
+            num_nodes=1,
+            logger=job.loggers or False,
+            callbacks=[CsvHistory()],
+            enable_checkpointing=False,
+            default_root_dir=str(out_dir),
+            plugins=[AtomicCheckpointIO()],
+        )
+        trainer.test(model, datamodule=job.dm, ckpt_path=str(last), verbose=False)
+    else:
+        trainer.test(model, datamodule=job.dm, verbose=False)
+    times = {"time/total_s": job.clock.elapsed()}  # every session of a resumed run
+    if job.first_step.at is not None:
+        times["time/startup_s"] = job.first_step.at - job.started
+    results = (
+        {}
+        if not trainer.is_global_zero
+        else write_outputs(out_dir, model, identity, {**times, **job.step}, tested=time.time())
+    )
+    for lg in job.loggers:
+        if isinstance(lg, WandbLogger):
+            log_summary(lg, results, out_dir, model.protocol.n_bins)
+    if results:  # last: it lists the run's files, the figures log_summary saves included
+        log_run_summary(results, out_dir)
+    return results
+
+
 # ---------------------------------------------------------------------------- entry points
 @staged
 @explains_memory
@@ -154,114 +324,18 @@ def train(cfg: DictConfig) -> dict[str, Any]:
 
     Returns the metrics dict (also when the job is skipped because it already finished).
     """
-    t0, started = time.perf_counter(), run_start(time.time())
-    loaded = resolve_epochs(cfg, lambda: build_datamodule(cfg))  # dataset=custom: epochs sized by steps on the data
-    resolve_auto(cfg)
-    validate(cfg)  # the whole config, before anything else is built or written
-    absolute_data_paths(cfg)
-    out_dir = Path(cfg.paths.output_dir)
-    metrics_path = out_dir / "metrics.json"
-    resume_from, resumed = resume_checkpoint(cfg.get("ckpt_path"), out_dir)  # read once for the checks below
-    protocol = eval_protocol(cfg)  # built once, read by the datamodule (its split) and the model
-    dataset_name, dm = loaded or make_datamodule(cfg, protocol)
-    record = finished_record(metrics_path)
-    if metrics_path.exists() or resume_from:  # a finished or resumable run of another config is never reused
-        check_run_dir(cfg, out_dir, resumed, record is not None, dm.data_files())
-    if cfg.get("skip_if_done", False) and record is not None:
-        log.info("skipping: %s already exists", metrics_path)
+    job = prepare(cfg)
+    if (record := reuse(job)) is not None:
         return record
-    if resume_from:
-        check_epochs(resume_from, cfg.trainer.max_epochs, resumed)
-        log.info("resuming from %s", resume_from)
-    check_writable(out_dir)  # a read-only run dir: one line, and Hydra's record and train.log are not written
-    accept()  # from here on the job is the run directory's: Hydra's record and train.log are written
-    variant = hydra_variant()
-    if cfg.get("variant") is None and variant:  # report rows tell ad-hoc override runs apart
-        with open_dict(cfg):
-            cfg.variant = variant
-    set_threads(cfg.get("torch_threads"))
-    pl.seed_everything(int(cfg.seed), workers=True, verbose=False)
-    if loaded is None:  # dataset=custom with epochs sized by steps has read its data already
-        dm.setup("fit")
-    with open_dict(cfg):  # the sha256 of every data file read: config.yaml and the checkpoints record it
-        cfg.data_hash = data_hashes(dm.data_files(), dm.read_sha256)
-    check_train_batches(cfg.trainer, len(dm.train_dataloader()))  # a fraction of them that rounds to none
-    if protocol.calibration == "temperature":  # too few validation rows to fit T: refused before training
-        check_fit_rows(dm.val_y)
-    model_name, model = build_model(cfg, dm, protocol)
-    try:  # a dry run: Lightning calls it in fit, after config.yaml is written
-        model.configure_optimizers()
-    except ValueError as e:
-        raise ValueError(f"model.optim: {e}") from None
-    check_manual_optimization(cfg.trainer, model_name, model.automatic_optimization)
-    if resume_from:
-        check_fits(resume_from, model, resumed)
-        if cfg.get("ckpt_path") != "last":  # a run's own last.ckpt: compared in check_run_dir
-            check_checkpoint_config(resume_from, OmegaConf.to_container(cfg, resolve=True), resumed.get(CFG_KEY))
-    has_val = len(getattr(dm, "val_y", [])) > 0
-    loggers = build_loggers(cfg)
-    for lg in loggers:  # the whole resolved run config, not just the model's hyperparameters
-        lg.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
-    progress, bar = progress_callbacks(bool(cfg.trainer.get("enable_progress_bar", True)))
-    callbacks, first_step = build_callbacks(cfg, out_dir, has_val), FirstStep()
-    clock, resumed = RunTime(t0, resumed), None  # Lightning reads the checkpoint itself: this copy goes
-    trainer = build(
-        "trainer",
-        cfg.trainer,
-        logger=loggers or False,
-        callbacks=[*callbacks, clock, *progress, first_step],
-        enable_checkpointing=any(isinstance(c, ModelCheckpoint) for c in callbacks),
-        enable_progress_bar=bar,
-        default_root_dir=str(out_dir),
-        plugins=[AtomicCheckpointIO(resume_from, out_dir / "checkpoints")],
-        limit_val_batches=None if has_val else 0,
-    )
-    accel = cfg.get("accel") or {}
-    step = configure_accel(model, accel, trainer)  # which training step runs, for metrics.json
-    # written once everything is built: a bad config or bad data leaves no output behind
-    atomic_write(out_dir / "config.yaml", lambda tmp: OmegaConf.save(cfg, tmp, resolve=True))
+    claim(job)
+    setup_data(job)
+    build_checked_model(job)
+    build_trainer(job)
+    precision = (cfg.get("accel") or {}).get("matmul_precision")
     try:
-        with matmul_precision(accel.get("matmul_precision")), signals.resumable(trainer, out_dir / "checkpoints"):
-            trainer.fit(model, datamodule=dm, ckpt_path=resume_from)
-            if trainer.interrupted:
-                raise KeyboardInterrupt("training was interrupted")
-            if not spawned(trainer):
-                check_trained(trainer, out_dir)
-            if not cfg.get("test", True):
-                return {}
-            identity = _identity(cfg, model_name, dataset_name, trainer, dm)
-            if spawned(trainer):  # the fit ran in child processes: test its end state (last.ckpt) here, on one device
-                last = out_dir / "checkpoints" / "last.ckpt"
-                identity["epochs"] = int(load_checkpoint(last)["epoch"]) + 1
-                trainer = build(
-                    "trainer",
-                    cfg.trainer,
-                    strategy="auto",
-                    devices=1,
-                    num_nodes=1,
-                    logger=loggers or False,
-                    callbacks=[CsvHistory()],
-                    enable_checkpointing=False,
-                    default_root_dir=str(out_dir),
-                    plugins=[AtomicCheckpointIO()],
-                )
-                trainer.test(model, datamodule=dm, ckpt_path=str(last), verbose=False)
-            else:
-                trainer.test(model, datamodule=dm, verbose=False)
-            times = {"time/total_s": clock.elapsed()}  # every session of a resumed run
-            if first_step.at is not None:
-                times["time/startup_s"] = first_step.at - started
-            results = (
-                {}
-                if not trainer.is_global_zero
-                else write_outputs(out_dir, model, identity, {**times, **step}, tested=time.time())
-            )
-            for lg in loggers:
-                if isinstance(lg, WandbLogger):
-                    log_summary(lg, results, out_dir, model.protocol.n_bins)
-            if results:  # last: it lists the run's files, the figures log_summary saves included
-                log_run_summary(results, out_dir)
-            return results
+        with matmul_precision(precision), signals.resumable(job.trainer, job.out_dir / "checkpoints"):
+            fit(job)
+            return record_test(job) if cfg.get("test", True) else {}
     finally:
         finish_wandb()
 
