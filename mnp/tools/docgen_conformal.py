@@ -108,7 +108,11 @@ def render_conformal(src: dict) -> str:
     alphas = sorted({c["mean"] for (_, _, _, k), c in res.items() if k == "conformal/alpha"})
     header = ["dataset", "model", *(label for _, label, _, _ in COLUMNS), "floor %", "seeds"]
     figure = "![coverage and mean set size against σ for every model, beside accuracy](../figures/conformal_curves.png)"
-    tests = claims_table(src["conformal_claims"], "MNP's sets beat") if src["conformal_claims"] else "No claims."
+    tests = (
+        claims_table(src["conformal_claims"], "MNP's sets beat")
+        if src["conformal_claims"]
+        else "No claims: no MNP runs beside another model's."
+    )
     return "\n\n".join(
         [
             figure,
