@@ -107,10 +107,11 @@ def test_raps_without_penalty_is_aps_and_a_larger_alpha_gives_smaller_sets():
 # ---------------------------------------------------------------------------- the test loop
 def test_the_test_loop_reports_coverage_clean_noisy_and_missing():
     model = Overconfident()
-    on = run_test(model, logit_module(), conformal="aps", calibration="temperature")
+    on = run_test(model, dm := logit_module(), conformal="aps", calibration="temperature")
     off = run_test(model, logit_module(), calibration="temperature")
     assert {k: v for k, v in on.items() if not k.startswith("conformal/")} == off  # nothing else moves
     assert on["conformal/method"] == "aps" and on["conformal/alpha"] == ALPHA
+    assert (on["conformal/n_cal"], on["conformal/n_test"]) == (len(dm.val_y), 1000) and 490 < len(dm.val_y) < 510
     assert 0.86 < on["conformal/test/coverage"] < 0.94 and 1 < on["conformal/test/size"] < 4
     for key in (
         "noise/coverage@0.1",

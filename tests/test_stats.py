@@ -125,8 +125,19 @@ def test_scipy_ttest_rel_is_the_two_sided_paired_test():
 def test_metric_directions():
     assert all(
         higher_is_better(k)
-        for k in ("test/acc", "noise/acc_mean", "noise/acc@0.1", "ood/svhn/auroc", "missing/acc_subsets_mean")
+        for k in (
+            "test/acc",
+            "noise/acc_mean",
+            "noise/acc@0.1",
+            "ood/svhn/auroc",
+            "missing/acc_subsets_mean",
+            "conformal/noise/coverage_mean",
+            "conformal/missing/coverage@v1",
+        )
     )
-    assert not any(higher_is_better(k) for k in ("test/ece", "test/nll", "test/brier"))
+    assert not any(
+        higher_is_better(k)
+        for k in ("test/ece", "test/nll", "test/brier", "conformal/test/size", "conformal/noise/size_mean")
+    )
     with pytest.raises(ValueError, match="no direction known"):
         higher_is_better("time/train_epoch_s")

@@ -195,9 +195,10 @@ class PostHoc:
 
     def _conformal(self, test: TestPredictions) -> dict:
         """Coverage and size on the clean rows (also by set size), per σ (stream 2 + its index) and with each view
-        missing (stream 1000 + k)."""
+        missing (stream 1000 + k), and the rows counted (``n_cal`` validation, ``n_test`` clean test rows)."""
         ev = self.protocol
         out = {"method": ev.conformal, "alpha": ev.conformal_alpha, "qhat": self.conformal.qhat}
+        out.update(n_cal=len(self.val_labels), n_test=len(test.labels))  # the finite-sample tolerance's counts
         out.update({f"test/{k}": v for k, v in set_metrics(self.sets(test.probs), test.labels, strata=True).items()})
         for where, stores in (("noise", self._noisy_stores(test)), ("missing", self._missing_stores(test))):
             if not stores:

@@ -17,7 +17,8 @@ exits 1 when a block differs from what the files give (tests/test_docs.py runs i
   ``figures/noise_curves.json`` and ``.png`` (accuracy per σ: bands, ceiling, per-view curves; :mod:`mnp.tools.noise_figure`) are
   rewritten from ``results/paper_main/results.csv`` when they differ from it; ``benchmarks/view_weighting_<dataset>.json``:
   ``python benchmarks/view_weighting.py <mnp run dirs> --out ...``; ``results/decisions/*.csv``: the decision
-  records of :mod:`mnp.tools.select` (:mod:`mnp.tools.docgen_decisions`).
+  records of :mod:`mnp.tools.select` (:mod:`mnp.tools.docgen_decisions`); ``results/conformal/``: the conformal
+  study's report and ``figures/conformal_curves.json`` and ``.png`` (:mod:`mnp.tools.docgen_conformal`).
 """
 
 from __future__ import annotations
@@ -30,7 +31,16 @@ import sys
 from pathlib import Path
 
 from mnp.runs.migrations import modern_variant
-from mnp.tools import docgen_ceiling, docgen_decisions, docgen_results, docgen_speed, docgen_tuning, noise_figure
+from mnp.tools import (
+    conformal_figure,
+    docgen_ceiling,
+    docgen_conformal,
+    docgen_decisions,
+    docgen_results,
+    docgen_speed,
+    docgen_tuning,
+    noise_figure,
+)
 from mnp.tools.docgen_results import DATASETS, MAIN
 from mnp.tools.docgen_sources import SourceError, reading
 from mnp.tools.report_records import claims, read_runs
@@ -235,6 +245,7 @@ RENDERERS = {
     **docgen_speed.RENDERERS,
     **docgen_decisions.RENDERERS,
     **docgen_tuning.RENDERERS,
+    **docgen_conformal.RENDERERS,
 }
 
 
@@ -274,6 +285,7 @@ def sources(root: Path = ROOT) -> dict:
         **docgen_speed.sources(root),
         "tuning": docgen_tuning.sources(root),
         **docgen_decisions.sources(root),
+        **docgen_conformal.sources(root),
     }
 
 
@@ -329,6 +341,7 @@ def main(argv: list[str] | None = None) -> int:
             rendered[path] = text, render_file(text, src, path.relative_to(ROOT).as_posix())
         figure = ROOT / "figures" / "noise_curves.json"
         figure_stale = not figure.is_file() or _read(figure, _json) != src["noise_curves"]
+        conformal = docgen_conformal.stale_figure(ROOT, src)
     except SourceError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
@@ -341,6 +354,10 @@ def main(argv: list[str] | None = None) -> int:
         stale.append(figure.relative_to(ROOT).as_posix())
         if not args.check:
             noise_figure.write()
+    if conformal is not None:
+        stale.append(conformal.relative_to(ROOT).as_posix())
+        if not args.check:
+            conformal_figure.write()
     if args.check and stale:
         print(f"out of date: {', '.join(stale)}; run python -m mnp.tools.docgen", file=sys.stderr)
         return 1

@@ -23,6 +23,9 @@ UNITS = {
         ("test/nll", "NLL", 1, 3),
         ("cal/test/ece", "ECE, T-scaled", 1, 3),
         ("cal/test/nll", "NLL, T-scaled", 1, 3),
+        ("conformal/noise/coverage_mean", "noisy coverage %", 100, 2),
+        ("conformal/missing/coverage_mean", "view missing: coverage %", 100, 2),
+        ("conformal/test/size", "set size", 1, 2),
     ]
 }
 LEGEND = (
@@ -139,7 +142,12 @@ def claim_text(r: dict) -> str:
 
 def render_claims(src: dict) -> str:
     """ "MNP beats X on M (dataset)" for every model X beside `mnp` in paper_main: each claim's verdict, p and Δ."""
-    found = [r for r in src["claims"] if r["experiment"] == "paper_main"]
+    return claims_table([r for r in src["claims"] if r["experiment"] == "paper_main"])
+
+
+def claims_table(found: list[dict], beats: str = "MNP beats") -> str:
+    """The verdict counts of the claims ``found`` (raw and after Holm), then a table of them: a row per dataset and
+    baseline, a column per metric."""
     metrics = [k for k in CLAIM_METRICS if any(r["metric"] == k for r in found)]
     by = {(r["dataset"], r["baseline"], r["metric"]): r for r in found}
     rows = [
@@ -155,7 +163,7 @@ def render_claims(src: dict) -> str:
         + ", ".join(f"{v} {n}" for v, n in holm.items())
         + "."
     )
-    return _legend(summary + "\n\n" + markdown_table(["dataset", "MNP beats", *(UNITS[k][0] for k in metrics)], rows))
+    return _legend(summary + "\n\n" + markdown_table(["dataset", beats, *(UNITS[k][0] for k in metrics)], rows))
 
 
 QUESTIONS = [

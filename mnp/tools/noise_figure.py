@@ -55,6 +55,23 @@ def views(results: dict, model: str, dataset: str) -> dict:
     }
 
 
+def series(pts: list[tuple[float, dict]], name: str, scale: float) -> dict:
+    """{"sigma", ``name``, "std", "n", "band"} of (σ, :func:`mnp.tools.report_runs.read_results` cell) points, the
+    values times ``scale``; ``band`` is {"low", "high"} (the cells' 95 % intervals) or None if a cell has none."""
+    return {
+        "sigma": [p[0] for p in pts],
+        name: [round(scale * p[1]["mean"], 4) for p in pts],
+        "std": [round(scale * p[1]["std"], 4) for p in pts],
+        "n": min(p[1]["n"] for p in pts),
+        "band": None
+        if any(p[1]["ci"] is None for p in pts)
+        else {
+            "low": [round(scale * p[1]["ci"][0], 4) for p in pts],
+            "high": [round(scale * p[1]["ci"][1], 4) for p in pts],
+        },
+    }
+
+
 def curves(results: dict) -> dict:
     """{dataset: {"models": {model: {"sigma", "acc", "std", "n", "band"}}, "ceiling": {"acc", "model"} or None,
     "views": {k: {"sigma", "acc", "n"}}}} from :func:`mnp.tools.report_runs.read_results` rows (default variant
@@ -69,18 +86,7 @@ def curves(results: dict) -> dict:
                 if mm == m and v == "" and dd == d and (s := SIGMA.match(k))
             )
             if pts:
-                models[m] = {
-                    "sigma": [p[0] for p in pts],
-                    "acc": [round(100 * p[1]["mean"], 4) for p in pts],
-                    "std": [round(100 * p[1]["std"], 4) for p in pts],
-                    "n": min(p[1]["n"] for p in pts),
-                    "band": None
-                    if any(p[1]["ci"] is None for p in pts)
-                    else {
-                        "low": [round(100 * p[1]["ci"][0], 4) for p in pts],
-                        "high": [round(100 * p[1]["ci"][1], 4) for p in pts],
-                    },
-                }
+                models[m] = series(pts, "acc", 100)
             c = results.get((m, "", d, CEILING))
             if c is not None and (ceiling is None or 100 * c["mean"] > ceiling["acc"]):
                 ceiling = {"acc": round(100 * c["mean"], 4), "model": m, "n": c["n"]}

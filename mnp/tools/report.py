@@ -38,6 +38,7 @@ import logging
 from pathlib import Path
 
 from mnp.tools.plots import all_plots, figure_formats
+from mnp.tools.report_conformal import conformal_tables, with_conformal_means
 from mnp.tools.report_paper import paper_comparison, paper_md
 from mnp.tools.report_records import (
     claims,
@@ -136,7 +137,7 @@ def report(
     out.mkdir(parents=True, exist_ok=True)
     runs = [r for r in runs if (models is None or r.model in models) and (seeds is None or r.seed in seeds)]
     runs, notes = notes_of(runs)
-    records, previous = records_of(runs), {}
+    records, previous = with_conformal_means(records_of(runs)), {}
     if from_runs is not None:
         records, previous = {**read_runs(Path(from_runs)), **records}, previous_cells(out)
     elif update:
@@ -167,7 +168,7 @@ def report(
     for e in sorted({key[0] for key in agg}):
         md += [f"## Experiment `{e}`", ""]
         tex.append(f"% ---- experiment {e}")
-        for t in experiment_tables(agg, e):
+        for t in experiment_tables(agg, e) + conformal_tables(agg, e):
             number += 1
             md += [table_md(t, number), ""]
             tex += [table_tex(t, e), ""]

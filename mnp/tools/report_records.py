@@ -45,8 +45,12 @@ CLAIM_COLUMNS = [
     "experiment", "model", "dataset", "metric", "baseline", "difference", "p_value", "n", "verdict", "p_holm",
     "verdict_holm", "p_rows", "verdict_rows",
 ]  # fmt: skip
-# cal/: temperature-scaled (runs with eval.calibration=temperature, mnp.eval.calibration)
-CLAIM_METRICS = ["test/acc", "test/ece", "noise/acc_mean", "test/nll", "cal/test/ece", "cal/test/nll"]
+# cal/: temperature-scaled (runs with eval.calibration=temperature, mnp.eval.calibration); conformal/: the sets of
+# eval.conformal (mnp.tools.report_conformal): coverage kept under noise and with a view missing, size on clean rows
+CLAIM_METRICS = [
+    "test/acc", "test/ece", "noise/acc_mean", "test/nll", "cal/test/ece", "cal/test/nll",
+    "conformal/noise/coverage_mean", "conformal/missing/coverage_mean", "conformal/test/size",
+]  # fmt: skip
 NON_METRICS = {"seed", "epochs"}
 UNTESTED = "untested (legacy aggregate)"
 UNTESTED_VOID = "untested (void value)"

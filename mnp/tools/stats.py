@@ -36,11 +36,12 @@ def t_interval(values, level: float = LEVEL) -> tuple[float, float] | None:
 
 
 def higher_is_better(metric: str) -> bool:
-    """Direction of a metrics.json key: accuracies and AUROC up, ECE, NLL and Brier down."""
+    """Direction of a metrics.json key: accuracies, AUROC and a conformal set's coverage up; ECE, NLL, Brier and a
+    set's size down (sets that keep coverage under noise, and small sets, are better)."""
     leaf = metric.split("/")[-1]
-    if leaf.startswith("acc") or leaf == "auroc":
+    if leaf.startswith(("acc", "coverage")) or leaf == "auroc":
         return True
-    if leaf.startswith(("ece", "nll", "brier")):
+    if leaf.startswith(("ece", "nll", "brier", "size")):
         return False
     raise ValueError(f"no direction known for metric {metric!r}")
 
