@@ -1,5 +1,12 @@
-"""A run directory's name: ``<model>_<dataset>_s<seed>`` plus the result-changing overrides (mnp/runs/rundir.py
-says which), and an evaluation's folder beside its checkpoint."""
+"""A run directory's name, and an evaluation's folder beside its checkpoint.
+
+A job's directory is ``<model>_<dataset>_s<seed>`` plus, when the command line changes anything that
+can change the result, ``_<those overrides>`` (``model.loss.tau=0.5``, ``trainer.max_epochs=10``): a sweep
+``model.loss.tau=0.1,0.5`` gets two directories, not one overwritten or skipped. Overrides that cannot
+change a result (where logs go, progress bars, launcher, logger, device, whether MNP's step is replayed
+as a CUDA graph) are left out of the name, so the paper sweeps keep their plain names; mnp/runs/rundir.py
+refuses to reuse a directory for another config.
+"""
 
 from __future__ import annotations
 

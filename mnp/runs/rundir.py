@@ -1,10 +1,4 @@
-"""Run directories: one per result-changing set of overrides, never reused for another config.
-
-A job's directory is ``<model>_<dataset>_s<seed>`` plus, when the command line changes anything that
-can change the result, ``_<those overrides>`` (``model.loss.tau=0.5``, ``trainer.max_epochs=10``): a sweep
-``model.loss.tau=0.1,0.5`` gets two directories, not one overwritten or skipped. Overrides that cannot
-change a result (where logs go, progress bars, launcher, logger, device, whether MNP's step is replayed
-as a CUDA graph) are left out of the name, so the paper sweeps keep their plain names.
+"""A run directory is reused only for its own config and data.
 
 A directory is skipped as finished (``metrics.json``) or resumed (``last.ckpt``) only when the
 ``config.yaml`` it holds matches the job's config. A config file edited since the run (a new
