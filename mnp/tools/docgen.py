@@ -31,6 +31,7 @@ from pathlib import Path
 
 from mnp.core.migrations import modern_variant
 from mnp.tools import docgen_ceiling, docgen_decisions, docgen_results, docgen_speed, docgen_tuning, noise_figure
+from mnp.tools import docgen_differences
 from mnp.tools.docgen_results import DATASETS, MAIN
 from mnp.tools.docgen_sources import SourceError, reading
 from mnp.tools.report_records import claims, read_runs
@@ -248,6 +249,7 @@ RENDERERS = {
     **docgen_speed.RENDERERS,
     **docgen_decisions.RENDERERS,
     **docgen_tuning.RENDERERS,
+    **docgen_differences.RENDERERS,
 }
 
 
@@ -287,6 +289,7 @@ def sources(root: Path = ROOT) -> dict:
         **docgen_speed.sources(root),
         "tuning": docgen_tuning.sources(root),
         **docgen_decisions.sources(root),
+        **docgen_differences.sources(root),
     }
 
 
