@@ -8,7 +8,12 @@ from pathlib import Path
 from mnp.tools.differences import OUT, read
 from mnp.tools.report_runs import dataset_label, model_label
 
-METRICS = {"test/acc": "acc %", "noise/acc_mean": "noisy acc %", "test/ece": "ECE", "speed-up/test": "MGP/MNP test time"}
+METRICS = {
+    "test/acc": "acc %",
+    "noise/acc_mean": "noisy acc %",
+    "test/ece": "ECE",
+    "speed-up/test": "MGP/MNP test time",
+}
 
 
 def sources(root: Path) -> dict:
@@ -29,7 +34,10 @@ def render_differences(src: dict) -> str:
     rows = src["differences"]
     if not rows:
         return "No records: run `python -m mnp.tools.differences`."
-    lines = ["| dataset | model | metric | paper | ours [95 % interval] (seeds) | status |", "|---|---|---|---|---|---|"]
+    lines = [
+        "| dataset | model | metric | paper | ours [95 % interval] (seeds) | status |",
+        "|---|---|---|---|---|---|",
+    ]
     causes: dict[tuple, list[str]] = {}
     for r in rows:
         metric = METRICS.get(r["metric"], r["metric"])
