@@ -139,7 +139,7 @@ def test_tables_show_percentages_intervals_best_bold_second_underlined(sweep, tm
     assert list(acc) == ["MCD", "MGP", MNP]  # paper order
     pie, cub = 1, 0  # columns in paper order: CUB, PIE
     assert acc[MNP][pie] == "**96.00 [93.52, 98.48]** (3)"  # mean ± t(0.975, 2)·0.01/√3
-    assert acc["MCD"][pie] == "<u>92.00 [92.00, 92.00]</u> (3)"
+    assert acc["MCD"][pie] == "<u>92.00 [92.00, 92.00]‡</u> (3)"  # every seed the same: marked
     assert acc["MGP"][pie] == "91.00 [78.29, 103.71] (2)"  # t(0.975, 1) = 12.71: wide
     assert acc["MGP"][cub].startswith("**86.00") and acc[MNP][cub].startswith("<u>81.00")
     ece = md_table(md, "2")  # lower is better
@@ -153,7 +153,7 @@ def test_tables_show_percentages_intervals_best_bold_second_underlined(sweep, tm
     assert t5["MCD"][pie].startswith("<u>2.000")
     tex = (tmp_path / "out" / "results.tex").read_text()
     assert r"\textbf{96.00\,[93.52, 98.48]}\,{\scriptsize(3)}" in tex
-    assert r"\underline{92.00\,[92.00, 92.00]}" in tex
+    assert r"\underline{92.00\,[92.00, 92.00]$^\ddagger$}" in tex
     speed = md_table(md, "6")  # MGP time / MNP time per dataset
     assert speed["PIE"] == ["0.75", "1.00"]
 

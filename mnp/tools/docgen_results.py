@@ -29,6 +29,7 @@ LEGEND = (
     "† a legacy aggregate: a cell of results.csv from before per-run records (runs.csv), shown as its mean, "
     "with no interval and no test."
 )
+ZERO_WIDTH = "‡ every seed gave the same value: the interval has zero width, not an exact result."
 
 
 def ci_cell(c: dict | None, scale: float, digits: int, count: bool = True) -> str:
@@ -40,7 +41,7 @@ def ci_cell(c: dict | None, scale: float, digits: int, count: bool = True) -> st
     if c["source"] == LEGACY:
         text += "†"
     elif c["ci"]:
-        text += f" [{f(c['ci'][0])}, {f(c['ci'][1])}]"
+        text += f" [{f(c['ci'][0])}, {f(c['ci'][1])}]" + ("‡" if c["std"] <= 1e-9 * max(1.0, abs(c["mean"])) else "")
     return f"{text} ({c['n']})" if count else text
 
 
@@ -50,7 +51,8 @@ def _n(res: dict, model: str, dataset: str) -> int:
 
 
 def _legend(rows: list[str]) -> str:
-    return "\n".join(rows + (["", LEGEND] if any("†" in r for r in rows) else []))
+    notes = [note for mark, note in (("†", LEGEND), ("‡", ZERO_WIDTH)) if any(mark in r for r in rows)]
+    return "\n".join(rows + (["", *notes] if notes else []))
 
 
 def _row_cells(res: dict, model: str, dataset: str, cols: list = MAIN) -> list[str]:
