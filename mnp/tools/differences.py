@@ -5,7 +5,8 @@ outcome: ``python -m mnp.tools.differences`` writes ``results/differences/gaps.c
 Inputs, all committed: the paper's numbers (``mnp/tools/paper_results.csv``), our cells (``results/paper_main``), and
 the experiments' outputs: ``results/differences/tmc_ece.csv`` (TMC's ECE under each probability reading,
 ``benchmarks/research/tmc_probabilities.py``), ``results/differences/cub_official/runs.csv`` and
-``scene15_etp/runs.csv`` (one switch flipped at a time, ``benchmarks/differences/*.sh``), the speed benches
+``scene15_etp/runs.csv`` (one switch flipped at a time) and ``mgp_<dataset>_full/runs.csv`` (MGP at the authors'
+steps), all by ``benchmarks/differences/*.sh``, the speed benches
 (``benchmarks/bench_cpu.json``, ``benchmarks/h200_9de9874/bench_gpu.json``) and the earlier cells of
 ``results/switches/results.csv``. The hypotheses and commands are this module's :data:`GAPS`; each gap's outcome and
 status (explained / partly explained / not explained) come from its evidence function, from those files alone.
@@ -29,6 +30,7 @@ FIELDS = ["dataset", "model", "metric", "paper", "ours", "ci95_low", "ci95_high"
 FIELDS += ["outcome", "status"]
 STATUSES = ("explained", "partly explained", "not explained")
 PAPER_MODEL = {"mnp_official": "mnp"}  # the paper has one MNP; the authors' code is measured against it
+FLIPS = ("cub_official", "scene15_etp", "mgp_cub_full", "mgp_pie_full", "mgp_scene15_full")  # results/differences/
 SCALE = {"test/acc": 100, "noise/acc_mean": 100}  # the paper prints accuracies in %
 
 
@@ -62,7 +64,7 @@ def context(root: Path = ROOT) -> Context:
         runs=read_runs(root / "results/paper_main/runs.csv"),
         earlier=read_results(root / "results/switches/results.csv"),
         tmc=_tmc(diff / "tmc_ece.csv"),
-        flips={n: _optional_runs(diff / n / "runs.csv") for n in ("cub_official", "scene15_etp")},
+        flips={n: _optional_runs(diff / n / "runs.csv") for n in FLIPS},
         bench={
             "cpu": json.loads((root / "benchmarks/bench_cpu.json").read_text())["ratios"],
             "h200": json.loads((root / "benchmarks/h200_9de9874/bench_gpu.json").read_text())["ratios"],
