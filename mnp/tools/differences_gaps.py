@@ -76,7 +76,8 @@ def scene15(ctx: Context, gap: Gap) -> tuple[str, str]:
         "the baselines' training budgets in the authors' scripts"
     )
     return (
-        f"ETP ({gap.metric}; paper {_pct(paper)}, ours {_pct(mean(base.values()))} over {len(base)} seeds), one data switch "
+        ("" if gap.model == "etp" else "Measured on ETP, the cheapest baseline, for every model: ")
+        + f"ETP ({gap.metric}; paper {_pct(paper)}, ours {_pct(mean(base.values()))} over {len(base)} seeds), one data switch "
         "flipped at a time: " + "; ".join(parts) + ("" if any(near) else ruled_out),
         "partly explained" if any(near) else "not explained",
     )
@@ -154,7 +155,7 @@ def mgp_budget(ctx: Context, gap: Gap) -> tuple[str, str]:
     return (
         f"{cut}. At the authors' steps ({variants[0]}): {_pct(mean(full.values()))} against {_pct(before)} on the "
         f"same seeds ({_paired(full, base)}), {closed:.0%} of the gap to the paper's {_pct(paper)}"
-        + ("; the budget is ruled out as its cause" if status == "not explained" else ""),
+        + ("; ruled out: the budget, on these seeds" if status == "not explained" else ""),
         status,
     )
 
