@@ -114,8 +114,8 @@ def draw(results: dict, train_x: np.ndarray, train_y: np.ndarray, path: Path) ->
         ax = axes[1, col]
         cs = ax.contourf(gx, gy, r["unc"].reshape(n, n), levels=levels["unc"], cmap="viridis", vmin=scales["unc"][0],
                          vmax=scales["unc"][1])  # fmt: skip
-        ax.set_title("uncertainty (expected entropy), one scale for all")
-        fig.colorbar(cs, ax=ax)
+        ax.set_title("uncertainty (expected entropy)")
+        fig.colorbar(cs, ax=ax, format="%.2f")
         drawn["unc"].append(cs)
         ax = axes[2, col]
         ax.scatter(*train_x.T, c="lightgrey", s=3, edgecolors="none")
@@ -128,6 +128,7 @@ def draw(results: dict, train_x: np.ndarray, train_y: np.ndarray, path: Path) ->
         drawn["attn"].append(sc)
         for a in axes[:, col]:
             a.set_xlim(gx.min(), gx.max()), a.set_ylim(gy.min(), gy.max())
+    fig.suptitle("each row on one colour scale across the three attentions", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
