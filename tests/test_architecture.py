@@ -58,7 +58,7 @@ ROOM_BUDGETS = {
     "mnp/eval": 2100,
     "mnp/runs": 2200,
     "mnp/cli": 2500,
-    "mnp/tools": 6600,
+    "mnp/tools": 7000,
     "mnp/tune": 550,
     "datamodules": 3050,
     "baselines": 1050,

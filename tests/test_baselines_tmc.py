@@ -67,6 +67,20 @@ def test_tmc_predicts_fused_opinion():
     assert not torch.allclose(a0[1], a1[1])
 
 
+def test_tmc_softmax_evidence_reading_keeps_the_argmax_and_the_uncertainty():
+    torch.manual_seed(0)
+    views = [torch.randn(6, d) for d in (4, 2, 5)]
+    model = TMC(3, [4, 2, 5], probability="softmax_evidence")
+    probs, unc = model.predict(views)
+    fused = dempster_combine_all(list(model.view_alphas(views)))
+    e = fused - 1
+    torch.testing.assert_close(probs[0], e.exp() / e.exp().sum(-1, keepdim=True))
+    torch.testing.assert_close(unc, 3 / fused.sum(-1))
+    assert torch.equal(probs[0].argmax(-1), fused.argmax(-1))
+    with pytest.raises(ValueError, match="unknown model.probability 'belief'; choose one of dirichlet_mean, softmax"):
+        TMC(3, [4, 2], probability="belief")
+
+
 def test_tmc_needs_several_views():
     with pytest.raises(ValueError, match="several views"):
         TMC(3, [4])

@@ -17,6 +17,7 @@ from mnp.eval import metrics
 from mnp.eval.calibration import fit_temperature, temper, tempered_nll
 from mnp.eval.eval_protocol import EvalProtocol
 from mnp.framework.routine import Routine
+from mnp.tools.report_runs import model_label
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -218,7 +219,7 @@ def test_the_report_shows_raw_and_temperature_scaled_columns_side_by_side(tmp_pa
     res = report([tmp_path / "runs"], tmp_path / "out", plots=False)
     md = (tmp_path / "out" / "results.md").read_text()
     assert "| Method | CUB | CUB T-scaled |" in md and "**Table 3.** Test NLL ↓; T-scaled" in md
-    row = next(line for line in md.splitlines() if line.startswith("| MNP |") and "0.060" in line)
+    row = next(line for line in md.splitlines() if line.startswith(f"| {model_label('mnp')} |") and "0.060" in line)
     assert "0.060" in row and "**0.030" in row  # raw, then calibrated (the best of its column)
     assert {(c["metric"], c["baseline"]) for c in res["claims"]} >= {("cal/test/ece", "sngp"), ("test/ece", "sngp")}
 

@@ -14,6 +14,8 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
+from mnp.tools.report_runs import model_label
+
 RECORDS = sorted(p for p in (ROOT / "results" / "decisions").glob("*.csv") if p.name != "open.csv")
 
 
@@ -67,7 +69,7 @@ def test_the_open_decisions_render_as_a_table_or_as_none_left():
     assert render_decisions_open({"decisions_open": []}).startswith("None: every default")
     row = dict(model="mnp", dataset="scene15", decision="x", today="1", chosen_before_on="test", what_it_needs="runs")
     table = render_decisions_open({"decisions_open": [row]}).splitlines()
-    assert len(table) == 3 and table[2] == "| MNP | Scene15 | x | 1 | test | runs |"
+    assert len(table) == 3 and table[2] == f"| {model_label('mnp')} | Scene15 | x | 1 | test | runs |"
 
 
 @pytest.mark.parametrize("path", RECORDS, ids=[p.stem for p in RECORDS])

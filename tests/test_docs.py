@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from mnp.tools import docgen
+from mnp.tools.report_runs import model_label
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -76,7 +77,7 @@ def test_renderers_show_means_with_t_intervals_and_mark_legacy_cells(tmp_path):
     glance = docgen.RENDERERS["glance"](src)
     assert f"| PIE | {acc_text} | {ece_text} | " in glance and legend not in glance
     baselines = docgen.RENDERERS["baselines"](src)
-    assert f"| MNP | – | – | {acc_text} (3) | – |" in baselines  # every cell says its seeds
+    assert f"| {model_label('mnp')} | – | – | {acc_text} (3) | – |" in baselines  # every cell says its seeds
     assert "| MGP | – | – | 90.00† (5) | – |" in baselines and legend in baselines
     goals = docgen.render_goals(src)
     assert "| PIE | acc % | ≥ 94.5 | 95.12 | 3 | met |" in goals
@@ -93,7 +94,7 @@ def test_claims_section_states_each_paired_test(tmp_path):
     row = next(r for r in text.splitlines() if r.startswith("| PIE | MCD |"))
     assert row.split(" | ")[2] == f"holds (p = {p:.3f}; Δ +{100 * (sum(acc[0]) - sum(acc[1])) / 3:.2f}, 3 seeds)"
     assert row.split(" | ")[3].startswith("holds (p = ")  # ECE: lower is better, and mnp's is lower
-    official = next(r for r in text.splitlines() if r.startswith("| PIE | MNP (official) |"))
+    official = next(r for r in text.splitlines() if r.startswith(f"| PIE | {model_label('mnp_official')} |"))
     assert official.split(" | ")[2].startswith("not significant (p = ") and ", 2 seeds)" in official
     assert "| PIE | MGP | untested (Δ +5.12)† | untested (Δ +0.010)† | untested (Δ -0.90)† |" in text
     assert "| PIE | TMC | untested (Δ +15.12)† | – | – |" in text
@@ -241,7 +242,7 @@ def test_noise_figure_is_the_results_file_and_its_ceiling_is_the_best_removal(tm
     assert data["cub"]["ceiling"] == {"acc": 81.0, "model": "mgp", "n": 3}
     table = docgen.render_noise_curves({"noise_curves": data})
     assert (
-        "| CUB | MNP | 90.0 | 70.0 | 5 |" in table
+        f"| CUB | {model_label('mnp')} | 90.0 | 70.0 | 5 |" in table
         and "| CUB | ceiling (MGP, noised views removed) | 81.0 | 81.0 | 3 |" in table
     )
 

@@ -12,7 +12,9 @@ import numpy as np
 import pytest
 
 from mnp.tools.report import main, report
-from mnp.tools.report_runs import Cell, load, summarise
+from mnp.tools.report_runs import Cell, load, model_label, summarise
+
+MNP = model_label("mnp")
 
 SIGMAS = [0.01, 0.1, 1.0, 10.0]
 
@@ -134,24 +136,24 @@ def test_tables_show_percentages_intervals_best_bold_second_underlined(sweep, tm
     report([sweep], tmp_path / "out", plots=False)
     md = (tmp_path / "out" / "results.md").read_text()
     acc = md_table(md, "1")
-    assert list(acc) == ["MCD", "MGP", "MNP"]  # paper order
+    assert list(acc) == ["MCD", "MGP", MNP]  # paper order
     pie, cub = 1, 0  # columns in paper order: CUB, PIE
-    assert acc["MNP"][pie] == "**96.00 [93.52, 98.48]** (3)"  # mean ± t(0.975, 2)·0.01/√3
-    assert acc["MCD"][pie] == "<u>92.00 [92.00, 92.00]</u> (3)"
+    assert acc[MNP][pie] == "**96.00 [93.52, 98.48]** (3)"  # mean ± t(0.975, 2)·0.01/√3
+    assert acc["MCD"][pie] == "<u>92.00 [92.00, 92.00]‡</u> (3)"  # every seed the same: marked
     assert acc["MGP"][pie] == "91.00 [78.29, 103.71] (2)"  # t(0.975, 1) = 12.71: wide
-    assert acc["MGP"][cub].startswith("**86.00") and acc["MNP"][cub].startswith("<u>81.00")
+    assert acc["MGP"][cub].startswith("**86.00") and acc[MNP][cub].startswith("<u>81.00")
     ece = md_table(md, "2")  # lower is better
-    assert ece["MCD"][pie].startswith("**0.020") and ece["MNP"][pie].startswith("<u>0.040")
-    assert ece["MGP"][cub].startswith("**0.030") and ece["MNP"][cub].startswith("<u>0.050")
-    assert md_table(md, "3")["MNP"][pie].startswith("**86.00")  # noise/acc_mean = acc − 0.1
+    assert ece["MCD"][pie].startswith("**0.020") and ece[MNP][pie].startswith("<u>0.040")
+    assert ece["MGP"][cub].startswith("**0.030") and ece[MNP][cub].startswith("<u>0.050")
+    assert md_table(md, "3")[MNP][pie].startswith("**86.00")  # noise/acc_mean = acc − 0.1
     t5 = md_table(
         md, "4"
     )  # no OOD table: training time is Table 4; min is best; mcd and mnp tie on pie (seeds 0..2 -> mean 2.0)
-    assert t5["MGP"][pie].startswith("**1.500") and t5["MNP"][pie].startswith("<u>2.000")
+    assert t5["MGP"][pie].startswith("**1.500") and t5[MNP][pie].startswith("<u>2.000")
     assert t5["MCD"][pie].startswith("<u>2.000")
     tex = (tmp_path / "out" / "results.tex").read_text()
     assert r"\textbf{96.00\,[93.52, 98.48]}\,{\scriptsize(3)}" in tex
-    assert r"\underline{92.00\,[92.00, 92.00]}" in tex
+    assert r"\underline{92.00\,[92.00, 92.00]$^\ddagger$}" in tex
     speed = md_table(md, "6")  # MGP time / MNP time per dataset
     assert speed["PIE"] == ["0.75", "1.00"]
 
@@ -258,7 +260,10 @@ def test_variants_duplicates_and_evaluate_outputs(tmp_path):
     assert len(runs) == 4 and not jobs
     report([root], tmp_path / "out", plots=False)
     acc = md_table((tmp_path / "out" / "results.md").read_text(), "1")
-    assert acc == {"MNP (fifo)": ["<u>81.00 [68.29, 93.71]</u> (2)"], "MNP (mse)": ["**91.00 [78.29, 103.71]** (2)"]}
+    assert acc == {
+        f"{MNP} (fifo)": ["<u>81.00 [68.29, 93.71]</u> (2)"],
+        f"{MNP} (mse)": ["**91.00 [78.29, 103.71]** (2)"],
+    }
     rows = read_csv(tmp_path / "out" / "results.csv")
     assert float(rows[("mnp", "pie", "test/acc", "ablation_context", "mse")]["mean"]) == pytest.approx(0.91)
     # with evaluations=True the evaluate.py output counts as its run re-scored: it replaces seed 0 of "mse"
@@ -280,7 +285,7 @@ def test_ood_table_columns_in_paper_order(tmp_path):
     md = (tmp_path / "out" / "results.md").read_text()
     assert "| Method | Accuracy (%) ↑ | ECE ↓ | AUROC SVHN ↑ | AUROC CIFAR100 ↑ |" in md
     t4 = md_table(md, "4")
-    assert t4["MNP"][2:] == ["**0.870** (n = 1)", "**0.790** (n = 1)"]  # one seed: no spread shown
+    assert t4[MNP][2:] == ["**0.870** (n = 1)", "**0.790** (n = 1)"]  # one seed: no spread shown
     assert t4["MGP"][2:] == ["<u>0.800</u> (n = 1)", "<u>0.750</u> (n = 1)"]
     assert t4["MCD"][2] == "0.790 (n = 1)"
 
@@ -309,10 +314,10 @@ def test_selective_and_ood_detection_columns(tmp_path):
     report([root], tmp_path / "out", plots=False)
     md = (tmp_path / "out" / "results.md").read_text()
     assert "| Method | Accuracy (%) ↑ | ECE ↓ | AUROC SVHN ↑ | AUPR SVHN ↑ | FPR95 SVHN ↓ |" in md
-    assert md_table(md, "4")["MNP"][4] == "**0.300** (n = 1)"  # lower is better
+    assert md_table(md, "4")[MNP][4] == "**0.300** (n = 1)"  # lower is better
     selective = md_table(md, "5")
     assert "not in the paper" in md.split("**Table 5.**", 1)[1].split("\n", 1)[0]
-    assert selective["MNP"] == ["**0.0200** (n = 1)", "**80.00** (n = 1)", "**0.030** (n = 1)"]
+    assert selective[MNP] == ["**0.0200** (n = 1)", "**80.00** (n = 1)", "**0.030** (n = 1)"]
     assert selective["MGP"][0] == "<u>0.0500</u> (n = 1)"
     assert "not in the paper" in (tmp_path / "out" / "results.tex").read_text()
 
@@ -325,7 +330,7 @@ def test_paper_comparison(sweep, tmp_path):
     assert float(r["paper"]) == pytest.approx(0.95) and float(r["diff"]) == pytest.approx(0.01)
     assert float(rows[("mgp", "cub", "test/ece")]["paper"]) == pytest.approx(0.038)
     md = (tmp_path / "out" / "results.md").read_text()
-    assert "| paper_main | MNP | PIE | test/acc | 96.00 | 95.00 | +1.00 |" in md
+    assert f"| paper_main | {MNP} | PIE | test/acc | 96.00 | 95.00 | +1.00 |" in md
     assert re.search(r"\| paper_main \| MNP/MGP \| PIE \| speed-up train \| 0\.75 \| 2\.88 \| -2\.13 \|", md)
 
 
@@ -417,8 +422,8 @@ def test_paper_comparison_of_ood_and_speed_from_the_data_file(tmp_path):
     res = report([root], tmp_path / "out", paper=True, plots=False)
     md = (tmp_path / "out" / "results.md").read_text()
     section = md.split("## Comparison with the paper (docs/method.md §7)", 1)[1]
-    assert "| paper_ood | MNP | CIFAR10-C | ood/svhn/auroc | 0.870 | 0.872 | -0.002 |" in section
-    assert "| paper_ood | MNP | CIFAR10-C | test/acc | 75.00 | 74.92 | +0.08 |" in section
+    assert f"| paper_ood | {MNP} | CIFAR10-C | ood/svhn/auroc | 0.870 | 0.872 | -0.002 |" in section
+    assert f"| paper_ood | {MNP} | CIFAR10-C | test/acc | 75.00 | 74.92 | +0.08 |" in section
     assert "| paper_ood | MGP | CIFAR10-C | test/ece | 0.020 | 0.018 | +0.002 |" in section
     # times: mnp 1.0 s, mgp 1.0 s per epoch (seed 0) -> speed-up 1.00 against the paper's 1.17
     assert "| paper_ood | MNP/MGP | CIFAR10-C | speed-up train | 1.00 | 1.17 | -0.17 |" in section
@@ -469,10 +474,10 @@ def test_custom_runs_are_grouped_by_their_file_one_seed_shows_no_spread_and_the_
     assert main([str(root), "--no-plots"]) == 0
     assert f"-> {root / 'report' / 'results.md'}" in capsys.readouterr().out
     md = (root / "report" / "results.md").read_text()
-    assert "| Method | iris | wine |" in md and "Custom" not in md and "[" not in md_table(md, "1")["MNP"][0]
+    assert "| Method | iris | wine |" in md and "Custom" not in md and "[" not in md_table(md, "1")[MNP][0]
     assert md_table(md, "1") == {
         "MLP": ["<u>93.00</u> (n = 1)", "**95.00** (n = 1)"],
-        "MNP": ["**97.00** (n = 1)", "<u>90.00</u> (n = 1)"],
+        MNP: ["**97.00** (n = 1)", "<u>90.00</u> (n = 1)"],
     }
     assert r"\textbf{97.00}\,{\scriptsize($n = 1$)}" in (root / "report" / "results.tex").read_text()
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from mnp.tools.report_runs import model_label
+
 
 def test_speed_figure_points_on_a_log_axis_with_plain_ticks_and_floorless_error_bars(tmp_path):
     from matplotlib.container import ErrorbarContainer
@@ -41,7 +43,7 @@ def test_speed_figure_points_on_a_log_axis_with_plain_ticks_and_floorless_error_
             for x, mean, seg in zip(line.get_xdata(), line.get_ydata(), segments.get_segments()):
                 bars[(c.get_label(), round(x))] = (mean, seg[0][1], seg[1][1])
         assert bars[("MGP", 0)] == pytest.approx((scale * 3.2 / 3, scale * 0.1, scale * 3.0))  # mean, slowest, fastest
-        assert bars[("MNP", 1)] == pytest.approx((scale * 22.0, scale * 20.0, scale * 24.0))
+        assert bars[(model_label("mnp"), 1)] == pytest.approx((scale * 22.0, scale * 20.0, scale * 24.0))
         assert min(low for _, low, _ in bars.values()) > lo > 0  # no bar reaches the bottom of the axis
         assert max(high for _, _, high in bars.values()) < hi
         assert not fig.legends[0].get_window_extent().overlaps(ax.get_window_extent())

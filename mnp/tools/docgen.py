@@ -36,6 +36,7 @@ from mnp.tools import (
     docgen_ceiling,
     docgen_conformal,
     docgen_decisions,
+    docgen_differences,
     docgen_results,
     docgen_speed,
     docgen_tuning,
@@ -246,6 +247,7 @@ RENDERERS = {
     **docgen_decisions.RENDERERS,
     **docgen_tuning.RENDERERS,
     **docgen_conformal.RENDERERS,
+    **docgen_differences.RENDERERS,
 }
 
 
@@ -286,6 +288,7 @@ def sources(root: Path = ROOT) -> dict:
         "tuning": docgen_tuning.sources(root),
         **docgen_decisions.sources(root),
         **docgen_conformal.sources(root),
+        **docgen_differences.sources(root),
     }
 
 

@@ -32,6 +32,7 @@ LEGEND = (
     "† a legacy aggregate: a cell of results.csv from before per-run records (runs.csv), shown as its mean, "
     "with no interval and no test."
 )
+ZERO_WIDTH = "‡ every seed gave the same value: the interval has zero width, not an exact result."
 
 
 def ci_cell(c: dict | None, scale: float, digits: int, count: bool = True) -> str:
@@ -43,7 +44,7 @@ def ci_cell(c: dict | None, scale: float, digits: int, count: bool = True) -> st
     if c["source"] == LEGACY:
         text += "†"
     elif c["ci"]:
-        text += f" [{f(c['ci'][0])}, {f(c['ci'][1])}]"
+        text += f" [{f(c['ci'][0])}, {f(c['ci'][1])}]" + ("‡" if c["std"] <= 1e-9 * max(1.0, abs(c["mean"])) else "")
     return f"{text} ({c['n']})" if count else text
 
 
@@ -53,7 +54,8 @@ def _n(res: dict, model: str, dataset: str) -> int:
 
 
 def _legend(text: str) -> str:
-    return text + (f"\n\n{LEGEND}" if "†" in text else "")
+    notes = [note for mark, note in (("†", LEGEND), ("‡", ZERO_WIDTH)) if mark in text]
+    return "\n\n".join([text, *notes])
 
 
 def _row_cells(res: dict, model: str, dataset: str, cols: list = MAIN) -> list[str]:

@@ -85,33 +85,54 @@ def variant_maps(model, dm) -> dict:
     }
 
 
-def draw(results: dict, train_x: np.ndarray, train_y: np.ndarray, path: Path) -> None:
+def shared_scales(results: dict) -> dict[str, tuple[float, float]]:
+    """One colour range per row across the variants' columns, so colours compare between them: p(class 1) on [0, 1],
+    the uncertainty and the attention weights from 0 to their largest value in any column."""
+    return {
+        "p1": (0.0, 1.0),
+        "unc": (0.0, max(float(r["unc"].max()) for r in results.values())),
+        "attn": (0.0, max(float(r["attn"].max()) for r in results.values())),
+    }
+
+
+def draw(results: dict, train_x: np.ndarray, train_y: np.ndarray, path: Path) -> dict[str, list]:
+    """The figure, each row on one colour scale (:func:`shared_scales`); returns each row's mappables."""
     grid = mesh()
     n = int(np.sqrt(len(grid)))
     gx, gy = grid[:, 0].reshape(n, n), grid[:, 1].reshape(n, n)
+    scales = shared_scales(results)
+    levels = {k: np.linspace(lo, hi if hi > lo else lo + 1e-9, 21) for k, (lo, hi) in scales.items()}
     fig, axes = plt.subplots(3, len(results), figsize=(4.2 * len(results), 11), squeeze=False)
+    drawn: dict[str, list] = {"p1": [], "unc": [], "attn": []}
     for col, (name, r) in enumerate(results.items()):
         ax = axes[0, col]
-        cs = ax.contourf(gx, gy, r["p1"].reshape(n, n), levels=20, cmap="RdBu_r", vmin=0, vmax=1)
+        cs = ax.contourf(gx, gy, r["p1"].reshape(n, n), levels=levels["p1"], cmap="RdBu_r", vmin=0, vmax=1)
         ax.scatter(*train_x.T, c=train_y, cmap="coolwarm", s=3, edgecolors="none", alpha=0.5)
         ax.set_title(f"{name}\np(class 1), test acc {r['acc']:.3f}")
         fig.colorbar(cs, ax=ax)
+        drawn["p1"].append(cs)
         ax = axes[1, col]
-        cs = ax.contourf(gx, gy, r["unc"].reshape(n, n), levels=20, cmap="viridis")
+        cs = ax.contourf(gx, gy, r["unc"].reshape(n, n), levels=levels["unc"], cmap="viridis", vmin=scales["unc"][0],
+                         vmax=scales["unc"][1])  # fmt: skip
         ax.set_title("uncertainty (expected entropy)")
-        fig.colorbar(cs, ax=ax)
+        fig.colorbar(cs, ax=ax, format="%.2f")
+        drawn["unc"].append(cs)
         ax = axes[2, col]
         ax.scatter(*train_x.T, c="lightgrey", s=3, edgecolors="none")
-        sc = ax.scatter(*r["ctx"].T, c=r["attn"], cmap="magma_r", s=25, edgecolors="k", linewidths=0.3)
+        sc = ax.scatter(*r["ctx"].T, c=r["attn"], cmap="magma_r", s=25, edgecolors="k", linewidths=0.3,
+                        vmin=scales["attn"][0], vmax=scales["attn"][1])  # fmt: skip
         ax.scatter(*OOD_POINT, marker="*", c="red", s=200, label="OOD point")
         ax.set_title(f"attention of the OOD point\n{r['attended']} of {len(r['attn'])} context points attended")
         ax.legend(loc="lower right")
         fig.colorbar(sc, ax=ax)
+        drawn["attn"].append(sc)
         for a in axes[:, col]:
             a.set_xlim(gx.min(), gx.max()), a.set_ylim(gy.min(), gy.max())
+    fig.suptitle("each row on one colour scale across the three attentions", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+    return drawn
 
 
 def main(argv=None) -> dict:

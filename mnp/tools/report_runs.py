@@ -30,8 +30,9 @@ MODEL_NAMES = {
     "de_lf": "DE (LF)",
     "tmc": "TMC",
     "mgp": "MGP",
-    "mnp": "MNP",
-    "mnp_official": "MNP (official)",
+    # `mnp` is the paper's method plus this project's extensions (docs/switches.md), `mnp_official` the authors' code
+    "mnp": "MNP (paper + eq. 8′, CUB: view dropout)",
+    "mnp_official": "MNP (authors' code)",
     "mlp": "MLP",
 }
 DATASET_ORDER = [

@@ -84,6 +84,11 @@ class Table:
         """Whether a cell is a legacy aggregate (shown without interval)."""
         return any(c.source == LEGACY for c in self.cells.values())
 
+    @property
+    def zero_width(self) -> bool:
+        """Whether a cell's seeds all gave the same value (an interval of zero width, marked ‡)."""
+        return any(_zero_width(c) for c in self.cells.values())
+
     def ranks(self) -> dict[tuple[int, int], int]:
         """1 for the best value of each column, 2 for the second (ties share a rank, on shown digits)."""
         out = {}
@@ -205,7 +210,15 @@ def _cell_text(c: Cell, metric: Metric, style: tuple) -> str:
     interval, legacy = style[1], style[6]
     if c.source == LEGACY:
         return metric.fmt(c.mean) + legacy
-    return metric.fmt(c.mean) if c.ci is None else interval.format(*map(metric.fmt, (c.mean, *c.ci)))
+    if c.ci is None:
+        return metric.fmt(c.mean)
+    text = interval.format(*map(metric.fmt, (c.mean, *c.ci)))
+    return text + ("‡" if style is MD_STYLE else r"$^\ddagger$") * _zero_width(c)
+
+
+def _zero_width(c: Cell) -> bool:
+    """Every seed the same value (to float rounding of the std: ten equal floats give 1e-16)."""
+    return c.source != LEGACY and c.ci is not None and c.n > 1 and c.std <= 1e-9 * max(1.0, abs(c.mean))
 
 
 # how a cell is written: missing, interval, best, second best, the number of seeds (n = 1 said plainly), legacy mark
@@ -220,6 +233,7 @@ TEX_STYLE = (
     r"$^\dagger$",
 )
 LEGACY_NOTE = "legacy aggregate without per-run records: no interval"
+ZERO_WIDTH_NOTE = "every seed gave the same value: a zero-width interval, not an exact result"
 
 
 def _row_cells(t: Table, i: int, ranks: dict, style: tuple) -> list[str]:
@@ -239,7 +253,7 @@ def _row_cells(t: Table, i: int, ranks: dict, style: tuple) -> list[str]:
 
 def table_md(t: Table, number: int) -> str:
     ranks = t.ranks()
-    note = f"; † {LEGACY_NOTE}" if t.legacy else ""
+    note = (f"; † {LEGACY_NOTE}" if t.legacy else "") + (f"; ‡ {ZERO_WIDTH_NOTE}" if t.zero_width else "")
     cf = f"cf. paper Table {t.paper}; " if t.paper else "not in the paper; "
     rows = [[row_label(row), *_row_cells(t, i, ranks, MD_STYLE)] for i, row in enumerate(t.rows)]
     caption = f"**Table {number}.** {t.title} ({cf}mean [95 % t-interval] over seeds; (n) = seeds{note})"
@@ -276,7 +290,9 @@ def latex_table(caption: str, label: str, header: list[str], rows: list[list[str
 def table_tex(t: Table, experiment: str) -> str:
     """A LaTeX table; LaTeX numbers it, in the same order as :func:`table_md`'s numbers."""
     ranks = t.ranks()
-    note = rf"; $^\dagger$ {LEGACY_NOTE}" if t.legacy else ""
+    note = (rf"; $^\dagger$ {LEGACY_NOTE}" if t.legacy else "") + (
+        rf"; $^\ddagger$ {ZERO_WIDTH_NOTE}" if t.zero_width else ""
+    )
     cf = rf"cf.\ paper Table {t.paper}" if t.paper else "not in the paper"
     caption = (
         rf"{tex_escape(t.title)} Mean and 95\% t-interval over seeds [low, high], number of seeds in parentheses "

@@ -1,0 +1,62 @@
+"""mnp.tools.differences: the gap records, TMC's probability readings, and the docs section rendered from them."""
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mnp.tools import differences
+from mnp.tools.differences_gaps import Context, Gap
+from mnp.tools.docgen_differences import render_differences
+from mnp.tools.report_runs import model_label
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _tmc_module():
+    spec = importlib.util.spec_from_file_location(
+        "tmc_probabilities", ROOT / "benchmarks/research/tmc_probabilities.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_committed_gap_records_are_what_the_command_writes_from_the_committed_files():
+    committed = differences.read(ROOT / differences.OUT)
+    assert committed == [{k: str(v) for k, v in r.items()} for r in differences.rows(differences.context(ROOT))]
+    pie_tmc = next(r for r in committed if (r["dataset"], r["model"], r["metric"]) == ("pie", "tmc", "test/ece"))
+    assert (pie_tmc["paper"], pie_tmc["ours"]) == ("0.072", "0.724")
+
+
+def test_each_tmc_reading_from_the_stored_mean_and_uncertainty():
+    alpha = np.array([[3.0, 1.0, 1.0], [1.0, 2.0, 5.0]])  # S = 5 and 8
+    s = alpha.sum(-1, keepdims=True)
+    got = _tmc_module().readings((alpha / s).astype(np.float32), (3 / s[:, 0]).astype(np.float32))
+    e = alpha - 1
+    np.testing.assert_allclose(got["dirichlet_mean"], [[0.6, 0.2, 0.2], [0.125, 0.25, 0.625]], rtol=1e-6)
+    np.testing.assert_allclose(got["belief"], [[0.4, 0, 0], [0, 0.125, 0.5]], atol=1e-6)
+    np.testing.assert_allclose(got["belief_normalised"], [[1, 0, 0], [0, 0.2, 0.8]], atol=1e-6)
+    np.testing.assert_allclose(got["softmax_evidence"], np.exp(e) / np.exp(e).sum(-1, keepdims=True), rtol=1e-5)
+
+
+def test_a_gap_whose_evidence_gives_an_unknown_status_is_refused(monkeypatch):
+    ctx = Context(paper={}, ours={}, runs={}, earlier={}, tmc={}, flips={}, bench={})
+    bad = Gap("pie", "mnp", "test/acc", "h", "cmd", lambda c, g: ("measured", "solved"))
+    monkeypatch.setattr(differences, "GAPS", [bad])
+    with pytest.raises(ValueError, match="gap pie/mnp/test/acc: status 'solved' is not one of"):
+        differences.rows(ctx)
+
+
+def test_the_section_lists_each_gap_and_each_cause_once():
+    row = dict(dataset="pie", model="tmc", metric="test/ece", paper="0.072", ours="0.724", ci95_low="0.721",
+               ci95_high="0.727", n="10", hypothesis="H", experiment="cmd", outcome="O", status="explained")  # fmt: skip
+    text = render_differences({"differences": [row, {**row, "dataset": "cub"}]})
+    assert "| PIE | TMC | ECE | 0.072 | 0.724 [0.721, 0.727] (10) | explained |" in text.splitlines()
+    assert (
+        text.splitlines()[-1]
+        == "- **PIE TMC ECE; CUB TMC ECE** (explained). Hypothesis: H. Experiment: `cmd`. Measured: O."
+    )
+    assert model_label("mnp_official") == "MNP (authors' code)"
+    assert render_differences({"differences": []}).startswith("No records")
