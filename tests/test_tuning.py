@@ -208,6 +208,29 @@ def test_a_killed_study_resumes_with_its_unfinished_trial_and_keeps_its_declarat
         make_study(tmp_path, n_trials=5, folds=4)
 
 
+def test_a_study_moves_between_machines_but_not_to_another_fixed_setting(tmp_path):
+    """Where and how a study runs (log dir, launcher, trainer) may change between sessions; a result key may not.
+    A record of before this rule (every override declared, paths.log_dir among them) resumes too."""
+
+    def study(*fixed, n_trials=2):
+        settings = TuneSettings(n_trials=n_trials, folds=3, n_startup_trials=1, prune_after=0)
+        space = {"model.optim.lr": "tag(log, interval(1e-5, 1e-1))"}
+        return Study(settings, space, tmp_path / "s", "mlp", "toy", fixed=["model=mlp", *fixed])
+
+    first = study("paths.log_dir=/a", "trainer.max_epochs=5")
+    first.run(fake_launch(by_lr, []))
+    stored = first.study.user_attrs["declaration"]
+    assert stored["fixed"] == ["model=mlp", "trainer.max_epochs=5"]
+    first.study.set_user_attr(
+        "declaration", {**stored, "fixed": ["model=mlp", "paths.log_dir=/a", "trainer.max_epochs=5"]}
+    )
+    moved = study("paths.log_dir=/b", "launcher=joblib", "trainer=gpu", "trainer.max_epochs=5", n_trials=3)
+    moved.run(fake_launch(by_lr, []))
+    assert len(moved.finished()) == 3
+    with pytest.raises(ValueError, match="declared with another fixed"):
+        study("paths.log_dir=/b", "trainer.max_epochs=6")
+
+
 def test_study_settings_are_checked():
     for key, value in (("folds", 1), ("n_trials", 0), ("direction", "up"), ("objective", "test/nll")):
         with pytest.raises(ValueError, match=key if key != "objective" else "validation metric"):

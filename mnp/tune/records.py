@@ -66,13 +66,14 @@ def _csv(rows: list[dict], header: dict[str, Any]) -> str:
 
 def declaration(study) -> dict[str, Any]:
     s = study.settings
+    pruning = f"MedianPruner after {s.prune_after} folds" if s.prune_after else "no pruning"
     return {
         "study": study.name,
         "model": study.model,
         "dataset": study.dataset,
         "objective": f"mean over {s.folds} stratified folds of the training rows of {s.objective} ({s.direction})",
         "budget": f"{s.n_trials} finished trials; TPE (multivariate, seed {s.seed}, {s.n_startup_trials} start-up "
-        f"trials); MedianPruner after {s.prune_after} folds" + ("; trial 0 = the defaults" if study.defaults else ""),
+        f"trials); {pruning}" + ("; trial 0 = the defaults" if study.defaults else ""),
         "space": "; ".join(f"{k} {d!r}" for k, d in study.dists.items()),
         "fixed": " ".join(study.fixed),
     }

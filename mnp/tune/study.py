@@ -21,11 +21,15 @@ import optuna
 from optuna.distributions import BaseDistribution
 from optuna.trial import TrialState
 
+from mnp.runs.dirname import is_result_key
 from mnp.tune.records import write_study
 from mnp.tune.space import as_choice, contains, distribution, override_value
 
 log = logging.getLogger("mnp")
 
+# overrides that name the study's subject; with the result keys they make its declaration, while where and how it runs
+# (paths.log_dir, launcher, trainer=gpu) may change between sessions: a study started here resumes on a GPU machine
+SUBJECT_KEYS = ("model", "dataset", "experiment", "seed")
 # one fold job's outcome: its objective value, or the exception it failed with
 Launch = Callable[[Sequence[Sequence[str]]], list]
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
@@ -112,7 +116,7 @@ class Study:
             "folds": self.settings.folds,
             "objective": self.settings.objective,
             "direction": self.settings.direction,
-            "fixed": sorted(self.fixed),
+            "fixed": declared_fixed(self.fixed),
         }
         stored = self.study.user_attrs.get("declaration")
         if stored is None:
@@ -120,6 +124,7 @@ class Study:
             if self.settings.enqueue_defaults and self.defaults:
                 self.study.enqueue_trial({k: as_choice(self.dists[k], v) for k, v in self.defaults.items()})
             return
+        stored = {**stored, "fixed": declared_fixed(stored.get("fixed", []))}  # older records kept every override
         changed = sorted(k for k in declared if stored.get(k) != declared[k])
         if changed:
             raise ValueError(
@@ -197,6 +202,12 @@ class Study:
         line = f"trial {number} ({done}/{self.settings.n_trials}) {' '.join(overrides)} | folds {folds} | {status} | {best}"
         print(line, flush=True)
         log.info("%s", line)
+
+
+def declared_fixed(fixed: Sequence[str]) -> list[str]:
+    """The fixed overrides a study is declared with, sorted: its subject and whatever can change a result."""
+    keys = [(o.split("=", 1)[0].lstrip("+~"), o) for o in fixed]
+    return sorted(o for k, o in keys if k in SUBJECT_KEYS or is_result_key(k))
 
 
 def _finite(value: Any) -> bool:
