@@ -21,8 +21,8 @@ import numpy as np
 from scipy import stats as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from mnp.tools.report_runs import load  # noqa: E402
-from mnp.tools.stats import t_interval  # noqa: E402
+from mnp.tools.report.report_runs import load  # noqa: E402
+from mnp.tools.report.stats import t_interval  # noqa: E402
 
 METRICS = ("test/acc", "test/ece", "noise/acc_mean")
 

@@ -26,7 +26,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from mnp.cli.pipeline import load_finished_run  # noqa: E402
-from mnp.tools.select import view_weighting_variants  # noqa: E402
+from mnp.tools.select.select import view_weighting_variants  # noqa: E402
 
 KEPT = ("test/acc", "test/ece", "noise/acc_mean", "missing/acc_subsets_mean")
 

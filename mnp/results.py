@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from mnp.tools.report_records import ID_COLUMNS, Records, aggregate, read_runs, records_of
-from mnp.tools.report_records import claims as claim_rows
-from mnp.tools.report_runs import load
+from mnp.tools.report.report_records import ID_COLUMNS, Records, aggregate, read_runs, records_of
+from mnp.tools.report.report_records import claims as claim_rows
+from mnp.tools.report.report_runs import load
 
 Source = str | Path | Iterable[str | Path]
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from mnp.tools import depgraph
+from mnp.tools.docgen import depgraph
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -46,7 +46,7 @@ def test_the_import_contracts_hold():
         [str(Path(sys.executable).parent / "lint-imports")], cwd=ROOT, capture_output=True, text=True, timeout=300
     )
     assert res.returncode == 0, res.stdout[-3000:]
-    assert "Contracts: 4 kept, 0 broken." in res.stdout, res.stdout[-3000:]
+    assert "Contracts: 5 kept, 0 broken." in res.stdout, res.stdout[-3000:]
 
 
 # lines per room (docs/architecture.md, "Size"): about a tenth above each room's size when the budget was set; a
@@ -58,7 +58,13 @@ ROOM_BUDGETS = {
     "mnp/eval": 2100,
     "mnp/runs": 2200,
     "mnp/cli": 2500,
-    "mnp/tools": 7000,
+    "mnp/tools": 40,  # __init__ and build_features
+    "mnp/tools/report": 2250,
+    "mnp/tools/docgen": 1930,
+    "mnp/tools/bench": 1770,
+    "mnp/tools/figures": 570,
+    "mnp/tools/diagnose": 360,
+    "mnp/tools/select": 510,
     "mnp/tune": 550,
     "datamodules": 3050,
     "baselines": 1050,

@@ -8,7 +8,7 @@ import pytest
 import torch
 from mnp_utils import flat_mnp
 
-from mnp.tools import bench, bench_cases, bench_measure, bench_scaling
+from mnp.tools.bench import bench, bench_cases, bench_measure, bench_scaling
 
 FIELDS = (
     "dataset",
@@ -146,7 +146,7 @@ def test_ratio_table_reports_against_the_captured_step_where_mnp_graph_was_timed
     without it (benchmarks/bench_cpu.json) keeps the table as it was."""
     from pathlib import Path
 
-    from mnp.tools.bench_tables import markdown
+    from mnp.tools.bench.bench_tables import markdown
 
     root = Path(__file__).resolve().parents[1] / "benchmarks"
     gpu = markdown(json.loads((root / "h200_9de9874" / "bench_gpu.json").read_text())).splitlines()

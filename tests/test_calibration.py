@@ -17,7 +17,7 @@ from mnp.eval import metrics
 from mnp.eval.calibration import fit_temperature, temper, tempered_nll
 from mnp.eval.eval_protocol import EvalProtocol
 from mnp.framework.routine import Routine
-from mnp.tools.report_runs import model_label
+from mnp.tools.report.report_runs import model_label
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -193,7 +193,7 @@ def test_train_writes_the_calibrated_and_per_view_metrics(tmp_path):
 
 
 def test_the_report_shows_raw_and_temperature_scaled_columns_side_by_side(tmp_path):
-    from mnp.tools.report import report
+    from mnp.tools.report.report import report
 
     for model, ece, cal in (("mnp", 0.06, 0.03), ("sngp", 0.04, 0.035)):
         for seed in range(2):

@@ -14,10 +14,10 @@ import pytest
 from cfg_utils import ROOT, compose_train
 from scipy import stats
 
-from mnp.tools import conformal_figure
-from mnp.tools.docgen_conformal import STUDY, render_conformal, sources, stale_figure
-from mnp.tools.report import report
-from mnp.tools.report_conformal import coverage_floor, with_conformal_means
+from mnp.tools.docgen.docgen_conformal import STUDY, render_conformal, sources, stale_figure
+from mnp.tools.figures import conformal_figure
+from mnp.tools.report.report import report
+from mnp.tools.report.report_conformal import coverage_floor, with_conformal_means
 
 MODELS, SEEDS = ("mnp", "mcd"), (0, 1)
 TINY = [

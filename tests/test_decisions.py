@@ -14,7 +14,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
-from mnp.tools.report_runs import model_label
+from mnp.tools.report.report_runs import model_label
 
 RECORDS = sorted(p for p in (ROOT / "results" / "decisions").glob("*.csv") if p.name != "open.csv")
 
@@ -64,7 +64,7 @@ def test_conf_holds_every_chosen_setting(path, tmp_path):
 
 
 def test_the_open_decisions_render_as_a_table_or_as_none_left():
-    from mnp.tools.docgen_decisions import render_decisions_open
+    from mnp.tools.docgen.docgen_decisions import render_decisions_open
 
     assert render_decisions_open({"decisions_open": []}).startswith("None: every default")
     row = dict(model="mnp", dataset="scene15", decision="x", today="1", chosen_before_on="test", what_it_needs="runs")
@@ -92,7 +92,7 @@ def test_each_choice_follows_its_declared_rule(path):
 
 
 def test_a_rule_other_than_the_best_mean_is_shown_beside_the_criterion():
-    from mnp.tools.docgen_decisions import render_decisions
+    from mnp.tools.docgen.docgen_decisions import render_decisions
 
     row = dict(model="mnp", dataset="cub", decision="tau", candidate="x=1", setting="model.loss.tau=1", n="5")
     row |= dict(criterion="val/nll", goal="min", diff_vs_default="-0.01", p_vs_default="0.2", chosen="False")

@@ -7,7 +7,7 @@ import torch
 from cfg_utils import compose_train
 
 from mnp.cli.pipeline import train
-from mnp.tools.diagnose import diagnose, main
+from mnp.tools.diagnose.diagnose import diagnose, main
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -76,7 +76,7 @@ def test_rejects_a_model_that_is_not_mnp():
 
 def test_the_cli_on_a_run_of_another_model_or_a_refused_checkpoint_is_one_line(tmp_path, capsys):
     """N103, N21: an 11-line TypeError and an 18-line UnsafeConfig traceback."""
-    from mnp.tools.diagnose import cli
+    from mnp.tools.diagnose.diagnose import cli
 
     run = tmp_path / "mlp"
     train(compose_train(run, ["model=mlp", "dataset.num_views=2", "trainer.max_epochs=1", "test=false"]))

@@ -1,5 +1,5 @@
 """The committed diagnosis figures are current: each one's recorded run config is today's defaults plus the figure's
-own overrides (``python -m mnp.tools.diagnose_figures`` regenerates them)."""
+own overrides (``python -m mnp.tools.diagnose.diagnose_figures`` regenerates them)."""
 
 import copy
 import json
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from mnp.tools import diagnose_figures
+from mnp.tools.diagnose import diagnose_figures
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMITTED = sorted((ROOT / "figures").glob("diagnose_*.json"))
@@ -24,7 +24,9 @@ def test_every_figure_of_the_command_is_committed_and_no_other():
 def test_each_committed_figure_was_made_at_todays_config(path):
     record = json.loads(path.read_text())
     assert record["figure"] == path.stem.removeprefix("diagnose_")
-    assert diagnose_figures.stale(record) is None, f"{path.name} is stale: python -m mnp.tools.diagnose_figures"
+    assert diagnose_figures.stale(record) is None, (
+        f"{path.name} is stale: python -m mnp.tools.diagnose.diagnose_figures"
+    )
 
 
 def test_a_figure_made_at_another_config_is_stale():

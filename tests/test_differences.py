@@ -1,4 +1,4 @@
-"""mnp.tools.differences: the gap records, TMC's probability readings, and the docs section rendered from them."""
+"""mnp.tools.docgen.differences: the gap records, TMC's probability readings, and the docs section rendered from them."""
 
 import importlib.util
 from pathlib import Path
@@ -6,10 +6,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mnp.tools import differences
-from mnp.tools.differences_gaps import Context, Gap
-from mnp.tools.docgen_differences import render_differences
-from mnp.tools.report_runs import model_label
+from mnp.tools.docgen import differences
+from mnp.tools.docgen.differences_gaps import Context, Gap
+from mnp.tools.docgen.docgen_differences import render_differences
+from mnp.tools.report.report_runs import model_label
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,4 +1,4 @@
-"""Issue 31's goal table (mnp.tools.docgen_ceiling) on synthetic records: met or missed against targets computed
+"""Issue 31's goal table (mnp.tools.docgen.docgen_ceiling) on synthetic records: met or missed against targets computed
 here by hand, and the paired test against scipy's."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import math
 import numpy as np
 from scipy import stats
 
-from mnp.tools.docgen_ceiling import ceiling_rows, ece_rows, goal_row
+from mnp.tools.docgen.docgen_ceiling import ceiling_rows, ece_rows, goal_row
 
 SEEDS = range(5)
 

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from mnp.tools import docgen
-from mnp.tools.report_runs import model_label
+from mnp.tools.docgen import docgen
+from mnp.tools.report.report_runs import model_label
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -28,9 +28,9 @@ RUNS = {
 def committed_like(tmp_path):
     """results/paper_main as the report writes it: runs.csv of RUNS, results.csv derived from it, and the legacy
     cells (MGP, and TMC's accuracy) of an older results.csv; returns the renderers' sources."""
-    from mnp.tools.report import report
-    from mnp.tools.report_records import claims, read_runs, write_runs
-    from mnp.tools.report_runs import read_cells
+    from mnp.tools.report.report import report
+    from mnp.tools.report.report_records import claims, read_runs, write_runs
+    from mnp.tools.report.report_runs import read_cells
 
     out = tmp_path / "results" / "paper_main"
     out.mkdir(parents=True)
@@ -120,8 +120,8 @@ def test_verdicts_answer_each_question_by_the_test_against_the_best_baseline(tmp
 def test_committed_results_are_derived_from_their_runs():
     """Each committed results.csv is what its runs.csv gives, plus legacy cells; without runs.csv it holds
     legacy cells only (none may claim a source it lacks)."""
-    from mnp.tools.report_records import derive, read_runs
-    from mnp.tools.report_runs import LEGACY, read_cells
+    from mnp.tools.report.report_records import derive, read_runs
+    from mnp.tools.report.report_runs import LEGACY, read_cells
 
     for d in sorted((ROOT / "results").iterdir()):
         if not (d / "results.csv").is_file():
@@ -215,8 +215,8 @@ def test_noise_figure_is_the_results_file_and_its_ceiling_is_the_best_removal(tm
     accuracy with the noised subsets removed (missing/acc_subsets_mean), default variants only."""
     import json
 
-    from mnp.tools import noise_figure
-    from mnp.tools.report_runs import read_results
+    from mnp.tools.figures import noise_figure
+    from mnp.tools.report.report_runs import read_results
 
     committed = json.loads((ROOT / "figures" / "noise_curves.json").read_text())
     assert committed == noise_figure.curves(read_results(ROOT / "results" / "paper_main" / "results.csv"))
@@ -254,8 +254,8 @@ def test_noise_figure_bands_are_the_results_intervals_and_legacy_cells_have_none
     import csv
     import json
 
-    from mnp.tools.noise_figure import curves
-    from mnp.tools.report_runs import read_results
+    from mnp.tools.figures.noise_figure import curves
+    from mnp.tools.report.report_runs import read_results
 
     committed = json.loads((ROOT / "figures" / "noise_curves.json").read_text())
     with open(ROOT / "results" / "paper_main" / "results.csv", newline="") as f:
@@ -317,8 +317,8 @@ def test_noise_figure_view_curves_are_the_run_means():
 
 def synthetic_panel(tmp_path) -> dict:
     """The PIE panel of a results.csv with a runs-sourced MNP (intervals, three views), a legacy MGP."""
-    from mnp.tools import noise_figure
-    from mnp.tools.report_runs import read_results
+    from mnp.tools.figures import noise_figure
+    from mnp.tools.report.report_runs import read_results
 
     csv = tmp_path / "results.csv"
     rows = [
@@ -348,7 +348,7 @@ def test_noise_figure_bands_and_views_of_a_synthetic_results_file(tmp_path):
 @pytest.mark.slow
 def test_noise_figure_renders_the_same_bytes_twice(tmp_path):
     """The figure with bands, a legacy curve and per-view curves is written, and is the same PNG twice."""
-    from mnp.tools import noise_figure
+    from mnp.tools.figures import noise_figure
 
     data = synthetic_panel(tmp_path)
     a, b = (noise_figure.plot({"pie": data}, tmp_path / f"{x}.png").read_bytes() for x in "ab")
@@ -357,7 +357,7 @@ def test_noise_figure_renders_the_same_bytes_twice(tmp_path):
 
 def test_gpu_and_start_up_tables_come_from_the_measurement_files():
     """docs/gpu.md and docs/speed.md render the H200 session's JSON files and benchmarks/startup_cpu.json."""
-    from mnp.tools import docgen_speed
+    from mnp.tools.docgen import docgen_speed
 
     case = {"extrapolated": False, "test_s": 0.01}
     src = {

@@ -10,7 +10,7 @@ from sklearn.datasets import load_digits
 import mnp
 from mnp.cli.pipeline import evaluate, train
 from mnp.runs import stored_config
-from mnp.tools.report import report
+from mnp.tools.report.report import report
 
 EXAMPLES = ROOT / "docs" / "examples"
 

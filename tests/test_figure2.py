@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from mnp.tools import figure2
+from mnp.tools.figures import figure2
 
 
 @pytest.mark.slow

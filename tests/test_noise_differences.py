@@ -10,8 +10,8 @@ import pytest
 from cfg_utils import ROOT
 from scipy import stats
 
-from mnp.tools.noise_figure import differences
-from mnp.tools.report_records import read_runs
+from mnp.tools.figures.noise_figure import differences
+from mnp.tools.report.report_records import read_runs
 
 RUNS = ROOT / "results" / "paper_main" / "runs.csv"
 

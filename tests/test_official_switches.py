@@ -189,7 +189,7 @@ def test_mnp_on_scene15_trains_exactly_as_mnp_official(tmp_path):
     model's name, the test-only keys and the inference-only keys decided on its checkpoints (eq. 8′ and S), so
     their paper_main cells are the same training read two ways."""
     from mnp.runs.flat import flatten
-    from mnp.tools.select import untrained_keys
+    from mnp.tools.select.select import untrained_keys
 
     mine, theirs = (
         flatten(OmegaConf.to_container(compose_train(tmp_path, [f"model={m}", "dataset=scene15"]), resolve=True))

@@ -111,7 +111,7 @@ def test_torch_private_apis_the_project_uses():
     b.add_(1)
     assert b._version == v + 1
 
-    # mnp.tools.bench_measure, mnp.tools.step_metrics: dispatch modes, pytrees, storages, op schemas, autograd
+    # mnp.tools.bench.bench_measure, mnp.tools.bench.step_metrics: dispatch modes, pytrees, storages, op schemas, autograd
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_flatten
 
@@ -128,7 +128,7 @@ def test_torch_private_apis_the_project_uses():
     assert tree_flatten({"x": [out]})[0][0] is out
     assert isinstance(out.untyped_storage()._cdata, int)
 
-    # mnp.tools.step_metrics: graph-break logging and dynamo's explain
+    # mnp.tools.bench.step_metrics: graph-break logging and dynamo's explain
     from torch import _dynamo, _logging
 
     assert "graph_breaks" in inspect.signature(_logging.set_logs).parameters

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from scipy import stats as st
 
-from mnp.tools.report import main, report
+from mnp.tools.report.report import main, report
 
 # (model, dataset) -> per seed (acc, ece); mnp beats mgp on pie accuracy on every seed by a varying margin
 ACC = {

@@ -10,9 +10,9 @@ import yaml
 
 from mnp.runs.migrations import FLAT
 from mnp.runs.migrations import PART_NODES as FLAT_PART_NODES
-from mnp.tools.relabel import defaults, variant_of
-from mnp.tools.report import main
-from mnp.tools.report_runs import load
+from mnp.tools.report.relabel import defaults, variant_of
+from mnp.tools.report.report import main
+from mnp.tools.report.report_runs import load
 
 
 def write_run(root: Path, exp_dir: str, name: str, cfg: dict, recorded_exp: str) -> Path:

@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mnp.tools.report import main, report
-from mnp.tools.report_runs import Cell, load, model_label, summarise
+from mnp.tools.report.report import main, report
+from mnp.tools.report.report_runs import Cell, load, model_label, summarise
 
 MNP = model_label("mnp")
 
@@ -159,7 +159,7 @@ def test_tables_show_percentages_intervals_best_bold_second_underlined(sweep, tm
 
 
 def test_ties_share_the_rank():
-    from mnp.tools.report_tables import ACC, Table
+    from mnp.tools.report.report_tables import ACC, Table
 
     t = Table(
         "1",
@@ -387,7 +387,7 @@ def test_paper_numbers_come_from_the_package_data_file():
 
     import tomllib
 
-    from mnp.tools.report_paper import PAPER_FILE, paper_rows, paper_speedups, paper_values
+    from mnp.tools.report.report_paper import PAPER_FILE, paper_rows, paper_speedups, paper_values
 
     printed = {(r["model"], r["dataset"], r["metric"]): r["value"] for r in paper_rows()}
     assert [printed[("mnp", "handwritten", k)] for k in ("test/acc", "test/ece", "noise/acc_mean")] == [
@@ -410,9 +410,9 @@ def test_paper_numbers_come_from_the_package_data_file():
     assert len(values) == 8 * 6 * 3 + 8 * 4  # Tables 1-3: 8 methods × 6 datasets; Table 4: 8 methods × 4
     assert paper_speedups()["pie"] == {"train": 2.88, "test": 5.37}
     # read through importlib.resources from inside the package, and declared as package data
-    assert resources.files("mnp.tools").joinpath(PAPER_FILE).is_file()
+    assert resources.files("mnp.tools.report").joinpath(PAPER_FILE).is_file()
     with open(Path(__file__).parents[1] / "pyproject.toml", "rb") as f:
-        assert PAPER_FILE in tomllib.load(f)["tool"]["setuptools"]["package-data"]["mnp.tools"]
+        assert PAPER_FILE in tomllib.load(f)["tool"]["setuptools"]["package-data"]["mnp.tools.report"]
 
 
 def test_paper_comparison_of_ood_and_speed_from_the_data_file(tmp_path):
@@ -531,8 +531,8 @@ def test_update_with_a_foreign_results_csv_or_an_out_below_a_file_is_one_line(sw
 
 def test_speed_up_only_between_cells_of_the_same_kind_of_record():
     """MGP time / MNP time per dataset; a legacy cell against per-run records (another machine, another load) is left out."""
-    from mnp.tools.report_runs import LEGACY
-    from mnp.tools.report_tables import speedups
+    from mnp.tools.report.report_runs import LEGACY
+    from mnp.tools.report.report_tables import speedups
 
     key = "time/train_epoch_s"
     agg = {

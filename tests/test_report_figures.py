@@ -5,15 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mnp.tools.report_runs import model_label
+from mnp.tools.report.report_runs import model_label
 
 
 def test_speed_figure_points_on_a_log_axis_with_plain_ticks_and_floorless_error_bars(tmp_path):
     from matplotlib.container import ErrorbarContainer
     from matplotlib.patches import Rectangle
 
-    from mnp.tools.plots import speed_figure
-    from mnp.tools.report_runs import Run
+    from mnp.tools.report.plots import speed_figure
+    from mnp.tools.report.report_runs import Run
 
     # mgp on handwritten: mean − std < 0, which sent the old error bar to the axis floor
     times = {
@@ -96,7 +96,7 @@ def test_reliability_figure_shows_ece_counts_confidence_and_faded_small_bins():
 
 
 def test_log_ticks_are_plain_numbers():
-    from mnp.tools.plots import log_ticks, plain_number
+    from mnp.tools.report.plots import log_ticks, plain_number
 
     assert log_ticks(0.05, 50) == [0.1, 1, 10]
     assert log_ticks(0.3, 30) == [0.5, 1, 2, 5, 10, 20]
@@ -108,9 +108,9 @@ def test_figures_are_written_in_each_format_asked_vector_ones_valid_and_undated(
     """A paper needs vector figures: `report --figure-format pdf,svg,png` writes each plot in each format."""
     import xml.etree.ElementTree as ET
 
-    from mnp.tools.plots import figure_formats, speed_plots
-    from mnp.tools.report import main
-    from mnp.tools.report_runs import Run
+    from mnp.tools.report.plots import figure_formats, speed_plots
+    from mnp.tools.report.report import main
+    from mnp.tools.report.report_runs import Run
 
     runs = [
         Run(tmp_path, "paper_speed", m, "cub", s, None, {"time/train_epoch_s": 1.0 + s, "time/test_s": 0.5})

@@ -16,9 +16,10 @@ from test_report import md_table, read_csv, write_run
 from test_selection import _fake_run, _sweep
 
 from mnp.runs import codeversion
-from mnp.tools import docgen, select
-from mnp.tools.docgen_sources import ADVICE
-from mnp.tools.report import main as report_main
+from mnp.tools.docgen import docgen
+from mnp.tools.docgen.docgen_sources import ADVICE
+from mnp.tools.report.report import main as report_main
+from mnp.tools.select import select
 
 CANDIDATE = "model.memory.size=300"
 

@@ -8,8 +8,8 @@ import json
 import numpy as np
 import pytest
 
-from mnp.tools.report import report
-from mnp.tools.stats import row_bootstrap
+from mnp.tools.report.report import report
+from mnp.tools.report.stats import row_bootstrap
 
 ROWS, K = 120, 4
 

@@ -10,7 +10,7 @@ from cfg_utils import ROOT, compose_train
 from mnp.cli.pipeline import train
 from mnp.runs.dirname import run_suffix
 from mnp.runs.rundir import RunDirConflict, config_drift
-from mnp.tools.report import load
+from mnp.tools.report.report import load
 
 
 def test_run_suffix_names_only_result_changing_overrides():

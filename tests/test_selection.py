@@ -1,5 +1,5 @@
 """The selection protocol: fixed validation rows, an evaluation that reads no test row, and decision records
-chosen by a declared validation criterion (mnp/tools/select.py)."""
+chosen by a declared validation criterion (mnp/tools/select/select.py)."""
 
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ from mnp.cli.validate import ConfigError, validate
 from mnp.eval.protocols import validation_names
 from mnp.model.parts import LossPart
 from mnp.runs.migrations import MNP_TARGET
-from mnp.tools import select
-from mnp.tools.report_runs import load
+from mnp.tools.report.report_runs import load
+from mnp.tools.select import select
 
 
 def _module(seed: int, **kw) -> TensorDataModule:

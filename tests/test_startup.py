@@ -47,7 +47,11 @@ def test_an_mnp_run_without_a_logger_imports_no_gpytorch_wandb_or_plotting(tmp_p
     lightning = set(modules_after("import json, sys, pytorch_lightning; print(json.dumps(sorted(sys.modules)))"))
     loaded = set(run["modules"])
     assert not {m for m in loaded if m.split(".")[0] in ("gpytorch", "wandb")}
-    assert not loaded & {"mnp.eval.figures", "mnp.tools.plots", "baselines.mgp"}  # wandb_utils imports wandb lazily
+    assert not loaded & {
+        "mnp.eval.figures",
+        "mnp.tools.report.plots",
+        "baselines.mgp",
+    }  # wandb_utils imports wandb lazily
     assert {m for m in loaded if m.split(".")[0] == "matplotlib"} <= lightning
     res = run["results"]
     assert 0 < res["time/startup_s"] < res["time/total_s"]  # train() called from Python: from its own start

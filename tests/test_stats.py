@@ -1,4 +1,4 @@
-"""mnp.tools.stats: the 95 % t-interval and the paired test of a claim, against computations of their own."""
+"""mnp.tools.report.stats: the 95 % t-interval and the paired test of a claim, against computations of their own."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats as st
 
-from mnp.tools.stats import Paired, higher_is_better, paired_test, t_interval, verdict
+from mnp.tools.report.stats import Paired, higher_is_better, paired_test, t_interval, verdict
 
 
 def hand_paired_t(a: list[float], b: list[float]) -> tuple[float, float]:

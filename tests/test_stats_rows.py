@@ -1,11 +1,11 @@
-"""Holm–Bonferroni and the two-level (seeds, test rows) bootstrap of mnp.tools.stats."""
+"""Holm–Bonferroni and the two-level (seeds, test rows) bootstrap of mnp.tools.report.stats."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from mnp.tools.stats import bootstrap_means, holm, row_bootstrap
+from mnp.tools.report.stats import bootstrap_means, holm, row_bootstrap
 
 
 def holm_rejects(p, alpha):

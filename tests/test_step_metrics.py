@@ -1,5 +1,5 @@
 """MNP's training step as one CUDA graph needs it: no host syncs, no graph breaks, few ops
-(mnp.tools.step_metrics), the same numbers as the eager step before (tests/data/step_golden.pt), batched
+(mnp.tools.bench.step_metrics), the same numbers as the eager step before (tests/data/step_golden.pt), batched
 parameters that behave as the modules' own (mnp.model.stacked), and the fields in the benchmark's JSON."""
 
 import copy
@@ -16,7 +16,7 @@ from mnp_utils import flat_mnp
 
 from mnp.model import MNP
 from mnp.model.stacked import ParamStack
-from mnp.tools import bench, bench_cases, step_metrics
+from mnp.tools.bench import bench, bench_cases, step_metrics
 
 sys.path.insert(0, str(Path(__file__).parent))
 from step_golden import BASE, CASES, GOLDEN, STEPS, run, unflatten  # noqa: E402
@@ -322,7 +322,9 @@ def test_docs_show_the_committed_before_and_after():
         json.loads((ROOT / "benchmarks" / f).read_text()) for f in ("step_metrics_before.json", "step_metrics.json")
     )
     table = step_metrics.comparison_table(before, after)
-    assert table in (ROOT / "docs/gpu.md").read_text(), "docs/gpu.md is out of date: python -m mnp.tools.step_metrics"
+    assert table in (ROOT / "docs/gpu.md").read_text(), (
+        "docs/gpu.md is out of date: python -m mnp.tools.bench.step_metrics"
+    )
     hw = next(c for c in after["cases"] if c["dataset"] == "handwritten")
     was = next(c for c in before["cases"] if c["dataset"] == "handwritten")
     assert hw["host_syncs_per_train_step"] == 0 and hw["graph_breaks"] == 0

@@ -293,7 +293,7 @@ def test_the_tuning_command_runs_resumes_and_its_winner_becomes_a_config(tmp_pat
 
 
 def test_the_docs_table_of_studies_reads_a_study_record(tmp_path):
-    from mnp.tools.docgen_tuning import render_tuning, study
+    from mnp.tools.docgen.docgen_tuning import render_tuning, study
 
     s = make_study(tmp_path, n_trials=4)
     s.run(fake_launch(by_lr, []))

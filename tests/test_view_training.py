@@ -12,7 +12,7 @@ from mnp_utils import flat_mnp
 from mnp.model.aggregation import random_modality_mask
 from mnp.model.decoder import sample_logits
 from mnp.model.view_training import fusion_weights, view_dropout_mask
-from mnp.tools import bench_cases, step_metrics
+from mnp.tools.bench import bench_cases, step_metrics
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_step_graphs import assert_same_training, fit  # noqa: E402

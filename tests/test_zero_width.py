@@ -1,8 +1,8 @@
 """Cells whose seeds all gave the same value are marked ‡ with a sentence saying so, in the docs and the report."""
 
-from mnp.tools.docgen_results import ZERO_WIDTH, _legend, ci_cell
-from mnp.tools.report_runs import Cell, summarise
-from mnp.tools.report_tables import ACC, ZERO_WIDTH_NOTE, Table, table_md, table_tex
+from mnp.tools.docgen.docgen_results import ZERO_WIDTH, _legend, ci_cell
+from mnp.tools.report.report_runs import Cell, summarise
+from mnp.tools.report.report_tables import ACC, ZERO_WIDTH_NOTE, Table, table_md, table_tex
 
 
 def test_a_zero_width_interval_is_marked_and_explained_in_the_docs():

@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from jobs import RIVAL, SCREENS  # noqa: E402
 
-from mnp.tools import select  # noqa: E402
+from mnp.tools.select import select  # noqa: E402
 
 
 def decision_calls(runs: str, dataset: str, out: str, rival_ran: bool) -> list[list[str]]:

@@ -3,7 +3,7 @@
     python benchmarks/device/step_capture.py --json benchmarks/step_capture_cuda.json [--datasets handwritten scene15]
     python benchmarks/device/step_capture.py --from-log LOG --json OUT   # the JSON of an earlier run's printed lines
 
-Per dataset: a steady-state step (``mnp.tools.step_metrics.step_function``: forward, both losses, backward,
+Per dataset: a steady-state step (``mnp.tools.bench.step_metrics.step_function``: forward, both losses, backward,
 per-tensor clipping, L2, Adam, the DCM update) under ``torch.cuda.set_sync_debug_mode("error")``; its
 time eager (mean of 50 steps); and the same step captured once as a ``torch.cuda.CUDAGraph`` with a
 capturable fused Adam on a static batch of 200 rows, replayed 50 times. This measures what a captured
@@ -28,7 +28,7 @@ SYNC = re.compile(r"^(?P<d>\w+): (?P<what>no host sync|sync in the step)")
 def measure(name: str, steps: int = 50) -> list[str]:
     import torch
 
-    from mnp.tools import bench_cases, step_metrics
+    from mnp.tools.bench import bench_cases, step_metrics
 
     dev = torch.device("cuda")
     lines = []

@@ -1,7 +1,7 @@
 """The figures of one run: its reliability diagram and its noise curve (matplotlib, Agg backend).
 
 Drawn for the run's wandb summary (:mod:`mnp.cli.wandb_utils`) and reused by the reports
-(``mnp.tools.plots`` draws its multi-run panels with the same pieces).
+(``mnp.tools.report.plots`` draws its multi-run panels with the same pieces).
 """
 
 from __future__ import annotations

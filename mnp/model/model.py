@@ -157,7 +157,7 @@ class MNP(MNPTraining, Routine):
         self._sparsemax_k: int | None = None  # partial-sort size hint (exact either way), see topk_hint
         self._compiled = None  # torch.compile'd _decode_and_nll when compile=True
         # True: the training step makes no host sync (no CPU partial sort in sparsemax, whose size is read from
-        # the last attention); what CUDA-graph capture needs, and what mnp.tools.step_metrics measures. On a GPU the
+        # the last attention); what CUDA-graph capture needs, and what mnp.tools.bench.step_metrics measures. On a GPU the
         # step makes none either way.
         self.capturable = False
         # accel.cuda_graph: False | True (the training step and DCM update as CUDA graphs) | "emulate" (the same

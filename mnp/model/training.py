@@ -193,7 +193,7 @@ class MNPTraining:
         the warm-up), the DCM write of memory_write=before_step, and ``opt.step()``.
 
         No host sync and no tensor made from Python data (with ``capturable``, or on a GPU): the step can
-        be captured as one CUDA graph (mnp.tools.step_metrics counts both). A non-finite loss sets a device flag,
+        be captured as one CUDA graph (mnp.tools.bench.step_metrics counts both). A non-finite loss sets a device flag,
         read by :meth:`training_step` every ``check_finite_every`` steps; while it is set, a fused Adam (the
         fast path) skips its updates, so the parameters stay finite until the read stops the run. The DCM
         write of memory_write=after_step (paper) follows in ``on_train_batch_end``, as Lightning calls it.

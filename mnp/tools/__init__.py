@@ -1,1 +1,2 @@
-"""The tools: reports, plots, docs generation, benchmarks and diagnosis."""
+"""The tools, one subpackage per job: report, docgen, bench, figures, diagnose, select; and
+``build_features`` (the CIFAR10-C feature cache)."""
