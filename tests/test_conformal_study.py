@@ -18,6 +18,7 @@ from mnp.tools.docgen.docgen_conformal import STUDY, render_conformal, sources, 
 from mnp.tools.figures import conformal_figure
 from mnp.tools.report.report import report
 from mnp.tools.report.report_conformal import coverage_floor, with_conformal_means
+from mnp.tools.report.report_runs import model_label
 
 MODELS, SEEDS = ("mnp", "mcd"), (0, 1)
 TINY = [
@@ -98,7 +99,7 @@ def test_the_report_aggregates_the_runs_conformal_metrics_over_seeds(study):
         "| Method | coverage % ↑ | size ↓ | noisy coverage % ↑ | noisy size ↓ | view missing: coverage % ↑ | "
         "view missing: size ↓ |"
     )
-    mnp_row = next(line for line in table if line.startswith("| MNP |"))
+    mnp_row = next(line for line in table if line.startswith(f"| {model_label('mnp')} |"))
     assert f"{100 * np.mean(values(runs, 'mnp', 'conformal/test/coverage')):.2f}" in mnp_row.split("|")[2]
 
 
@@ -120,7 +121,7 @@ def test_the_docs_section_shows_the_runs_with_intervals_and_the_claims(study):
     root, runs = study
     src = sources(root)
     text = render_conformal(src)
-    mnp_row = next(line for line in text.splitlines() if line.startswith("| Synthetic | MNP |"))
+    mnp_row = next(line for line in text.splitlines() if line.startswith(f"| Synthetic | {model_label('mnp')} |"))
     x = values(runs, "mnp", "conformal/noise/coverage_mean")
     low, high = hand_interval(x)
     assert f"| {100 * np.mean(x):.2f} [{100 * low:.2f}, {100 * high:.2f}]" in mnp_row
@@ -203,7 +204,7 @@ def test_a_coverage_below_the_floor_is_marked():
     text = render_conformal({"conformal": res, "conformal_claims": [], "conformal_commands": []})
     rows = {line.split(" | ")[1]: line for line in text.splitlines() if line.startswith("| PIE |")}
     assert f"| {100 * (floor - 0.005):.2f} [" in rows["MGP"] and "] ✗ |" in rows["MGP"]
-    assert "✗" not in rows["MNP"] and list(rows) == ["MGP", "MNP"]  # the paper's order
+    assert "✗" not in rows[model_label("mnp")] and list(rows) == ["MGP", model_label("mnp")]  # the paper's order
 
 
 def test_a_run_without_the_mean_over_views_gets_it_from_its_views():
