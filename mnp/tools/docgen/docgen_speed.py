@@ -39,6 +39,7 @@ def sources(root: Path) -> dict:
         "gpu": {p.stem: _json(p) for p in sorted(session.glob("*.json"))},
         "startup": _json(root / "benchmarks" / "startup_cpu.json"),
         "startup_torchvision": _json(root / "benchmarks" / "startup_torchvision_cpu.json"),
+        "startup_idle": _json(root / "benchmarks" / "startup_idle_cpu.json"),
     }
 
 
@@ -157,4 +158,5 @@ RENDERERS = {
     "gpu_noise_batching": render_gpu_noise_batching,
     "startup": render_startup,
     "startup_torchvision": lambda src: render_startup(src, "startup_torchvision"),
+    "startup_idle": lambda src: render_startup(src, "startup_idle"),
 }
