@@ -32,15 +32,15 @@ from mnp.cli.builders import (
     eval_protocol,
     make_datamodule,
 )
-from mnp.cli.errors import StoppedEarly, UnfinishedRun
+from mnp.cli.errors import StoppedEarly
 from mnp.cli.oom import explains_memory
 from mnp.cli.progress import progress_callbacks
 from mnp.cli.resources import set_threads
+from mnp.cli.run_loading import load_run
 from mnp.cli.startup import FirstStep, run_start
 from mnp.cli.validate import (
     check_eval,
     check_manual_optimization,
-    check_stored,
     check_train_batches,
     resolve_auto,
     resolve_epochs,
@@ -48,7 +48,6 @@ from mnp.cli.validate import (
 )
 from mnp.cli.wandb_utils import log_summary
 from mnp.eval.calibration import check_fit_rows
-from mnp.model.inference_settings import apply_inference_settings, inference_settings
 from mnp.runs import signals
 from mnp.runs.checkpointing import (
     CFG_KEY,
@@ -70,7 +69,6 @@ from mnp.runs.outputs import split_record, write_json, write_npz
 from mnp.runs.places import check_output_dir
 from mnp.runs.rundir import check_checkpoint_config, check_eval_output, check_reuse, keep_derived, stored_config
 from mnp.runs.runrecord import accept, finished_record, staged
-from mnp.runs.stored_config import checked_run_config, restore_model
 from mnp.runs.summary import log_run_summary
 
 log = logging.getLogger(__name__)
@@ -338,65 +336,6 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             return record_test(job) if cfg.get("test", True) else {}
     finally:
         finish_wandb()
-
-
-def load_run(ckpt_path: str | Path, data_dir: str | None = None, eval_overrides=None, model_overrides=None):
-    """Rebuild a finished run from its checkpoint alone: ``(run_cfg, model_name, dataset_name, dm, model, ckpt)``.
-
-    ``data_dir`` points the run's dataset at another data directory; ``eval_overrides`` merge into its
-    ``eval`` config; ``model_overrides``, inference-only MNP settings (:mod:`mnp.model.inference_settings`), into
-    its model and its ``model`` config. The datamodule is set up and the model carries the checkpoint's weights
-    and memory.
-    """
-    settings = inference_settings(model_overrides)  # refused before anything is loaded
-    ckpt_path = Path(ckpt_path)
-    ckpt = load_checkpoint(ckpt_path)
-    if CFG_KEY not in ckpt:
-        raise KeyError(f"{ckpt_path} has no '{CFG_KEY}' entry; it was not written by train.py")
-    run_cfg = OmegaConf.create(checked_run_config(ckpt[CFG_KEY], ckpt_path))  # registered classes, plain settings
-    if data_dir:
-        if "data_dir" in run_cfg.dataset:
-            run_cfg.dataset.data_dir = data_dir
-        elif "path" in run_cfg.dataset:  # dataset=custom: the same file name, in data_dir
-            run_cfg.dataset.path = str(Path(data_dir) / Path(run_cfg.dataset.path).name)
-        else:
-            raise ValueError(
-                f"data_dir={data_dir} does not apply: dataset {run_cfg.dataset.get('name')} reads no data directory"
-            )
-    if eval_overrides is not None:
-        run_cfg.eval = OmegaConf.merge(run_cfg.get("eval") or {}, eval_overrides)
-    if settings:
-        run_cfg.model = OmegaConf.merge(run_cfg.model, model_overrides)
-    check_stored(run_cfg, ckpt_path)
-    pl.seed_everything(int(run_cfg.get("seed", 0)), workers=True, verbose=False)
-    protocol = eval_protocol(run_cfg)
-    dataset_name, dm = build_datamodule(run_cfg, protocol)
-    model_name = run_cfg.model.get("name")
-    model = restore_model(ckpt, run_cfg.model._target_, ckpt_path)
-    if list(model.view_dims) != list(dm.view_dims) or model.num_classes != dm.num_classes:
-        raise ValueError(
-            f"checkpoint {ckpt_path} was trained on view dims {model.view_dims} and "
-            f"{model.num_classes} classes, but the data has {dm.view_dims} and {dm.num_classes}"
-        )
-    apply_inference_settings(model, settings, getattr(dm, "train_views", None))
-    model.configure_evaluation(protocol)
-    return run_cfg, model_name, dataset_name, dm, model, ckpt
-
-
-def load_finished_run(run_dir: str | Path, data_dir: str | None = None, eval_overrides=None):
-    """:func:`load_run` of ``run_dir/checkpoints/last.ckpt``, refused when that checkpoint holds an earlier epoch
-    than the run's ``trainer.max_epochs`` (checkpointed every n epochs, n not a divisor): its scores would not be
-    the run's."""
-    path = Path(run_dir) / "checkpoints" / "last.ckpt"
-    loaded = load_run(path, data_dir, eval_overrides)
-    run_cfg, ckpt = loaded[0], loaded[-1]
-    epochs = (run_cfg.get("trainer") or {}).get("max_epochs")
-    if epochs is not None and ckpt.get("epoch", epochs - 1) + 1 != epochs:
-        raise UnfinishedRun(
-            f"{path} holds epoch {ckpt['epoch'] + 1} of the run's {epochs}, so its scores would not be the run's: "
-            "train with callbacks.checkpoint.every_n_epochs a divisor of trainer.max_epochs"
-        )
-    return loaded
 
 
 @staged
