@@ -2,7 +2,7 @@
 grid of ``distance_quantile`` × ``distance_power``.
 
 The switch acts at inference only, so one trained checkpoint per seed serves every variant: each is
-loaded (``mnp.cli.pipeline.load_run``), given the variant's settings and its reference distance from the
+loaded (``mnp.cli.run_loading.load_run``), given the variant's settings and its reference distance from the
 training set, and tested with the full protocol (clean, noise, missing views) by Lightning's test loop.
 
     MNP_DATA_DIR=../shared/data python benchmarks/view_weighting.py <run dir>... --out benchmarks/view_weighting_cub.json
@@ -25,7 +25,7 @@ import pytorch_lightning as pl
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from mnp.cli.pipeline import load_finished_run  # noqa: E402
+from mnp.cli.run_loading import load_finished_run  # noqa: E402
 from mnp.tools.select.select import view_weighting_variants  # noqa: E402
 
 KEPT = ("test/acc", "test/ece", "noise/acc_mean", "missing/acc_subsets_mean")

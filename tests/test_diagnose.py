@@ -53,7 +53,7 @@ def test_cli_writes_table_json_and_plot(run_dir, tmp_path, capsys):
 
 
 def test_mba_shares_of_complementary_subsets_sum_to_one(run_dir):
-    from mnp.cli.pipeline import load_run
+    from mnp.cli.run_loading import load_run
 
     _, _, _, dm, model, _ = load_run(run_dir / "checkpoints" / "last.ckpt")
     dm.setup("test")

@@ -15,7 +15,8 @@ from omegaconf import open_dict
 
 from datamodules import TensorDataModule
 from mnp.cli.builders import build_model
-from mnp.cli.pipeline import load_run, train
+from mnp.cli.pipeline import train
+from mnp.cli.run_loading import load_run
 from mnp.cli.validate import ConfigError, validate
 from mnp.eval import metrics
 from mnp.eval.eval_protocol import EvalProtocol

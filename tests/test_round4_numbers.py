@@ -104,7 +104,7 @@ def test_predict_proba_with_an_infinite_cell_is_one_line(tmp_path, model, cell):
         "test=false",
     ]
     train(compose_train(tmp_path / "run", overrides))
-    from mnp.cli.pipeline import load_run
+    from mnp.cli.run_loading import load_run
 
     _, _, _, dm, net, _ = load_run(tmp_path / "run" / "checkpoints" / "last.ckpt")
     dm.setup("test")

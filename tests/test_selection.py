@@ -339,7 +339,7 @@ def test_infer_refuses_a_checkpoint_short_of_the_runs_end(tmp_path, one_thread, 
     assert "holds epoch 2 of the run's 3" in capsys.readouterr().err
     # the shared guard of select infer, benchmarks/view_weighting.py and benchmarks/research/view_conflict.py
     from mnp.cli.errors import UnfinishedRun
-    from mnp.cli.pipeline import load_finished_run
+    from mnp.cli.run_loading import load_finished_run
 
     with pytest.raises(UnfinishedRun, match="holds epoch 2 of the run's 3"):
         load_finished_run(tmp_path / "runs" / "mnp_synthetic_s0")

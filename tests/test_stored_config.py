@@ -9,7 +9,8 @@ import yaml
 from cfg_utils import CONF
 from test_checkpointing import MLP_RUN, cli, compose_train, eval_cfg, one_line
 
-from mnp.cli.pipeline import evaluate, load_run, train
+from mnp.cli.pipeline import evaluate, train
+from mnp.cli.run_loading import load_run
 from mnp.runs.checkpointing import CFG_KEY, CheckpointError
 from mnp.runs.stored_config import DATAMODULES, MODELS, READ_ONLY
 

@@ -6,7 +6,8 @@ import torch
 from cfg_utils import compose_train
 
 from mnp.cli.builders import build_datamodule, build_model
-from mnp.cli.pipeline import load_run, train
+from mnp.cli.pipeline import train
+from mnp.cli.run_loading import load_run
 from mnp.model.aggregation import mba_posterior
 from mnp.model.view_weighting import nearest_sq_dist, proximity, reference_sq_dist, view_weights
 

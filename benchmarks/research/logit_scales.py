@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from mnp.cli.pipeline import load_finished_run  # noqa: E402
+from mnp.cli.run_loading import load_finished_run  # noqa: E402
 
 QUANTILES = (0.01, 0.1, 0.5, 0.9, 0.99)
 

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from mnp.cli.pipeline import load_finished_run  # noqa: E402
+from mnp.cli.run_loading import load_finished_run  # noqa: E402
 from mnp.eval.protocols import add_noise, default_noise_levels, sigma_key  # noqa: E402
 from mnp.model.aggregation import mba_posterior, unimodal_posteriors  # noqa: E402
 from mnp.model.decoder import sample_logits  # noqa: E402

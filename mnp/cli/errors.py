@@ -12,7 +12,7 @@ class StoppedEarly(RuntimeError):
 
 
 class UnfinishedRun(ValueError):
-    """A run directory whose last.ckpt does not hold the run's end state (:func:`mnp.cli.pipeline.load_finished_run`)."""
+    """A run directory whose last.ckpt does not hold the run's end state (:func:`mnp.cli.run_loading.load_finished_run`)."""
 
 
 USER_ERRORS = (

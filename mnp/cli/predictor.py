@@ -20,7 +20,7 @@ import torch
 
 from datamodules.base import Scaler
 from datamodules.checks import link_fault
-from mnp.cli.pipeline import load_run
+from mnp.cli.run_loading import load_run
 from mnp.eval.posthoc import PostHoc
 from mnp.runs.checkpointing import CFG_KEY, LAST, PREP_KEY, load_checkpoint
 from mnp.runs.stored_config import checked_run_config, restore_model

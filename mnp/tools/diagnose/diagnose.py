@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> dict:
         "--plot", type=Path, default=None, help="write a PNG of accuracy, attention and MBA precision against σ"
     )
     args = ap.parse_args(argv)
-    from mnp.cli.pipeline import load_run
+    from mnp.cli.run_loading import load_run
 
     ckpt = Path(args.run)
     if ckpt.is_dir():

@@ -159,7 +159,7 @@ def infer_candidates(
     scored too when no variant equals it."""
     import pytorch_lightning as pl
 
-    from mnp.cli.pipeline import load_finished_run
+    from mnp.cli.run_loading import load_finished_run
     from mnp.model.inference_settings import apply_inference_settings
 
     if not any(all(current.get(k) == v for k, v in settings.items()) for settings in variants.values()):
