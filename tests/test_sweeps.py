@@ -77,7 +77,7 @@ def test_preset_sweeps_models_datasets_five_seeds(name):
     params = cfg.hydra.sweeper.params
     assert cfg.experiment_name == name
     assert cfg.hydra.sweep.dir.endswith(f"/{name}/multiruns")
-    assert params.seed == "range(5)"
+    assert params.seed == ("range(18)" if name == "paper_tuned" else "range(5)")  # paper_tuned: 0-9 and unseen 10-17
     models, datasets = options(params.model), options(params.dataset)
     assert set(models) <= MODELS and set(datasets) <= DATASETS
     for group, names in (("model", models), ("dataset", datasets)):
@@ -89,7 +89,7 @@ def test_preset_sweeps_models_datasets_five_seeds(name):
         assert "${variant}" in OmegaConf.to_container(cfg.hydra.run)["dir"]  # single runs too
     if name.startswith("paper_"):
         assert "mnp" in models and "mgp" in models
-    if name in ("paper_main", "paper_ood"):
+    if name in ("paper_main", "paper_ood", "paper_tuned"):
         assert set(models) == {"mnp", "mcd", "de_ef", "de_lf", "sngp", "etp", "tmc", "mgp"}
 
 

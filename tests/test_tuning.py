@@ -265,6 +265,32 @@ def test_apply_refuses_an_unfinished_study_and_the_authors_model(tmp_path):
         apply(study.sweep_dir, tmp_path / "results", tmp_path / "conf")
 
 
+def test_an_applied_study_wins_over_the_defaults_and_paper_tuned_refuses_a_pair_without_one(tmp_path):
+    from cfg_utils import compose_train
+
+    from mnp.cli.validate import validate
+
+    applied = sorted((ROOT / "conf" / "tuned").glob("*.yaml"))
+    assert applied, "no study is applied (conf/tuned/ is empty)"
+    for path in applied:
+        tuned = yaml.safe_load(path.read_text())
+        model, dataset = path.stem.rsplit("_", 1)
+        cfg = compose_train(tmp_path, ["experiment=paper_tuned", f"model={model}", f"dataset={dataset}"])
+        assert cfg.tuned_from == tuned["tuned_from"] and cfg.tuned_from.startswith(f"results/tuning/{path.stem}.csv")
+        assert (ROOT / cfg.tuned_from.split(" ")[0]).is_file()  # its record is committed
+        for key, value in tuned.get("model", {}).items():
+            if not isinstance(value, dict):
+                assert OmegaConf.to_container(cfg.model)[key] == value, (path.stem, key)
+        assert cfg.trainer.max_epochs == tuned["trainer"]["max_epochs"]
+        validate(cfg)  # the experiment accepts it
+        untuned = compose_train(tmp_path, ["experiment=paper_main", f"model={model}", f"dataset={dataset}", "~tuned"])
+        assert untuned.tuned_from is None
+    with pytest.raises(ConfigError, match=r"conf/tuned/etp_synthetic.yaml does not exist: finish the study"):
+        validate(compose_train(tmp_path, ["experiment=paper_tuned", "model=etp", "dataset=synthetic"]))
+    with pytest.raises(ConfigError, match="mnp_official is the authors' configuration"):
+        validate(compose_train(tmp_path, ["experiment=paper_tuned", "model=mnp_official", "dataset=cub"]))
+
+
 # ---------------------------------------------------------------------------- the command
 @pytest.mark.slow
 def test_the_tuning_command_runs_resumes_and_its_winner_becomes_a_config(tmp_path):

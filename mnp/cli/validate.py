@@ -269,6 +269,20 @@ def check_ranges(c: dict) -> None:
         _check_int("callbacks.checkpoint.every_n_epochs", ckpt["every_n_epochs"], 0)
 
 
+def check_tuned(c: Mapping) -> None:
+    """``require_tuned`` (experiment=paper_tuned): the model's tuned config on the dataset must have been loaded."""
+    if not c.get("require_tuned") or c.get("tuned_from"):
+        return
+    model, dataset = c.get("model", {}).get("name", "?"), c.get("dataset", {}).get("name", "?")
+    if model == "mnp_official":
+        raise ConfigError("mnp_official is the authors' configuration and is not tuned: its cells are paper_main's")
+    raise ConfigError(
+        f"experiment {c.get('experiment_name')} runs at tuned defaults, but conf/tuned/{model}_{dataset}.yaml does not "
+        f"exist: finish the study (python train.py -m experiment=tune model={model} dataset={dataset}) and apply it "
+        f"(python -m mnp.tune.apply <log dir>/tune/{model}_{dataset}, docs/tuning.md)"
+    )
+
+
 def check_seed(seed) -> None:
     _check_int("seed", seed, 0, SEED_MAX)
 
@@ -378,6 +392,7 @@ def validate(cfg: DictConfig) -> None:
             + (" (the data file, e.g. dataset.path=my_data.npz)" if key == "dataset.path" else "")
         )
     c = OmegaConf.to_container(cfg, resolve=True)
+    check_tuned(c)
     check_seed(c.get("seed", 0))  # first: dataset.seed interpolates it
     for group in ("model", "dataset"):
         if isinstance(c.get(group), Mapping):
