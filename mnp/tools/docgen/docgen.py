@@ -18,7 +18,8 @@ exits 1 when a block differs from what the files give (tests/test_docs.py runs i
   rewritten from ``results/paper_main/results.csv`` when they differ from it; ``benchmarks/view_weighting_<dataset>.json``:
   ``python benchmarks/view_weighting.py <mnp run dirs> --out ...``; ``results/decisions/*.csv``: the decision
   records of :mod:`mnp.tools.select` (:mod:`mnp.tools.docgen.docgen_decisions`); ``results/conformal/``: the conformal
-  study's report and ``figures/conformal_curves.json`` and ``.png`` (:mod:`mnp.tools.docgen.docgen_conformal`).
+  study's report and ``figures/conformal_curves.json`` and ``.png`` (:mod:`mnp.tools.docgen.docgen_conformal`);
+  ``results/paper_tuned/``: the tables at the tuned defaults (:mod:`mnp.tools.docgen.docgen_tuned`).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from mnp.tools.docgen import (
     docgen_differences,
     docgen_results,
     docgen_speed,
+    docgen_tuned,
     docgen_tuning,
 )
 from mnp.tools.docgen.docgen_results import DATASETS, MAIN
@@ -245,6 +247,7 @@ RENDERERS = {
     **docgen_speed.RENDERERS,
     **docgen_decisions.RENDERERS,
     **docgen_tuning.RENDERERS,
+    **docgen_tuned.RENDERERS,
     **docgen_conformal.RENDERERS,
     **docgen_differences.RENDERERS,
 }
@@ -285,6 +288,7 @@ def sources(root: Path = ROOT) -> dict:
         "figure2": _read(root / "figures" / "figure2.json", _json),
         **docgen_speed.sources(root),
         "tuning": docgen_tuning.sources(root),
+        **docgen_tuned.sources(root),
         **docgen_decisions.sources(root),
         **docgen_conformal.sources(root),
         **docgen_differences.sources(root),

@@ -98,8 +98,13 @@ def render_decisions_open(src: dict) -> str:
 
 def render_unseen_seeds(src: dict) -> str:
     """The committed cells against seeds no decision saw: new mean and interval, Welch's p."""
+    return unseen_table(src["unseen_seeds"])
+
+
+def unseen_table(found: list[dict]) -> str:
+    """A row per model, dataset and metric of an unseen_seeds JSON (benchmarks/unseen_seeds.py)."""
     rows = []
-    for r in src["unseen_seeds"]:
+    for r in found:
         scale, digits = (1, 3) if r["metric"].endswith("ece") else (100, 2)
         lo_hi = r["new_ci95"]
         interval = f" [{lo_hi[0] * scale:.{digits}f}, {lo_hi[1] * scale:.{digits}f}]" if lo_hi else ""

@@ -121,13 +121,13 @@ def test_text(r: dict) -> str:
     seeds = f"{r['n']} seed{'s' if r['n'] != 1 else ''}"
     if r["p_value"] is None:
         return f"{delta}, {seeds}"
-    p = _p_text(r["p_value"])
+    p = p_text(r["p_value"])
     if r.get("p_holm") is not None and r.get("verdict_holm") != r["verdict"]:
-        p += f", Holm {_p_text(r['p_holm'])[2:]}"  # the family's correction changes the verdict
+        p += f", Holm {p_text(r['p_holm'])[2:]}"  # the family's correction changes the verdict
     return f"{p}; {delta}, {seeds}"
 
 
-def _p_text(p: float) -> str:
+def p_text(p: float) -> str:
     return "p = 0" if p == 0 else "p < 0.001" if p < 0.001 else f"p = {p:.3f}"
 
 
