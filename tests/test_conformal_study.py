@@ -29,6 +29,7 @@ TINY = [
     "dataset.n_test=100",
     "trainer.max_epochs=2",
     "eval.noise_levels=[0.1,1.0]",
+    "require_tuned=false",  # the toy data has no tuning study
 ]
 MNP_TINY = ["model.encoder.d_e=16", "model.memory.size=20", "model.warmup.epochs=0"]
 CLAIMED = ("conformal/noise/coverage_mean", "conformal/missing/coverage_mean", "conformal/test/size")
