@@ -72,8 +72,9 @@ def test_the_rows_interval_is_the_binomial_spread_when_seeds_agree(src):
     half = 1.96 * np.sqrt(acc * (1 - acc) / ROWS)
     assert lo == pytest.approx(acc - half, abs=0.01) and hi == pytest.approx(min(acc + half, 1.0), abs=0.01)
     table = dt.render_tuned_cells(src)
-    assert "| CUB | MGP | 89.17 [89.17, 89.17] | [" in table  # the seeds alone: no spread
-    assert "| 0.050 [0.050, 0.050] | 0.030 [0.030, 0.030] | 0.010 [0.010, 0.010] |" in table
+    assert "| CUB | MGP | 89.17 [89.17, 89.17]‡ | [" in table  # the seeds alone: no spread, marked
+    assert "| 0.050 [0.050, 0.050]‡ | 0.030 [0.030, 0.030]‡ | 0.010 [0.010, 0.010]‡ |" in table
+    assert table.endswith("‡ every seed gave the same value: the interval has zero width, not an exact result.")
 
 
 def test_a_claim_the_test_rows_do_not_support_is_not_kept_and_is_listed_as_moved(src):

@@ -1,6 +1,6 @@
 """Cells whose seeds all gave the same value are marked ‡ with a sentence saying so, in the docs and the report."""
 
-from mnp.tools.docgen.docgen_results import ZERO_WIDTH, _legend, ci_cell
+from mnp.tools.docgen.docgen_results import ZERO_WIDTH, ci_cell, with_notes
 from mnp.tools.report.report_runs import Cell, summarise
 from mnp.tools.report.report_tables import ACC, ZERO_WIDTH_NOTE, Table, table_md, table_tex
 
@@ -10,8 +10,8 @@ def test_a_zero_width_interval_is_marked_and_explained_in_the_docs():
     spread = {**same, "std": 0.01, "ci": (0.97, 0.99)}
     assert ci_cell(same, 100, 2) == "98.00 [98.00, 98.00]‡ (10)"
     assert ci_cell(spread, 100, 2) == "98.00 [97.00, 99.00] (10)"
-    assert _legend(f"| a |\n| {ci_cell(same, 100, 2)} |").splitlines()[-2:] == ["", ZERO_WIDTH]
-    assert ZERO_WIDTH not in _legend(f"| {ci_cell(spread, 100, 2)} |")
+    assert with_notes(f"| a |\n| {ci_cell(same, 100, 2)} |").splitlines()[-2:] == ["", ZERO_WIDTH]
+    assert ZERO_WIDTH not in with_notes(f"| {ci_cell(spread, 100, 2)} |")
 
 
 def test_a_zero_width_interval_is_marked_in_the_report_tables():

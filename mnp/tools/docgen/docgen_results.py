@@ -53,7 +53,7 @@ def _n(res: dict, model: str, dataset: str) -> int:
     return c["n"] if c else 0
 
 
-def _legend(text: str) -> str:
+def with_notes(text: str) -> str:
     notes = [note for mark, note in (("†", LEGEND), ("‡", ZERO_WIDTH)) if mark in text]
     return "\n\n".join([text, *notes])
 
@@ -76,7 +76,7 @@ def render_paper_main(src: dict) -> str:
         rows += [[dataset_label(d), f"`{m}`", *_row_cells(res, m, d), _n(res, m, d)] for m in ("mnp", "mnp_official")]
         rows.append(["", "paper", *(f"{paper[('mnp', d, k)] * s:.{g}f}" for k, _, s, g in MAIN), 5])
     table = markdown_table(["dataset", "model", "acc %", "ECE", "noisy acc %", "seeds"], rows)
-    return _legend(table.replace("|  | paper |", "| | paper |"))  # the committed rows of the paper: "| |", unpadded
+    return with_notes(table.replace("|  | paper |", "| | paper |"))  # the committed rows of the paper: "| |", unpadded
 
 
 def render_glance(src: dict) -> str:
@@ -86,7 +86,7 @@ def render_glance(src: dict) -> str:
     for d in DATASETS:
         theirs = " / ".join(f"{paper[('mnp', d, k)] * s:.{g}f}" for k, _, s, g in MAIN)
         rows.append([dataset_label(d), *_row_cells(res, "mnp", d), theirs, _n(res, "mnp", d)])
-    return _legend(markdown_table(["dataset", "`mnp` acc %", "ECE", "noisy acc %", "paper", "seeds"], rows))
+    return with_notes(markdown_table(["dataset", "`mnp` acc %", "ECE", "noisy acc %", "paper", "seeds"], rows))
 
 
 def render_baselines(src: dict) -> str:
@@ -97,7 +97,7 @@ def render_baselines(src: dict) -> str:
     for k, label, s, g in MAIN:
         rows = [[model_label(m), *(ci_cell(res.get((m, "", d, k)), s, g) for d in DATASETS)] for m in models]
         tables.append(f"**{label}**\n\n" + markdown_table(header, rows))
-    return _legend("\n\n".join(tables))
+    return with_notes("\n\n".join(tables))
 
 
 def render_digits_c(src: dict) -> str:
@@ -109,7 +109,7 @@ def render_digits_c(src: dict) -> str:
         for m in [*BASELINES, "mnp", "mnp_official", "mlp"]
         if (n := _n(res, m, "digits_c"))
     ]
-    return _legend(markdown_table(["model", *(label for _, label, _, _ in cols), "seeds"], rows))
+    return with_notes(markdown_table(["model", *(label for _, label, _, _ in cols), "seeds"], rows))
 
 
 def test_text(r: dict) -> str:
@@ -165,7 +165,7 @@ def claims_table(found: list[dict], beats: str = "MNP beats") -> str:
         + ", ".join(f"{v} {n}" for v, n in holm.items())
         + "."
     )
-    return _legend(summary + "\n\n" + markdown_table(["dataset", beats, *(UNITS[k][0] for k in metrics)], rows))
+    return with_notes(summary + "\n\n" + markdown_table(["dataset", beats, *(UNITS[k][0] for k in metrics)], rows))
 
 
 QUESTIONS = [
@@ -203,7 +203,7 @@ def render_verdicts(src: dict) -> str:
                  f"{model_label(best)} {ci_cell(res[(best, '', d, k)], scale, digits, count=False)}",
                  f"{answer} ({test_text(claim)})"]
             )  # fmt: skip
-    return _legend(markdown_table(["dataset", "is MNP …", "MNP", "best baseline", "answer"], rows))
+    return with_notes(markdown_table(["dataset", "is MNP …", "MNP", "best baseline", "answer"], rows))
 
 
 CALIBRATION = [

@@ -13,7 +13,7 @@ import numpy as np
 from scipy import stats as st
 
 from mnp.tools.docgen.docgen_decisions import unseen_table
-from mnp.tools.docgen.docgen_results import UNITS, claims_table, p_text
+from mnp.tools.docgen.docgen_results import UNITS, claims_table, p_text, with_notes
 from mnp.tools.docgen.docgen_sources import reading
 from mnp.tools.report.report_records import claims, read_runs, seed_values
 from mnp.tools.report.report_runs import MODEL_ORDER, dataset_label, markdown_table, model_label, read_cells
@@ -101,8 +101,11 @@ def row_interval(root: Path, model: str, dataset: str, metric: str = "test/acc")
 def _mean_ci(values: list[float], metric: str) -> str:
     if not values:
         return "–"
-    ci = t_interval(values)
-    return _num(np.mean(values), metric) + (f" [{_num(ci[0], metric)}, {_num(ci[1], metric)}]" if ci else "")
+    ci, mean = t_interval(values), float(np.mean(values))
+    if not ci:
+        return _num(mean, metric)
+    zero = "‡" if np.std(values) <= 1e-9 * max(1.0, abs(mean)) else ""  # the note of docgen_results.ZERO_WIDTH
+    return f"{_num(mean, metric)} [{_num(ci[0], metric)}, {_num(ci[1], metric)}]{zero}"
 
 
 def render_tuned_cells(src: dict) -> str:
@@ -122,7 +125,7 @@ def render_tuned_cells(src: dict) -> str:
              _mean_ci(_values(records, TUNED, m, d, "test/nll"), "test/nll")]
         )  # fmt: skip
     header = ["dataset", "model", "acc % [seeds]", "acc % [seeds and test rows]", *(label for _, label in CALIBRATION)]
-    return markdown_table([*header, "NLL"], rows)
+    return with_notes(markdown_table([*header, "NLL"], rows))
 
 
 def final_verdict(r: dict) -> str:
