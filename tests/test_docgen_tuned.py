@@ -90,3 +90,8 @@ def test_without_a_tuned_report_the_blocks_say_so(tmp_path):
     src = dt.sources(tmp_path)
     assert dt.render_tuned_changes(src) == "No tuned table has been run yet."
     assert dt.render_unseen_seeds_tuned(src) == "No unseen seed has been run yet."
+
+
+def test_without_mnps_tuned_runs_there_is_no_claim(src):
+    src["tuned"]["claims"] = []
+    assert dt.render_tuned_claims(src) == "No claim yet: `mnp` has no tuned runs in results/paper_tuned."
