@@ -60,3 +60,28 @@ def test_the_section_lists_each_gap_and_each_cause_once():
     )
     assert model_label("mnp_official") == "MNP (authors' code)"
     assert render_differences({"differences": []}).startswith("No records")
+
+
+def test_mgps_budget_gap_takes_the_larger_closure_of_the_authors_steps_and_the_tuned_defaults():
+    from scipy import stats
+
+    from mnp.tools.docgen.differences_gaps import mgp_budget
+
+    row = lambda e, v, acc: {(e, "mgp", "cub", v, s): {"test/acc": a} for s, a in enumerate(acc)}  # noqa: E731
+    ctx = Context(
+        paper={("mgp", "cub", "test/acc"): 0.92},
+        ours={},
+        runs=row("paper_main", None, [0.88, 0.89, 0.90]),
+        earlier={},
+        tmc={},
+        flips={"mgp_cub_full": row("mgp_cub_full", "trainer.max_epochs=133", [0.88, 0.89, 0.90])},
+        bench={},
+    )
+    gap = Gap("cub", "mgp", "test/acc", "h", "cmd", mgp_budget)
+    text, status = mgp_budget(ctx, gap)
+    assert status == "not explained" and "0% of the gap" in text and text.endswith("ruled out: the budget and the "
+                                                                                   "tuned settings, on these seeds")  # fmt: skip
+    ctx.tuned = row("paper_tuned", None, [0.905, 0.91, 0.915])  # from 89 % to 91 %: 2 of the 3 points
+    text, status = mgp_budget(ctx, gap)
+    p = stats.ttest_ind([0.905, 0.91, 0.915], [0.88, 0.89, 0.90], equal_var=False).pvalue
+    assert status == "partly explained" and f"91.00 % over 3 seeds against 89.00 % (Welch p = {p:.2g}), 67% of" in text

@@ -2,7 +2,7 @@
 outcome: ``python -m mnp.tools.docgen.differences`` writes ``results/differences/gaps.csv`` (rendered into docs/results.md by
 :mod:`mnp.tools.docgen.docgen_differences`).
 
-Inputs, all committed: the paper's numbers (``mnp/tools/report/paper_results.csv``), our cells (``results/paper_main``), and
+Inputs, all committed: the paper's numbers (``mnp/tools/report/paper_results.csv``), our cells (``results/paper_main``; ``results/paper_tuned`` at the tuned defaults), and
 the experiments' outputs: ``results/differences/tmc_ece.csv`` (TMC's ECE under each probability reading,
 ``benchmarks/research/tmc_probabilities.py``), ``results/differences/cub_official/runs.csv`` and
 ``scene15_etp/runs.csv`` (one switch flipped at a time) and ``mgp_<dataset>_full/runs.csv`` (MGP at the authors'
@@ -65,6 +65,7 @@ def context(root: Path = ROOT) -> Context:
         earlier=read_results(root / "results/switches/results.csv"),
         tmc=_tmc(diff / "tmc_ece.csv"),
         flips={n: _optional_runs(diff / n / "runs.csv") for n in FLIPS},
+        tuned=_optional_runs(root / "results/paper_tuned/runs.csv"),
         bench={
             "cpu": json.loads((root / "benchmarks/bench_cpu.json").read_text())["ratios"],
             "h200": json.loads((root / "benchmarks/h200_9de9874/bench_gpu.json").read_text())["ratios"],
