@@ -39,7 +39,10 @@ def test_conf_holds_every_chosen_setting(path, tmp_path):
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=CONF, version_base="1.3"):
         cfg = OmegaConf.to_container(
-            compose("train", overrides=[f"model={model}", f"dataset={dataset}", f"paths.output_dir={tmp_path}"]),
+            # the untuned defaults the decisions chose: an applied tuning study (conf/tuned/) supersedes them
+            compose(
+                "train", overrides=[f"model={model}", f"dataset={dataset}", f"paths.output_dir={tmp_path}", "~tuned"]
+            ),
             resolve=True,
         )
     for r in rows:
