@@ -32,5 +32,5 @@ def test_each_committed_figure_was_made_at_todays_config(path):
 def test_a_figure_made_at_another_config_is_stale():
     record = json.loads((ROOT / "figures/diagnose_mnp_cub_s0.json").read_text())
     old = copy.deepcopy(record)
-    old["config"]["model"]["memory"]["size"] = 200  # the CUB figure of before: N^m = 200, today 400
+    old["config"]["model"]["memory"]["size"] = 200  # an earlier CUB figure's N^m, not today's
     assert diagnose_figures.stale(old) == "run differs from today's config: model.memory.size=200"

@@ -38,14 +38,14 @@ def write_run(root: Path, exp_dir: str, name: str, cfg: dict, recorded_exp: str)
 def saved(changes: dict | None = None) -> dict:
     """A run's saved config: today's defaults for mnp on cub, seed 0, with some model settings changed
     ({(part, setting): value})."""
-    cfg = copy.deepcopy(defaults("mnp", "cub", 0))
+    cfg = copy.deepcopy(defaults("mnp", "cub", 0, tuned=False))  # no tuned_from: set against the untuned defaults
     for (part, setting), value in (changes or {}).items():
         cfg["model"][part][setting] = value
     return cfg
 
 
 def test_variant_is_the_drift_from_todays_defaults_with_the_runs_values():
-    current = defaults("mnp", "cub", 0)
+    current = defaults("mnp", "cub", 0, tuned=False)
     assert variant_of(saved(), "mnp", "cub", 0) is None
     old_lr = current["model"]["warmup"]["lr"] / 10
     assert (
@@ -61,11 +61,20 @@ def test_variant_is_the_drift_from_todays_defaults_with_the_runs_values():
     assert variant_of(saved(), "mnp", "cub", 1) == "dataset.seed=0"  # the seed's own data split differs
 
 
+def test_a_run_at_the_tuned_defaults_is_set_against_them_and_an_untuned_run_against_the_untuned_ones():
+    tuned = {**copy.deepcopy(defaults("mnp", "cub", 0)), "tuned_from": "results/tuning/mnp_cub.csv (trial 20)"}
+    assert tuned["model"]["memory"]["size"] != saved()["model"]["memory"]["size"]  # the premise: CUB's study applied
+    assert variant_of(tuned, "mnp", "cub", 0) is None
+    assert variant_of(saved(), "mnp", "cub", 0) is None
+    size = saved()["model"]["memory"]["size"]
+    assert f"model.memory.size={size}" in variant_of(saved(), "mnp", "cub", 0, tuned=True).split(",")
+
+
 def test_a_switch_added_after_the_run_counts_at_its_built_in_default_not_the_datasets():
     """CUB's view dropout (0.25) came after runs that lacked the key: they ran without it (the built-in 0.0), so
     they are a variant of today's CUB defaults, not default runs; where today's default is the built-in one, a
     run lacking the key stays a default run."""
-    assert defaults("mnp", "cub", 0)["model"]["aggregation"]["view_dropout"] == 0.25  # the premise
+    assert defaults("mnp", "cub", 0, tuned=False)["model"]["aggregation"]["view_dropout"] == 0.25  # the premise
     cfg = saved()
     del cfg["model"]["aggregation"]["view_dropout"]
     assert variant_of(cfg, "mnp", "cub", 0) == "model.aggregation.view_dropout=0.0"

@@ -57,7 +57,7 @@ def stale(record: dict) -> str | None:
     from mnp.tools.report.relabel import variant_of
 
     spec = FIGURES[record["figure"]]
-    variant = variant_of(record["config"], spec["model"], spec["dataset"], SEED)
+    variant = variant_of(record["config"], spec["model"], spec["dataset"], SEED, tuned=True)  # conf/ as it is today
     expected = ",".join(spec["overrides"]) or None
     return None if variant == expected else f"run differs from today's config: {variant or 'none'}"
 
@@ -72,7 +72,7 @@ def write(logs: Path, name: str, out: Path) -> Path:
     diagnose.main([str(run), "--json", str(path), "--plot", str(path.with_suffix(".png"))])
     config = yaml.safe_load((run / "config.yaml").read_text())
     record = json.loads(path.read_text())
-    record.update(figure=name, config={k: config[k] for k in RESULT_GROUPS if k in config})
+    record.update(figure=name, config={k: config[k] for k in (*RESULT_GROUPS, "tuned_from") if k in config})
     record["run"] = run.relative_to(logs).as_posix()  # not the machine's absolute path
     path.write_text(json.dumps(record, indent=1))
     return path

@@ -29,23 +29,25 @@ RESULT_GROUPS = ("model", "dataset", "trainer", "eval")
 
 
 @functools.cache
-def _composed(model: str, dataset: str):
+def _composed(model: str, dataset: str, tuned: bool):
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
+    untuned = [] if tuned else ["~tuned"]
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = compose("train", overrides=[f"model={model}", f"dataset={dataset}", "logger=none"])
+        cfg = compose("train", overrides=[f"model={model}", f"dataset={dataset}", "logger=none", *untuned])
     GlobalHydra.instance().clear()
     return cfg
 
 
-def defaults(model: str, dataset: str, seed: int) -> dict:
+def defaults(model: str, dataset: str, seed: int, tuned: bool = True) -> dict:
     """The result groups (model, dataset, trainer, eval) of today's resolved ``train.yaml`` for a job
-    (composed once per model and dataset, resolved per seed)."""
+    (composed once per model and dataset, resolved per seed); ``tuned=False``: without the model's applied tuning
+    study on the dataset (``conf/tuned/``), the defaults a run made before it, or with ``'~tuned'``, had."""
     from mnp.cli.validate import resolve_auto
 
-    cfg = copy.deepcopy(_composed(model, dataset))
+    cfg = copy.deepcopy(_composed(model, dataset, tuned))
     cfg.seed = seed
     resolve_auto(cfg)
     return {k: OmegaConf.to_container(cfg[k], resolve=True) for k in RESULT_GROUPS if k in cfg}
@@ -70,10 +72,12 @@ def with_built_in_defaults(config: dict, current: dict) -> dict:
     return {**config, "model": {**model, **parts}}
 
 
-def variant_of(config: dict, model: str, dataset: str, seed: int) -> str | None:
+def variant_of(config: dict, model: str, dataset: str, seed: int, tuned: bool | None = None) -> str | None:
     """``"k=v,..."`` of the result keys where ``config`` (a run's saved one) differs from today's
-    defaults, with the run's values; ``None`` when it is a default run."""
-    current = defaults(model, dataset, seed)
+    defaults, with the run's values; ``None`` when it is a default run. A run is set against the tuned defaults
+    when it ran with them (its config names its ``tuned_from``), else against the untuned ones; ``tuned`` says
+    which instead."""
+    current = defaults(model, dataset, seed, bool(config.get("tuned_from")) if tuned is None else tuned)
     config = with_built_in_defaults(upgrade_run_config(config), current)  # flat keys nested; later switches
     saved = {k: config[k] for k in current if k in config}
     flat = flatten(saved)
