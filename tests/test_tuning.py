@@ -464,6 +464,8 @@ def test_an_applied_study_wins_over_the_defaults_and_paper_tuned_refuses_a_pair_
         validate(cfg)  # the experiment accepts it
         untuned = compose_train(tmp_path, ["experiment=paper_main", f"model={model}", f"dataset={dataset}", "~tuned"])
         assert untuned.tuned_from is None
+        study = compose_train(tmp_path, ["experiment=tune", f"model={model}", f"dataset={dataset}"])
+        assert study.tuned_from is None and study.trainer.max_epochs == untuned.trainer.max_epochs  # as it began
     with pytest.raises(ConfigError, match=r"conf/tuned/etp_synthetic.yaml does not exist: finish the study"):
         validate(compose_train(tmp_path, ["experiment=paper_tuned", "model=etp", "dataset=synthetic"]))
     with pytest.raises(ConfigError, match="mnp_official is the authors' configuration"):

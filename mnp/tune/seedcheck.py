@@ -9,7 +9,6 @@ run directories (``skip_if_done``) and not trained again."""
 
 from __future__ import annotations
 
-import logging
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -20,7 +19,6 @@ from optuna.trial import FrozenTrial, TrialState
 ATTR = "seed_check"
 # one batch of fold jobs' outcomes: each its objective value, or the exception it failed with
 Launch = Callable[[Sequence[Sequence[str]]], list]
-log = logging.getLogger("mnp")
 
 
 @dataclass
@@ -198,4 +196,3 @@ def _progress(cand: Candidate) -> None:
 
 def _say(line: str) -> None:
     print(line, flush=True)
-    log.info("%s", line)
