@@ -43,11 +43,10 @@ class SeedCheck:
     def describe(self, study_seed: int) -> str:
         if not self.candidates:
             return "off"
-        seeds = ", ".join(map(str, self.seeds))
+        seeds, plural = ", ".join(map(str, self.seeds)), "s" if len(self.seeds) > 1 else ""
         return (
-            f"the {self.candidates} best complete trials train their folds again with seed{'s' * (len(self.seeds) > 1)} "
-            f"{seeds} (the study's: "
-            f"{study_seed}); the winner has the best mean over every seed and fold"
+            f"the {self.candidates} best complete trials train their folds again with seed{plural} {seeds} (the "
+            f"study's: {study_seed}); the winner has the best mean over every seed and fold"
         )
 
 
