@@ -17,11 +17,14 @@ its study dir: its ``study.db``, from which it resumes, and the folds in ``unfin
 seconds every study process gets SIGTERM, which it passes on to its workers (mnp/runs/signals.py); whatever of its
 process group is left after GRACE_S is killed. The trial a study was running stays ``running`` in study.db: resumed,
 the study fails it and asks it again with the same settings, and the folds it had finished are found in their run
-directories and not trained again. Those folds travel in ``unfinished_folds.json`` (each fold's config.yaml,
-metrics.json and .hydra/overrides.yaml: what ``skip_if_done`` reads), so a session on a fresh machine reuses them too.
-Then ``$OUT/tune_studies.tgz`` holds every study's records (study.db, trials.csv, best.yaml, unfinished_folds.json; no
-run directories) and ``$OUT/tune_studies.json`` says per study: trials finished before and after, seconds, exit
-status, and the failed folds with the tail of their logs. The command ends within about deadline + GRACE_S + 10 s.
+directories and not trained again. A study whose budget is spent runs its seed check (docs/tuning.md), a candidate's
+fold runs at once; the check's runs whose scores study.db does not hold yet are unfinished folds too. Those folds
+travel in ``unfinished_folds.json`` (each fold's config.yaml, metrics.json and .hydra/overrides.yaml: what
+``skip_if_done`` reads), so a session on a fresh machine reuses them too. Then ``$OUT/tune_studies.tgz`` holds every
+study's records (study.db, trials.csv, best.yaml, unfinished_folds.json; no run directories) and
+``$OUT/tune_studies.json`` says per study: trials finished before and after, how its winner is chosen (its seed check
+finished, or the runs it has to go), seconds, exit status, and the failed folds with the tail of their logs. The
+command ends within about deadline + GRACE_S + 10 s.
 ``.gpu/pylib`` and ``.gpu/data`` are used where present, as by gpu_check.py.
 """
 
@@ -52,11 +55,13 @@ sys.path.insert(0, str(ROOT))
 DEVICE_DATASETS = ("handwritten", "scene15")
 DEVICE_OVERRIDES = ("hydra.sweeper.parallel_folds=true", "hydra.sweeper.prune_after=0", "launcher=joblib")
 # --cpu: one small study, its folds one at a time (one worker) and ~15 s each on a busy 2-core machine, so that the
-# 60 s deadline falls inside its second trial, after its first fold
+# 60 s deadline falls inside its second trial, after its first fold; its seed check: 2 candidates x 1 seed x 2 folds
 CPU_OVERRIDES = (
     "hydra.sweeper.n_trials=2",
     "hydra.sweeper.folds=2",
     "hydra.sweeper.n_startup_trials=1",
+    "hydra.sweeper.seed_check.seeds=[1]",
+    "hydra.sweeper.seed_check.candidates=2",
     "trainer.max_epochs=1000",
 )
 PENDING = "unfinished_folds.json"
@@ -103,14 +108,16 @@ class Run:
         return f"{self.model}_{self.dataset}"
 
 
-def finished(trials_csv: Path) -> tuple[int, int | None]:
-    """A study's finished trials and its budget, from its trials.csv (0 and None where there is none)."""
-    from mnp.tune.records import read_trials
+def finished(trials_csv: Path) -> tuple[int, int | None, str | None]:
+    """A study's finished trials, its budget and how its winner is chosen, from its trials.csv (0, None and None where
+    there is none)."""
+    from mnp.tune.records import header, read_trials
 
     if not trials_csv.is_file():
-        return 0, None
-    _, done, budget = read_trials(trials_csv.read_text())
-    return len(done), budget
+        return 0, None, None
+    text = trials_csv.read_text()
+    _, done, budget = read_trials(text)
+    return len(done), budget, header(text).get("chosen_by")
 
 
 def carry_in(run: Run, records: Path) -> None:
@@ -131,10 +138,13 @@ def carry_in(run: Run, records: Path) -> None:
 
 
 def unfinished_folds(run: Run) -> dict[str, dict[str, str]]:
-    """The finished folds of the trials the study left running, by run directory: each one's FOLD_FILES."""
+    """The finished folds of the trials the study left running, and its seed check's runs whose scores it has not
+    stored, by run directory: each one's FOLD_FILES."""
     import optuna
     import yaml
     from optuna.trial import TrialState
+
+    from mnp.tune.seedcheck import recorded
 
     db = run.study_dir / "study.db"
     if not db.is_file():
@@ -144,7 +154,7 @@ def unfinished_folds(run: Run) -> dict[str, dict[str, str]]:
     folds = {}
     for fold in sorted(p for p in run.study_dir.iterdir() if all((p / f).is_file() for f in FOLD_FILES)):
         given = set(yaml.safe_load((fold / ".hydra" / "overrides.yaml").read_text()) or [])
-        if any(trial and trial <= given for trial in running):
+        if any(trial and trial <= given for trial in running) or not recorded(study, given):
             folds[fold.name] = {f: (fold / f).read_text() for f in FOLD_FILES}
     return folds
 
@@ -207,13 +217,14 @@ def wait(runs: list[Run], deadline: float, t0: float) -> None:
 
 
 def summarise(run: Run, pending: dict) -> dict:
-    after, budget = finished(run.study_dir / "trials.csv")
+    after, budget, chosen_by = finished(run.study_dir / "trials.csv")
     rc = run.proc.returncode
     entry = {
         "study": run.name,
         "trials_before": run.before,
         "trials_after": after,
         "budget": budget,
+        "chosen_by": chosen_by,
         "seconds": round(run.seconds, 1),
         "exit": rc,
         "stopped_at_deadline": run.stopped,
@@ -336,7 +347,8 @@ def main(argv=None) -> int:
     (args.out / "tune_studies.json").write_text(json.dumps(summary, indent=1) + "\n")
     for s in summary["studies"]:
         print(
-            f"{s['study']}: trials {s['trials_before']} -> {s['trials_after']} of {s['budget']}, {s['seconds']} s, "
+            f"{s['study']}: trials {s['trials_before']} -> {s['trials_after']} of {s['budget']}, chosen by "
+            f"{s['chosen_by']}, {s['seconds']} s, "
             f"exit {s['exit']}{' (stopped)' if s['stopped_at_deadline'] else ''}, {len(s['failures'])} failed folds"
         )
     print(f"done in {time.time() - t0:.0f} s: {archive} and {args.out / 'tune_studies.json'}")

@@ -4,7 +4,8 @@
 # val/nll, TPE, median pruning after 2 folds, trial 0 = the model's defaults). mnp_official stays the authors' own.
 #   bash benchmarks/tuning/studies.sh <log dir> <queue: a|b|all> <dataset>...
 # Queues a and b split the models so that two processes share a 2-core machine (MNP_TORCH_THREADS=1). Re-running the
-# same command resumes every study where it stopped; a finished study runs no job. CUB and PIE run here, with that budget.
+# same command resumes every study where it stopped; a study whose budget is spent runs its seed check (3 candidates x
+# 2 seeds x 5 folds, declared later for every study alike, docs/tuning.md), and then no job. CUB and PIE run here.
 # Handwritten and Scene15 (declared before any of their runs) run on a lent GPU machine, every model alike, with
 # benchmarks/device/tune_studies.py: the same 20 trials x 5 folds, TPE, trial 0 = the defaults, mean fold val/nll, but
 # a trial's 5 folds train at once (hydra.sweeper.parallel_folds=true launcher=joblib trainer=gpu), so without median

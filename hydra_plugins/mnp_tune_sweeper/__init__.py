@@ -21,12 +21,15 @@ log = logging.getLogger("mnp")
 class TuneSweeper(Sweeper):
     """Cross-validated Optuna study of one model on one dataset; settings as in :class:`mnp.tune.study.TuneSettings`."""
 
-    def __init__(self, space: Any = None, parallel_folds: bool = False, **settings: Any) -> None:
+    def __init__(
+        self, space: Any = None, parallel_folds: bool = False, seed_check: Any = None, **settings: Any
+    ) -> None:
+        from mnp.tune.seedcheck import SeedCheck
         from mnp.tune.study import TuneSettings
 
-        self.space = OmegaConf.to_container(space, resolve=True) if isinstance(space, DictConfig) else dict(space or {})
+        self.space = _plain(space) or {}
         self.parallel_folds = bool(parallel_folds)
-        self.settings = TuneSettings(**settings)
+        self.settings = TuneSettings(**settings, seed_check=SeedCheck(**(_plain(seed_check) or {})))
         self.job_idx = 0
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
@@ -55,6 +58,7 @@ class TuneSweeper(Sweeper):
             fixed=[*fixed, f"dataset.cv_folds={self.settings.folds}"],
             defaults={k: _plain(OmegaConf.select(cfg, k, default=None)) for k in space},
             base_epochs=OmegaConf.select(cfg, "trainer.max_epochs", default=None),
+            train_seed=int(cfg.seed),
         )
         print(
             f"Study {study.name} in {study.sweep_dir} ({self.settings.n_trials} trials of {self.settings.folds} folds)",

@@ -2,9 +2,10 @@
 
     python -m mnp.tune.apply logs/tune/sngp_cub [--results results/tuning] [--conf conf/tuned]
 
-writes ``results/tuning/sngp_cub.csv`` (the study's every trial, its declaration and the chosen one) and
-``conf/tuned/sngp_cub.yaml`` (the winner's settings; ``conf/train.yaml`` loads it after the per-dataset files). A
-study of your own data (``dataset=custom``) prints the winner's overrides instead: one config would serve every file.
+writes ``results/tuning/sngp_cub.csv`` (the study's every trial, its seed check, its declaration and the chosen
+one) and ``conf/tuned/sngp_cub.yaml`` (the winner's settings; ``conf/train.yaml`` loads it after the per-dataset
+files). A study short of its budget, or whose seed check is unfinished, is refused. A study of your own data
+(``dataset=custom``) prints the winner's overrides instead: one config would serve every file.
 """
 
 from __future__ import annotations
@@ -16,13 +17,13 @@ from pathlib import Path
 import yaml
 
 from datamodules.files import atomic_write
-from mnp.tune.records import read_trials, tuned_config
+from mnp.tune.records import read_trials, tuned_config, unchecked
 
 UNTUNED = ("mnp_official",)  # the authors' configuration stays theirs
 
 
 def finished_study(sweep_dir: Path) -> tuple[dict, str]:
-    """The study's best.yaml and trials.csv text; a study short of its budget is refused."""
+    """The study's best.yaml and trials.csv text; a study short of its budget or of its seed check is refused."""
     trials, best = sweep_dir / "trials.csv", sweep_dir / "best.yaml"
     if not trials.is_file() or not best.is_file():
         raise ValueError(f"{sweep_dir} holds no finished study (trials.csv and best.yaml): run experiment=tune first")
@@ -33,7 +34,14 @@ def finished_study(sweep_dir: Path) -> tuple[dict, str]:
         raise ValueError(
             f"{sweep_dir}: {len(done)} of {need} trials finished; re-run the study's command to complete it"
         )
-    return yaml.safe_load(best.read_text()), text
+    record = yaml.safe_load(best.read_text())
+    why = unchecked(record)
+    if why:
+        command = [o for o in str(record.get("fixed", "")).split() if not o.startswith("dataset.cv_folds=")]
+        raise ValueError(
+            f"{sweep_dir}: its seed check is not finished ({why}); finish it with: python train.py -m {' '.join(command)}"
+        )
+    return record, text
 
 
 def apply(sweep_dir: Path, results: Path, conf: Path) -> list[Path]:
@@ -47,7 +55,10 @@ def apply(sweep_dir: Path, results: Path, conf: Path) -> list[Path]:
     if dataset == "custom":
         print(f"the winner's settings (give them to train.py): {' '.join(record['overrides'])}")
         return [out]
-    body = tuned_config(record["overrides"], f"{out.as_posix()} (trial {record['trial']}, mean {record['mean']:.4g})")
+    how = "seed check " if str(record.get("chosen_by", "")).startswith("seed check") else ""
+    body = tuned_config(
+        record["overrides"], f"{out.as_posix()} (trial {record['trial']}, {how}mean {record['mean']:.4g})"
+    )
     cfg = conf / f"{name}.yaml"
     conf.mkdir(parents=True, exist_ok=True)
     atomic_write(cfg, lambda tmp: Path(tmp).write_text(body))

@@ -1,7 +1,7 @@
-"""A study's records: ``trials.csv`` (every trial: state, settings, fold scores, mean) and ``best.yaml`` in its sweep
-directory, rewritten after each trial; :func:`decision_record` and :func:`tuned_config` turn a finished study into
-the committed record ``results/tuning/<model>_<dataset>.csv`` and the config ``conf/tuned/<model>_<dataset>.yaml``
-that makes its winner the default (``python -m mnp.tune.apply``)."""
+"""A study's records: ``trials.csv`` (every trial: state, settings, fold scores, mean; then the seed check's runs of
+its candidates) and ``best.yaml`` (the winner) in its sweep directory, rewritten after each trial and each batch of
+the seed check; :func:`tuned_config` turns a finished study's winner into the config ``conf/tuned/<model>_<dataset>.yaml``
+that makes it the default (``python -m mnp.tune.apply``)."""
 
 from __future__ import annotations
 
@@ -16,9 +16,24 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from optuna.trial import TrialState
 
 from datamodules.files import atomic_write
+from mnp.tune.seedcheck import Outcome, outcome
 
-COLUMNS = ["trial", "state", "requeued", "settings", "folds_done", "mean", "fold_scores", "chosen"]
+# a study's trial rows have its own training seed; a seed-check row (state "seed check ...") one candidate's folds at
+# another seed; seeds_mean: a checked candidate's mean over every seed and fold
+COLUMNS = [
+    "trial",
+    "seed",
+    "state",
+    "requeued",
+    "settings",
+    "folds_done",
+    "mean",
+    "fold_scores",
+    "seeds_mean",
+    "chosen",
+]
 BUDGET = re.compile(r"^# budget: (\d+) finished trials", re.M)
+HEADER = re.compile(r"^# (\w+): (.*)$", re.M)
 
 
 def read_trials(text: str) -> tuple[list[dict], list[dict], int | None]:
@@ -30,27 +45,62 @@ def read_trials(text: str) -> tuple[list[dict], list[dict], int | None]:
     return rows, done, int(budget.group(1)) if budget else None
 
 
-def trial_rows(study) -> list[dict[str, Any]]:
-    """One row per trial of the study, the winner marked ``chosen``."""
-    try:
-        best = study.study.best_trial.number
-    except ValueError:  # no complete trial yet
-        best = None
+def header(text: str) -> dict[str, str]:
+    """A trials.csv's declaration, from its comment lines."""
+    return dict(HEADER.findall(text))
+
+
+def _num(v: float | None) -> str:
+    return "" if v is None else f"{v:.6g}"
+
+
+def _round(v: float | None) -> float | None:
+    """A score as the records give it: 6 significant digits."""
+    return None if v is None else float(_num(v))
+
+
+def trial_rows(study, result: Outcome) -> list[dict[str, Any]]:
+    """One row per trial of the study, the winner marked ``chosen``, then one per seed-check run of a candidate at a
+    seed that has begun."""
+    chosen = result.chosen.trial.number if result.chosen else None
+    checked = {c.trial.number: c for c in result.candidates}
     rows = []
     for t in study.study.trials:
         scores = t.user_attrs.get("fold_scores", [])
         rows.append(
             {
                 "trial": t.number,
+                "seed": study.train_seed,
                 "state": t.state.name.lower(),
                 "requeued": bool(t.user_attrs.get("requeued", False)),
                 "settings": " ".join(t.user_attrs.get("overrides", [])),
                 "folds_done": len(scores),
-                "mean": f"{t.value:.6g}" if t.state == TrialState.COMPLETE else "",
-                "fold_scores": " ".join(f"{v:.6g}" for v in scores),
-                "chosen": t.number == best,
+                "mean": _num(t.value) if t.state == TrialState.COMPLETE else "",
+                "fold_scores": " ".join(map(_num, scores)),
+                "seeds_mean": _num(checked[t.number].mean) if t.number in checked else "",
+                "chosen": t.number == chosen,
             }
         )
+    for c in result.candidates:
+        for seed, scores in list(c.scores.items())[1:]:
+            failed = c.failed.startswith(f"seed {seed},")
+            if not scores and not failed:
+                continue
+            state = "failed" if failed else ("" if len(scores) == c.folds else "unfinished")
+            rows.append(
+                {
+                    "trial": c.trial.number,
+                    "seed": seed,
+                    "state": f"seed check {state}".strip(),
+                    "requeued": False,
+                    "settings": " ".join(c.trial.user_attrs.get("overrides", [])),
+                    "folds_done": len(scores),
+                    "mean": _num(sum(scores) / len(scores)) if not state else "",
+                    "fold_scores": " ".join(map(_num, scores)),
+                    "seeds_mean": "",
+                    "chosen": False,
+                }
+            )
     return rows
 
 
@@ -76,26 +126,52 @@ def declaration(study) -> dict[str, Any]:
         f"trials); {pruning}" + ("; trial 0 = the defaults" if study.defaults else ""),
         "space": "; ".join(f"{k} {d!r}" for k, d in study.dists.items()),
         "fixed": " ".join(study.fixed),
+        "seed_check": s.seed_check.describe(study.train_seed),
     }
 
 
 def write_study(study) -> None:
-    """``trials.csv`` and, once a trial completed, ``best.yaml`` (its settings as overrides and its fold scores)."""
-    rows = trial_rows(study)
-    text = _csv(rows, declaration(study))
+    """``trials.csv`` and, once a trial completed, ``best.yaml``: the winner (the seed check's, or the study's best
+    until the check is finished), how it was chosen, its settings as overrides, its fold scores by seed, the check's
+    candidates and the study's own best."""
+    result = outcome(study)
+    head = {**declaration(study), "chosen_by": result.chosen_by}
+    text = _csv(trial_rows(study, result), head)
     atomic_write(study.sweep_dir / "trials.csv", lambda tmp: Path(tmp).write_text(text))
-    chosen = [r for r in rows if r["chosen"]]
-    if chosen:
-        best = {
-            "trial": chosen[0]["trial"],
-            "mean": float(chosen[0]["mean"]),
-            "fold_scores": [float(v) for v in chosen[0]["fold_scores"].split()],
-            "overrides": chosen[0]["settings"].split(),
-            **declaration(study),
-        }
-        atomic_write(
-            study.sweep_dir / "best.yaml", lambda tmp: Path(tmp).write_text(yaml.safe_dump(best, sort_keys=False))
-        )
+    if result.chosen is None:
+        return
+    pick, best = result.chosen, result.study_best
+    record = {
+        "trial": pick.trial.number,
+        "chosen_by": result.chosen_by,
+        "mean": _round(pick.mean if pick.mean is not None else best.value),
+        "fold_scores": {seed: list(map(_round, scores)) for seed, scores in pick.scores.items() if scores},
+        "overrides": list(pick.trial.user_attrs["overrides"]),
+        "candidates": [
+            {"trial": c.trial.number, "mean": _round(c.mean), **({"failed": c.failed} if c.failed else {})}
+            for c in result.candidates
+        ],
+        "study_best": {
+            "trial": best.number,
+            "mean": _round(best.value),
+            "fold_scores": list(map(_round, best.user_attrs["fold_scores"])),
+            "overrides": list(best.user_attrs["overrides"]),
+        },
+        **head,
+        "seed_check_runs_to_go": result.to_go,
+    }
+    atomic_write(
+        study.sweep_dir / "best.yaml", lambda tmp: Path(tmp).write_text(yaml.safe_dump(record, sort_keys=False))
+    )
+
+
+def unchecked(record: dict) -> str:
+    """Why a study's best.yaml names no winner of a finished seed check ("" when it does, or its check is off)."""
+    if record.get("seed_check") == "off" or str(record.get("chosen_by", "")).startswith("seed check"):
+        return ""
+    if "seed_check" not in record:
+        return "its record is older than the seed check"
+    return f"{record.get('seed_check_runs_to_go')} fold runs to go"
 
 
 def tuned_config(overrides: list[str], source: str) -> str:

@@ -5,15 +5,16 @@ The budget is ``n_trials`` finished trials (complete, pruned or failed) for ever
 own defaults where the space holds them, so a study never ends below its starting point on the folds. The objective is
 the mean over the folds of one validation metric (``val/nll``), declared before the study and the same for every
 model. A trial whose running mean after ``prune_after`` folds is worse than the median of the earlier trials at that
-fold is pruned (Optuna's MedianPruner). Jobs run through ``launch``: the Hydra sweeper passes its launcher.
+fold is pruned (Optuna's MedianPruner). A finished study ends with its seed check (:mod:`.seedcheck`), which chooses
+the winner. Jobs run through ``launch``: the Hydra sweeper passes its launcher.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,9 @@ from optuna.distributions import BaseDistribution
 from optuna.trial import TrialState
 
 from mnp.runs.dirname import is_result_key
+from mnp.tune import seedcheck
 from mnp.tune.records import write_study
+from mnp.tune.seedcheck import Launch, SeedCheck
 from mnp.tune.space import as_choice, contains, distribution, override_value
 
 log = logging.getLogger("mnp")
@@ -30,8 +33,6 @@ log = logging.getLogger("mnp")
 # overrides that name the study's subject; with the result keys they make its declaration, while where and how it runs
 # (paths.log_dir, launcher, trainer=gpu) may change between sessions: a study started here resumes on a GPU machine
 SUBJECT_KEYS = ("model", "dataset", "experiment", "seed")
-# one fold job's outcome: its objective value, or the exception it failed with
-Launch = Callable[[Sequence[Sequence[str]]], list]
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 
 
@@ -47,8 +48,9 @@ class TuneSettings:
     n_startup_trials: int = 8
     prune_after: int = 2  # folds a trial runs before it may be pruned; 0: no pruning
     enqueue_defaults: bool = True
+    seed_check: SeedCheck = field(default_factory=SeedCheck)  # not part of the declaration a resumed study keeps
 
-    def check(self) -> None:
+    def check(self, train_seed: int = 0) -> None:
         for key, least in (("n_trials", 1), ("folds", 2), ("n_startup_trials", 0), ("prune_after", 0)):
             v = getattr(self, key)
             if isinstance(v, bool) or not isinstance(v, int) or v < least:
@@ -57,11 +59,12 @@ class TuneSettings:
             raise ValueError(f"hydra.sweeper.direction must be minimize or maximize, got {self.direction!r}")
         if not str(self.objective).startswith("val/"):
             raise ValueError(f"hydra.sweeper.objective must be a validation metric (val/...), got {self.objective!r}")
+        self.seed_check.check(train_seed)
 
 
 class Study:
     """A cross-validated Optuna study of ``model`` on ``dataset`` over ``space`` ({config key: sweep expression}),
-    stored in ``sweep_dir``."""
+    stored in ``sweep_dir``; its folds train with ``train_seed`` (the config's ``seed``)."""
 
     def __init__(
         self,
@@ -73,9 +76,10 @@ class Study:
         fixed: Sequence[str] = (),
         defaults: dict[str, Any] | None = None,
         base_epochs: int | None = None,
+        train_seed: int = 0,
     ):
-        settings.check()
-        self.settings, self.sweep_dir, self.fixed = settings, Path(sweep_dir), list(fixed)
+        settings.check(train_seed)
+        self.settings, self.sweep_dir, self.fixed, self.train_seed = settings, Path(sweep_dir), list(fixed), train_seed
         self.model, self.dataset, self.name = model, dataset, f"{model}_{dataset}"
         self.dists: dict[str, BaseDistribution] = {k: distribution(k, v, base_epochs) for k, v in space.items()}
         if not self.dists:
@@ -160,24 +164,34 @@ class Study:
             else:
                 self.study.tell(trial, state=state)
             self._progress(trial.number, overrides, scores, state, why)
-            write_study(self)
+            self.record()
+        self.record()
+        seedcheck.run(self, launch, parallel_folds)
+
+    def record(self) -> None:
         write_study(self)
+
+    def fold_job(self, overrides: Sequence[str], fold: int, seed: int | None = None) -> list[str]:
+        """One fold run's overrides; ``seed``: another training seed (the seed check), the folds staying the same."""
+        fixed = self.fixed if seed is None else [o for o in self.fixed if o.split("=", 1)[0].lstrip("+~") != "seed"]
+        return [*fixed, *overrides, f"dataset.cv_fold={fold}", *([f"seed={seed}"] if seed is not None else [])]
+
+    def failure(self, value: Any) -> str:
+        """Why a fold job's outcome is no score ("" when it is one): its exception, or a value that is not finite."""
+        if isinstance(value, BaseException):
+            return str(value)
+        return "" if _finite(value) else f"{self.settings.objective} = {value}"
 
     def _folds(self, trial, overrides: list[str], launch: Launch, parallel: bool):
         """The trial's fold scores, and its state (complete, pruned or failed, with why)."""
         s, scores = self.settings, []
-        jobs = [[*self.fixed, *overrides, f"dataset.cv_fold={f}"] for f in range(s.folds)]
+        jobs = [self.fold_job(overrides, f) for f in range(s.folds)]
         batches = [jobs] if parallel or not s.prune_after else [[j] for j in jobs]
         for batch in batches:
             for value in launch(batch):
-                if isinstance(value, BaseException) or not _finite(value):
-                    why = (
-                        f"fold {len(scores)}: {value}"
-                        if isinstance(value, BaseException)
-                        else f"fold {len(scores)}: {s.objective} = {value}"
-                    )
+                if self.failure(value):
                     trial.set_user_attr("fold_scores", scores)
-                    return scores, TrialState.FAIL, why
+                    return scores, TrialState.FAIL, f"fold {len(scores)}: {self.failure(value)}"
                 scores.append(float(value))
                 trial.report(sum(scores) / len(scores), len(scores) - 1)
             trial.set_user_attr("fold_scores", scores)
