@@ -25,3 +25,7 @@ USER_ERRORS = (
     OutOfMemory,
     StoppedEarly,
 )
+
+
+class ConfigError(ValueError):
+    """A config value that cannot work; the message names the key (:mod:`mnp.cli.validate`)."""

@@ -35,7 +35,9 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from mnp.checks import check_fraction, check_int, is_int, is_real
 from mnp.cli.accel import CUDA_GRAPH, PRECISIONS
+from mnp.cli.errors import ConfigError
 from mnp.cli.resolvers import WARMUP_RESOLVER, register_resolver
+from mnp.cli.tuned import check_tuned
 from mnp.eval.eval_protocol import SEED_MAX, EvalProtocol
 from mnp.eval.posthoc import validation_need
 from mnp.framework.domains import check_domains
@@ -43,10 +45,6 @@ from mnp.runs.migrations import MNP_TARGET, moved_key
 
 log = logging.getLogger(__name__)
 SCALED = re.compile(r"\$\{" + WARMUP_RESOLVER + r":\s*(\d+)\s*,\s*(\d+)\s*\}")
-
-
-class ConfigError(ValueError):
-    """A config value that cannot work; the message names the key."""
 
 
 # ---------------------------------------------------------------------------- derived values
@@ -267,20 +265,6 @@ def check_ranges(c: dict) -> None:
     ckpt = (c.get("callbacks") or {}).get("checkpoint") or {}
     if "every_n_epochs" in ckpt:
         _check_int("callbacks.checkpoint.every_n_epochs", ckpt["every_n_epochs"], 0)
-
-
-def check_tuned(c: Mapping) -> None:
-    """``require_tuned`` (experiment=paper_tuned): the model's tuned config on the dataset must have been loaded."""
-    if not c.get("require_tuned") or c.get("tuned_from"):
-        return
-    model, dataset = c.get("model", {}).get("name", "?"), c.get("dataset", {}).get("name", "?")
-    if model == "mnp_official":
-        raise ConfigError("mnp_official is the authors' configuration and is not tuned: its cells are paper_main's")
-    raise ConfigError(
-        f"experiment {c.get('experiment_name')} runs at tuned defaults, but conf/tuned/{model}_{dataset}.yaml does not "
-        f"exist: finish the study (python train.py -m experiment=tune model={model} dataset={dataset}) and apply it "
-        f"(python -m mnp.tune.apply <log dir>/tune/{model}_{dataset}, docs/tuning.md)"
-    )
 
 
 def check_seed(seed) -> None:
