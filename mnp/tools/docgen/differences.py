@@ -30,7 +30,14 @@ FIELDS = ["dataset", "model", "metric", "paper", "ours", "ci95_low", "ci95_high"
 FIELDS += ["outcome", "status"]
 STATUSES = ("explained", "partly explained", "not explained")
 PAPER_MODEL = {"mnp_official": "mnp"}  # the paper has one MNP; the authors' code is measured against it
-FLIPS = ("cub_official", "scene15_etp", "mgp_cub_full", "mgp_pie_full", "mgp_scene15_full")  # results/differences/
+FLIPS = (
+    "cub_official",
+    "scene15_etp",
+    "mgp_cub_full",
+    "mgp_pie_full",
+    "mgp_scene15_full",
+    "mgp_handwritten_weights",
+)  # results/differences/
 SCALE = {"test/acc": 100, "noise/acc_mean": 100}  # the paper prints accuracies in %
 
 
