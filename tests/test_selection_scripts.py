@@ -82,6 +82,23 @@ def test_the_samples_stage_scores_the_decoders_s_on_checkpoints(tmp_path, datase
     assert decision[decision.index("--out") + 1] == f"results/decisions/mnp_{dataset}.csv"
 
 
+def test_cubs_tuned_stage_scores_inference_on_the_tuned_defaults_checkpoints(tmp_path):
+    """Issue 44: eq. 8′'s q, p and the decoder's S chosen again on checkpoints of the tuned defaults, into a record
+    of their own."""
+    jobs = calls(tmp_path, "cub", "tuned")
+    trained = [j for j in jobs if j[0] == "train.py"]
+    assert len(trained) == 5 and all(len([a for a in j if not a.startswith(("seed=", "paths."))]) == 4 for j in trained)
+    cfg = compose_train(tmp_path, [a for a in trained[0][1:] if not a.startswith("paths.log_dir=")])
+    validate(cfg)
+    assert cfg.eval.split == "val" and cfg.tuned_from.startswith("results/tuning/mnp_cub.csv")
+    decisions = [j for j in jobs if j[0] == "-m"]
+    assert [(d[2], d[d.index("--decision") + 1]) for d in decisions] == [
+        ("infer", "view_weighting"),
+        ("infer", "eval_samples"),
+    ]
+    assert all(d[d.index("--out") + 1] == "results/decisions/mnp_cub_tuned.csv" for d in decisions)
+
+
 def test_scene15_weighs_the_authors_configuration_then_scores_inference_on_its_checkpoints(tmp_path):
     """Scene15's decision `configuration` chose mnp_official: the screen's rows defer to it, and eq. 8′ and the
     prediction's S are scored on mnp_official's checkpoints."""
@@ -161,7 +178,7 @@ def _refused(tmp_path, script: str, args: list[str], cwd=ROOT) -> list[str]:
 @pytest.mark.parametrize(
     "script, stages",
     [
-        ("cub.sh", "train views calibration sharpness confirm samples official decide"),
+        ("cub.sh", "train views calibration sharpness confirm samples official tuned decide"),
         ("handwritten.sh", "train samples official decide"),
         ("pie.sh", "train samples official decide"),
         ("scene15.sh", "train samples official decide"),

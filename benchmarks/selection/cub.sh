@@ -1,6 +1,6 @@
 #!/bin/bash
 # MNP's defaults on CUB under the selection protocol (docs/method.md §5.4), as run for results/decisions/mnp_cub.csv.
-# usage: bash benchmarks/selection/cub.sh [train|decide|views|official|samples|calibration|sharpness|confirm] LOG_DIR   (from the repo root; MNP_DATA_DIR set)
+# usage: bash benchmarks/selection/cub.sh [train|decide|views|official|samples|calibration|sharpness|confirm|tuned] LOG_DIR   (from the repo root; MNP_DATA_DIR set)
 # train: stage 1, one setting at a time around the defaults, seeds 0-4, two jobs at a time (about 45 min of a
 # 2-core CPU), then stage 2, the screen's winners together; decide: the records (stage 1, stage 2, then
 # eq. 8′'s view weighting on the chosen setting's checkpoints); views, run after decide: the single-view switches
@@ -16,7 +16,10 @@
 # 3.3x the weight decay (loss.l2 = 0.1), by the same criterion and rule; a winner is replicated on fresh seeds before
 # it becomes a default. (Smaller logit-scale floors were dropped before any run: the learned scales' 1 % quantile is
 # 0.29 or more on every seed, benchmarks/logit_scales_cub.json, so a floor of 0.2 or less would not act.)
-stages="train views calibration sharpness confirm samples official decide"
+# tuned, in a log directory of its own (issue 44): the inference-only settings again, on the checkpoints of the tuned
+# defaults (conf/tuned/mnp_cub.yaml, the same-budget study's winner), seeds 0-4: eq. 8′'s q and p by val noisy
+# accuracy, then the decoder's S by val NLL, as above; record: results/decisions/mnp_cub_tuned.csv.
+stages="train views calibration sharpness confirm samples official tuned decide"
 source "$(dirname "$0")/lib.sh" "$@"
 screen=("" "model.attention.lengthscale_form=l2" "model.encoder.projection=none" "model.warmup.epochs=0" "model.warmup.lr=0.001"
         "model.memory.size=300" "model.memory.size=400" "model.aggregation.modality_mask=true"
@@ -39,6 +42,13 @@ fi
 if [ "$stage" = confirm ]; then
   screen_train cub "5 6 7 8 9" "" "model.loss.alpha=0.3"
   calibration_decide cub loss_alpha_replication loss.alpha=
+  exit 0
+fi
+if [ "$stage" = tuned ]; then
+  screen_train cub "0 1 2 3 4" ""
+  out=results/decisions/mnp_cub_tuned.csv
+  weighting cub
+  samples cub
   exit 0
 fi
 if [ "$stage" = samples ]; then samples cub --base model.aggregation.view_dropout=0.25; exit 0; fi
