@@ -314,7 +314,10 @@ SCENE15_MODELS = ["mcd", "de_ef", "sngp", "etp", "de_lf", "tmc", "mgp", "mnp", "
 
 def _mgp_cmd(d: str) -> str:
     epochs, share = MGP_STEPS[d]
-    return f"{TRAIN} model=mgp dataset={d} seed='range(10)' trainer.max_epochs={round(epochs / share)}"
+    return (
+        f"bash benchmarks/differences/mgp_full_steps.sh <logs> {d} {round(epochs / share)} (seeds 0-2); "
+        "python train.py -m experiment=paper_tuned model=mgp dataset=" + d + " (seeds 0-9)"
+    )
 
 
 GAPS = [
