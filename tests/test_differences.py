@@ -85,3 +85,30 @@ def test_mgps_budget_gap_takes_the_larger_closure_of_the_authors_steps_and_the_t
     text, status = mgp_budget(ctx, gap)
     p = stats.ttest_ind([0.905, 0.91, 0.915], [0.88, 0.89, 0.90], equal_var=False).pvalue
     assert status == "partly explained" and f"91.00 % over 3 seeds against 89.00 % (Welch p = {p:.2g}), 67% of" in text
+
+
+def test_mgps_handwritten_ece_reads_its_re_runs_and_the_calibrated_models_floor():
+    from mnp.tools.docgen.differences_gaps import mgp_hw_ece
+
+    def rows(variant, ece, floor=None):
+        return {
+            ("paper_main", "mgp", "handwritten", variant, s): {
+                "test/ece": e,
+                **({"test/ece_floor": floor} if floor else {}),
+            }
+            for s, e in enumerate(ece)
+        }
+
+    cell = [0.014, 0.024, 0.013]
+    ctx = Context(paper={("mgp", "handwritten", "test/ece"): 0.006}, ours={}, runs=rows(None, cell), earlier={},
+                  tmc={}, flips={}, bench={})  # fmt: skip
+    gap = Gap("handwritten", "mgp", "test/ece", "h", "cmd", mgp_hw_ece)
+    assert mgp_hw_ece(ctx, gap)[1] == "not explained"  # not re-run
+    ctx.flips = {"mgp_handwritten_weights": {**rows(None, cell, floor=0.004), **rows("uniform", [0.07, 0.06, 0.08])}}
+    text, status = mgp_hw_ece(ctx, gap)
+    assert status == "not explained"  # a floor under the paper's ECE explains nothing
+    assert "0.017, the cell's ECE on every seed" in text and "uniform: 0.070 against 0.017" in text
+    assert "farther from the paper" in text
+    ctx.flips["mgp_handwritten_weights"].update(rows(None, cell, floor=0.013))
+    text, status = mgp_hw_ece(ctx, gap)
+    assert status == "partly explained" and "scores ECE 0.013 on these 400 test rows" in text
