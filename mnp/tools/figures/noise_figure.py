@@ -195,8 +195,8 @@ def plot(data: dict, path: Path, diffs: dict | None = None) -> Path:
         for h, label in zip(*ax.get_legend_handles_labels()):
             handles.setdefault(label, h)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.legend(list(handles.values()), list(handles), loc="lower center", ncol=4, fontsize=7, frameon=False)
-    fig.savefig(path, dpi=110, metadata={"Software": None})
+    fig.legend(list(handles.values()), list(handles), loc="lower center", ncol=3, fontsize=7, frameon=False)
+    fig.savefig(path, dpi=110, metadata={"Software": None}, bbox_inches="tight")  # the legend's long labels inside
     plt.close(fig)
     return path
 
