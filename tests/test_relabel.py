@@ -62,12 +62,12 @@ def test_variant_is_the_drift_from_todays_defaults_with_the_runs_values():
 
 
 def test_a_run_at_the_tuned_defaults_is_set_against_them_and_an_untuned_run_against_the_untuned_ones():
-    tuned = {**copy.deepcopy(defaults("mnp", "cub", 0)), "tuned_from": "results/tuning/mnp_cub.csv (trial 20)"}
-    assert tuned["model"]["memory"]["size"] != saved()["model"]["memory"]["size"]  # the premise: CUB's study applied
+    tuned = {**copy.deepcopy(defaults("mnp", "cub", 0)), "tuned_from": "results/tuning/mnp_cub.csv (trial 18)"}
+    assert tuned["model"]["loss"]["alpha"] != saved()["model"]["loss"]["alpha"]  # the premise: CUB's study applied
     assert variant_of(tuned, "mnp", "cub", 0) is None
     assert variant_of(saved(), "mnp", "cub", 0) is None
-    size = saved()["model"]["memory"]["size"]
-    assert f"model.memory.size={size}" in variant_of(saved(), "mnp", "cub", 0, tuned=True).split(",")
+    alpha = saved()["model"]["loss"]["alpha"]
+    assert f"model.loss.alpha={alpha}" in variant_of(saved(), "mnp", "cub", 0, tuned=True).split(",")
 
 
 def test_a_switch_added_after_the_run_counts_at_its_built_in_default_not_the_datasets():
