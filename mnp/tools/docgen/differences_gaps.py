@@ -328,7 +328,7 @@ def _mgp_cmd(d: str) -> str:
     epochs, share = MGP_STEPS[d]
     return (
         f"bash benchmarks/differences/mgp_full_steps.sh <logs> {d} {round(epochs / share)} (seeds 0-2); "
-        "python train.py -m experiment=paper_tuned model=mgp dataset=" + d + " (seeds 0-9)"
+        f"python train.py -m experiment=paper_tuned model=mgp dataset={d} (seeds 0-9)"
     )
 
 
