@@ -1,41 +1,27 @@
 """Bad input end to end: every case ends with one line ``error: ...`` naming what is wrong and where,
 exit status 1, no traceback and no outputs (no metrics.json, predictions.npz, config.yaml or checkpoints).
 
-Most cases call the CLI's guard (:func:`mnp.cli.cli.run_guarded`) in-process on a composed config; two
-subprocess runs check the real ``train.py`` (the guard, and Hydra's own composition errors).
-Data that is odd but usable (a constant or all-zero view, duplicated samples, a class with fewer than
-N_K training samples, labels with a gap) trains with a warning and gives finite results.
+Most cases call the CLI's guard (:func:`mnp.cli.cli.run_guarded`) in-process on a composed config; a
+subprocess run checks the real ``train.py`` (its one line, the traceback in train.log). The same for
+``evaluate.py``: tests/test_bad_input_cli_evaluate.py; data that is odd but usable trains with warnings:
+tests/test_bad_input_cli_odd_data.py.
 """
 
-import json
-import logging
 import os
-import re
 import shutil
 
 import numpy as np
 import pytest
 import scipy.io
-import torch
 from cfg_utils import compose_train
 from cli_utils import assert_no_outputs, guarded_error, hydra_only, run_cli
-from omegaconf import OmegaConf
 
-from datamodules.custom import CustomDataModule
-from mnp.cli.pipeline import evaluate, train
-from mnp.cli.validate import ConfigError, validate
+from mnp.cli.pipeline import train
 
 FAST = ["trainer.max_epochs=1", "eval.noise=false", "skip_if_done=false", "ckpt_path=null"]
 SMALL_MNP = ["model=mnp", "model.encoder.d_e=16", "model.warmup.epochs=0", "model.decoder.num_samples=2"]
 
-
-@pytest.fixture(autouse=True)
-def one_thread(monkeypatch):
-    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("no_full_error")
 
 
 # ---------------------------------------------------------------------------- data files
@@ -307,161 +293,6 @@ def test_trainer_keys_a_manual_optimisation_cannot_honour_are_refused_for_mnp_on
         )
     )
     assert mlp["epochs"] == 1
-
-
-# ---------------------------------------------------------------------------- checkpoint vs data
-def test_checkpoint_and_data_with_other_views_fail_in_evaluate(tmp_path, capsys):
-    views, y = tiny()
-    (tmp_path / "a").mkdir()
-    npz(tmp_path / "a" / "data.npz", views, y)
-    run = tmp_path / "run"
-    train(compose_train(run, ["model=mlp", *FAST, "dataset=custom", f"dataset.path={tmp_path / 'a' / 'data.npz'}"]))
-    ckpt = run / "checkpoints" / "last.ckpt"
-
-    def ev_cfg(data_dir, out):
-        return OmegaConf.create(
-            {
-                "ckpt_path": str(ckpt),
-                "output_dir": str(out),
-                "data_dir": str(data_dir),
-                "eval": None,
-                "trainer": {"accelerator": "cpu", "devices": 1},
-            }
-        )
-
-    other_dims, other_count = tmp_path / "dims", tmp_path / "count"
-    for folder, vs in (
-        (other_dims, [views[0], np.hstack([views[1], views[1][:, :1]])]),
-        (other_count, [*views, views[1]]),
-    ):
-        folder.mkdir()
-        npz(folder / "data.npz", vs, y)
-    line = guarded_error(evaluate, ev_cfg(other_dims, tmp_path / "ev1"), capsys)
-    assert line == (
-        f"error: checkpoint {ckpt} was trained on view dims [5, 3] and 3 classes, but the data has [5, 4] and 3"
-    )
-    line = guarded_error(evaluate, ev_cfg(other_count, tmp_path / "ev2"), capsys)
-    assert "view dims [5, 3]" in line and "the data has [5, 3, 3]" in line
-    assert_no_outputs(tmp_path / "ev1")
-    assert_no_outputs(tmp_path / "ev2")
-    # the same data in another folder evaluates (data_dir moves a custom dataset's file)
-    moved = tmp_path / "moved"
-    shutil.copytree(tmp_path / "a", moved)
-    trained = json.loads((run / "metrics.json").read_text())
-    assert evaluate(ev_cfg(moved, tmp_path / "ev3"))["test/acc"] == trained["test/acc"]  # the same data, the same model
-
-
-@pytest.mark.parametrize(
-    "override,expected",
-    [
-        ({"noise_levels": [-1]}, "eval.noise_levels must be null or a non-empty list of finite numbers >= 0, got [-1]"),
-        ({"noise_levels": []}, "eval.noise_levels must be null or a non-empty list of finite numbers >= 0, got []"),
-        ({"n_bins": 0}, "eval.n_bins must be an integer >= 1, got 0"),
-        ({"noise": "maybe"}, "eval.noise must be true or false, got 'maybe'"),
-        (
-            {"bogus": 1},
-            "eval.bogus is not an evaluation key; valid keys: noise, noise_levels, noise_subset_size, "
-            "noise_max_subsets, noise_seed, n_bins, noise_batch_rows, missing, split, per_view, calibration, "
-            "conformal, conformal_alpha, raps_lambda, raps_k_reg",
-        ),
-    ],
-)
-def test_evaluate_checks_its_eval_overrides_as_train_does_before_loading(tmp_path, capsys, override, expected):
-    """evaluate.py's +eval.* overrides are checked by train.py's one validation, before the checkpoint is read
-    (it need not exist) or anything is written; they used to give metrics.json with noise/acc@-1 or acc_mean:
-    null, or fail after the whole test pass."""
-    cfg = OmegaConf.create(
-        {
-            "ckpt_path": str(tmp_path / "absent.ckpt"),
-            "output_dir": str(tmp_path / "ev"),
-            "data_dir": None,
-            "eval": override,
-            "trainer": {"accelerator": "cpu", "devices": 1},
-        }
-    )
-    assert guarded_error(evaluate, cfg, capsys) == f"error: {expected}"
-    assert not (tmp_path / "ev").exists()
-    with pytest.raises(ConfigError, match=re.escape(expected)):  # the same words from train.py's validation
-        validate(
-            compose_train(
-                tmp_path / "run", ["model=mlp", *(f"++eval.{k}={v}".replace("'", "") for k, v in override.items())]
-            )
-        )
-
-
-@pytest.mark.slow
-def test_evaluate_cli_refuses_a_bad_eval_override_in_one_line(tmp_path):
-    run = tmp_path / "run"
-    train(
-        compose_train(run, ["model=mlp", *FAST, "dataset=custom", f"dataset.path={npz(tmp_path / 'd.npz', *tiny())}"])
-    )
-    r = run_cli(["evaluate.py", f"ckpt_path={run / 'checkpoints' / 'last.ckpt'}", "+eval.n_bins=0"])
-    assert r.returncode == 1 and r.stderr.startswith("error: eval.n_bins must be an integer >= 1, got 0 (traceback in ")
-    assert len(r.stderr.strip().splitlines()) == 1 and not (run / "eval" / "metrics.json").exists()
-
-
-# ---------------------------------------------------------------------------- odd but usable data
-def degenerate_data(path):
-    """3 views: normal, all zero, constant 7. Class 2 has 5 samples (4 train), labels are {0, 1, 3}
-    (label 2 never occurs), and rows 1 and 2 duplicate row 0 in every view."""
-    rng = np.random.default_rng(1)
-    y = np.array([0] * 16 + [1] * 16 + [3] * 5)
-    x1 = rng.normal(size=(len(y), 4)) + 2.0 * y[:, None]
-    x2, x3 = np.zeros((len(y), 3)), np.full((len(y), 2), 7.0)
-    x1[[1, 2]] = x1[0]
-    test = np.array([3, 4, 5, 20, 21, 22, 36])
-    train_idx = np.setdiff1d(np.arange(len(y)), test)
-    np.savez(path, x1=x1, x2=x2, x3=x3, y=y, train_idx=train_idx, test_idx=test)
-    return path
-
-
-@pytest.mark.parametrize("model", ["mlp", "mnp"])
-def test_constant_views_duplicates_small_class_and_label_gap_train_with_warnings(tmp_path, caplog, model):
-    """Decisions (README): a constant or all-zero view scales to 0 and trains; exact duplicates are kept
-    with a warning; a class with fewer than N_K training samples fills its memory block by sampling with
-    replacement, with a warning; labels that never occur are dropped and the rest renumbered, with a warning."""
-    path = degenerate_data(tmp_path / "odd.npz")
-    overrides = [
-        "dataset=custom",
-        f"dataset.path={path}",
-        "dataset.batch_size=8",
-        "trainer.max_epochs=2",
-        "skip_if_done=false",
-        "ckpt_path=null",
-        "eval.noise_levels=[1.0]",
-    ]
-    if model == "mnp":
-        overrides += [*SMALL_MNP, "model.memory.size=30"]  # N_K = 10 > the 4 training samples of class 2
-    else:
-        overrides += ["model=mlp"]
-    with caplog.at_level(logging.WARNING):
-        res = train(compose_train(tmp_path / "run", overrides))
-    text = caplog.text
-    said = [r.getMessage() for r in caplog.records if "carries no information" in r.getMessage()]
-    assert said == [
-        f"{path}: view 2 (3 columns) is all zero: it carries no information, so the model learns "
-        "nothing from it; it is kept",
-        f"{path}: view 3 (2 columns) is constant (all 37 rows the same): it carries no information, so "
-        "the model learns nothing from it; it is kept",
-    ]
-    assert "2 samples duplicate an earlier sample in every view (0 of the 7 test rows equal a training row)" in text
-    assert "labels [2] never occur (labels span 0..3); the 3 classes present are renumbered 0..2" in text
-    for key in ("test/acc", "test/nll", "test/ece", "test/brier", "noise/acc_mean"):
-        assert np.isfinite(res[key]), key
-    probs = np.load(tmp_path / "run" / "predictions.npz")["test/probs"]
-    assert np.isfinite(probs).all() and np.allclose(probs.sum(1), 1, atol=1e-5)
-    if model == "mnp":
-        assert "classes [2] have fewer than N_K=10 training samples; sampled with replacement" in text
-        dm = CustomDataModule(str(path), scaling="standard")
-        dm.setup()
-        state = torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt", weights_only=False)["state_dict"]
-        for m in range(3):
-            block = state[f"memory.x{m}"][2]  # (N_K, d): class 2 (label 3 in the file)
-            train_rows = dm.train_views[m][dm.train_y == 2]
-            assert block.shape[0] == 10 and torch.isfinite(block).all()
-            assert all((row == train_rows).all(1).any() for row in block)  # only that class's training rows
-        assert torch.equal(dm.train_views[1], torch.zeros_like(dm.train_views[1]))  # all-zero view stays 0
-        assert torch.equal(dm.train_views[2], torch.zeros_like(dm.train_views[2]))  # constant view maps to 0
 
 
 # ---------------------------------------------------------------------------- the real CLI

@@ -1,10 +1,10 @@
-"""Checkpoints, resumes and evaluation under crashes, damaged or planted files and concurrent runs."""
+"""Checkpoints, resumes and evaluation under crashes, damaged or planted files and concurrent runs (that the test
+numbers do not depend on what the process did before: tests/test_checkpointing_evaluation.py)."""
 
 import csv
 import json
 import os
 import resource
-import shutil
 import signal
 import stat
 import subprocess
@@ -20,7 +20,6 @@ from cfg_utils import ROOT, compose_train
 from omegaconf import OmegaConf
 
 from baselines.mlp import MLP
-from mnp.cli.builders import build_datamodule, build_model, eval_protocol
 from mnp.cli.cli import run_guarded
 from mnp.cli.pipeline import evaluate, train
 from mnp.runs.checkpointing import AtomicCheckpointIO
@@ -28,20 +27,6 @@ from mnp.runs.checkpointing import AtomicCheckpointIO
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 MLP_RUN = ["model=mlp", "eval.noise=false", "skip_if_done=false", "seed=2"]
-SMALL_MNP = [
-    "model=mnp",
-    "dataset.num_views=2",
-    "dataset.n_train=200",
-    "dataset.n_test=100",
-    "model.encoder.d_e=16",
-    "model.encoder.resmlp_depth=1",
-    "model.memory.size=20",
-    "model.warmup.epochs=1",
-    "model.decoder.num_samples=3",
-    "eval.noise_levels=[0.1,1.0]",
-    "skip_if_done=false",
-    "seed=4",
-]
 THROTTLE = "+callbacks.extra.throttle={_target_:mnp.cli.callbacks.Throttle,seconds:0.5}"
 
 
@@ -313,91 +298,6 @@ def test_evaluate_with_a_file_that_is_not_a_checkpoint_is_one_line(tmp_path, cap
     line = guarded(evaluate, eval_cfg(bad, tmp_path / "eval"), capsys)
     assert line.startswith(f"error: checkpoint {bad} cannot be read: it is {says}")
     assert not (tmp_path / "eval").exists()
-
-
-# ---------------------------------------------------------------------------- 7: evaluation determinism
-def test_test_numbers_do_not_depend_on_what_the_process_did_before(tmp_path):
-    """Train-then-test, the same command re-run after a crash during testing (resumes at the end and only
-    tests), a run stopped and resumed, and evaluate.py on the checkpoint: the same numbers and predictions."""
-
-    def run(name, *extra):
-        return train(compose_train(tmp_path / name, [*SMALL_MNP, "trainer.max_epochs=3", *extra]))
-
-    a = run("a")
-    shutil.copytree(tmp_path / "a", tmp_path / "b")
-    for f in ("metrics.json", "predictions.npz"):
-        (tmp_path / "b" / f).unlink()
-    b = run("b")
-    run("c", "trainer.max_epochs=2", "test=false")
-    c = run("c")
-    e = evaluate(eval_cfg(tmp_path / "a" / "checkpoints" / "last.ckpt", tmp_path / "e"))
-    keys = [k for k in a if k.startswith(("test/", "noise/"))]
-    assert "noise/acc@0.1" in keys and a["epochs"] == 3
-    for other in (b, c, e):
-        assert {k: other[k] for k in keys} == {k: a[k] for k in keys}
-    pa = np.load(tmp_path / "a" / "predictions.npz")
-    for other in ("b", "c", "e"):
-        po = np.load(tmp_path / other / "predictions.npz")
-        assert all(np.array_equal(pa[k], po[k]) for k in pa.files)
-
-
-@pytest.mark.parametrize("model", sorted(p.stem for p in (ROOT / "conf" / "model").glob("*.yaml")))
-def test_evaluate_reproduces_train_then_test_for_every_model(tmp_path, model):
-    """Every model's checkpoint loads with weights_only=True (nothing is allow-listed), and evaluate.py gives
-    the numbers train-then-test gave, for the models that sample in predict too."""
-    run, warmup = tmp_path / "run", ["model.warmup.epochs=1"] if model.startswith("mnp") else []
-    res = train(
-        compose_train(
-            run,
-            [
-                f"model={model}",
-                *warmup,
-                "dataset.num_views=2",
-                "dataset.n_train=120",
-                "dataset.n_test=60",
-                "eval.noise_levels=[1.0]",
-                "trainer.max_epochs=2",
-            ],
-        )
-    )
-    ev = evaluate(eval_cfg(run / "checkpoints" / "last.ckpt", tmp_path / "eval"))
-    keys = [k for k in res if k.startswith(("test/", "noise/"))]
-    assert "noise/acc@1" in keys and {k: ev[k] for k in keys} == {k: res[k] for k in keys}
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("model", ["mnp", "mcd", "mgp", "etp"])
-def test_sampling_models_test_from_their_own_generator(tmp_path, model):
-    """Every model that samples in predict: the test results are the same whatever state the global RNG is
-    in, and change with the run's seed (so the sampling is really there and seeded)."""
-    cfg = compose_train(
-        tmp_path,
-        [
-            f"model={model}",
-            "dataset.num_views=2",
-            "dataset.n_train=120",
-            "dataset.n_test=60",
-            "eval.noise_levels=[1.0]",
-            "seed=0",
-        ],
-    )
-    _, dm = build_datamodule(cfg)
-    _, m = build_model(cfg, dm)
-    pl.Trainer(
-        max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False
-    ).fit(m, datamodule=dm)
-
-    def tested(global_seed, run_seed=0):
-        cfg.seed = run_seed
-        m.configure_evaluation(eval_protocol(cfg))
-        torch.manual_seed(global_seed)
-        trainer = pl.Trainer(logger=False, enable_progress_bar=False, enable_model_summary=False)
-        trainer.test(m, datamodule=dm, verbose=False)
-        return {k: v for k, v in m.test_results.items() if not k.startswith("time/")}, m.test_arrays["test/probs"]
-
-    (r1, p1), (r2, p2), (_, p3) = tested(1), tested(2), tested(1, run_seed=1)
-    assert r1 == r2 and np.array_equal(p1, p2)
-    assert not np.array_equal(p1, p3)
 
 
 # ---------------------------------------------------------------------------- 8: file modes

@@ -1,98 +1,22 @@
-"""python -m mnp.tools.report: tables (mean [95 % interval] (n), best bold, second underlined), CSV rows, failed/skipped
-jobs, paper comparison and plots, from metrics files written here."""
+"""python -m mnp.tools.report: tables (mean [95 % interval] (n), best bold, second underlined), CSV rows, variants,
+OOD and selective columns, custom files, table numbers and plots, from metrics files written here (conftest's
+``write_run`` and ``sweep``). Failed, skipped, unreadable or interrupted jobs and --update:
+tests/test_report_jobs.py; the paper comparison: tests/test_report_paper.py."""
 
 from __future__ import annotations
 
 import csv
-import json
 import re
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import write_run
 
 from mnp.tools.report.report import main, report
 from mnp.tools.report.report_runs import Cell, load, model_label, summarise
 
 MNP = model_label("mnp")
-
-SIGMAS = [0.01, 0.1, 1.0, 10.0]
-
-
-def write_run(
-    root: Path,
-    exp: str,
-    model: str,
-    dataset: str,
-    seed: int,
-    acc: float,
-    ece: float,
-    variant=None,
-    extra: dict | None = None,
-    predictions: bool = False,
-) -> Path:
-    d = root / exp / "multiruns" / f"{model}_{dataset}_{variant}_s{seed}"
-    d.mkdir(parents=True)
-    m = {
-        "model": model,
-        "dataset": dataset,
-        "seed": seed,
-        "epochs": 3,
-        "experiment": exp,
-        "test/acc": acc,
-        "test/ece": ece,
-        "noise/acc_mean": acc - 0.1,
-        "time/train_epoch_s": 1.0 + seed,
-        "time/test_s": 0.5,
-    }
-    m.update({f"noise/acc@{s:.4g}": acc - 0.01 * i for i, s in enumerate(SIGMAS)})
-    m.update(extra or {})
-    (d / "metrics.json").write_text(json.dumps(m))
-    cfg = f"experiment_name: {exp}\nseed: {seed}\nmodel:\n  memory_size: 7\n"
-    if variant is not None:
-        cfg += f"variant: {variant}\n"
-    (d / "config.yaml").write_text(cfg)
-    if predictions:
-        rng = np.random.default_rng(seed)
-        probs = rng.dirichlet(np.ones(3), 60).astype(np.float32)
-        np.savez(
-            d / "predictions.npz",
-            **{
-                "test/probs": probs,
-                "test/labels": rng.integers(0, 3, 60),
-                "test/uncertainty": rng.random(60),
-                "ood/svhn/uncertainty": np.r_[rng.random(60), 1 + rng.random(40)],
-                "ood/svhn/is_ood": np.r_[np.zeros(60), np.ones(40)].astype(np.int64),
-                "ood/svhn/probs": rng.dirichlet(np.ones(3), 100),
-            },
-        )
-    return d
-
-
-@pytest.fixture
-def sweep(tmp_path):
-    """paper_main-like runs: 3 models × 2 datasets; known accuracies per seed."""
-    root = tmp_path / "logs"
-    accs = {
-        ("mnp", "pie"): [0.95, 0.96, 0.97],
-        ("mgp", "pie"): [0.90, 0.92],
-        ("mcd", "pie"): [0.92, 0.92, 0.92],
-        ("mnp", "cub"): [0.80, 0.82],
-        ("mgp", "cub"): [0.85, 0.87],
-        ("mcd", "cub"): [0.70, 0.70],
-    }
-    eces = {
-        ("mnp", "pie"): 0.04,
-        ("mgp", "pie"): 0.08,
-        ("mcd", "pie"): 0.02,
-        ("mnp", "cub"): 0.05,
-        ("mgp", "cub"): 0.03,
-        ("mcd", "cub"): 0.20,
-    }
-    for (m, d), vals in accs.items():
-        for s, a in enumerate(vals):
-            write_run(root, "paper_main", m, d, s, a, eces[(m, d)], predictions=(d == "pie" and s < 2))
-    return root
 
 
 def read_csv(path: Path) -> dict[tuple, dict]:
@@ -170,77 +94,6 @@ def test_ties_share_the_rank():
         {(0, 0): Cell(0.9925, 0, 5), (1, 0): Cell(0.9925, 0, 5), (2, 0): Cell(0.995, 0, 5)},
     )
     assert t.ranks() == {(2, 0): 1, (0, 0): 2, (1, 0): 2}
-
-
-def test_failed_and_skipped_jobs_are_listed(sweep, tmp_path, capsys):
-    d = sweep / "paper_main" / "multiruns" / "sngp_pie_s0"
-    d.mkdir()
-    (d / "failed.json").write_text(
-        json.dumps(
-            {
-                "model": "sngp",
-                "dataset": "pie",
-                "seed": 0,
-                "status": "failed",
-                "error": "RuntimeError",
-                "message": "CUDA out of memory",
-            }
-        )
-    )
-    d = sweep / "paper_main" / "multiruns" / "mnp_hmdb_s0"
-    d.mkdir()
-    (d / "skipped.json").write_text(
-        json.dumps(
-            {
-                "model": "mnp",
-                "dataset": "hmdb",
-                "seed": 0,
-                "status": "skipped",
-                "reason": "HMDB51_HOG_MBH.mat not found in /data/hmdb/",
-            }
-        )
-    )
-    assert main([str(sweep), "--out", str(tmp_path / "out"), "--no-plots"]) == 0
-    out = capsys.readouterr().out
-    assert "14 runs, 1 failed, 1 skipped" in out
-    md = (tmp_path / "out" / "results.md").read_text()
-    assert "## Failed jobs (1)" in md and "sngp / pie / seed 0: RuntimeError: CUDA out of memory" in md
-    assert "## Skipped jobs (1)" in md and "HMDB51_HOG_MBH.mat not found" in md
-
-
-def test_unreadable_records_are_listed_by_file_and_the_report_goes_on(sweep, tmp_path, capsys, caplog):
-    """A truncated metrics.json used to fail the whole report with JSON's words and no file name; one holding
-    a list was dropped without a word. Each is listed among the problem jobs (named by its config.yaml where
-    there is one) with a warning naming the file, and the other runs are reported."""
-    cut = write_run(sweep, "paper_main", "mnp", "pie", 3, 0.9, 0.05) / "metrics.json"
-    cut.write_text(cut.read_text()[:40])
-    listed = write_run(sweep, "paper_main", "mgp", "cub", 7, 0.9, 0.05) / "metrics.json"
-    listed.write_text("[0.9, 0.05]")
-    (listed.parent / "config.yaml").write_text("seed: 7\nmodel:\n  name: mgp\ndataset:\n  name: cub\n")
-    bad_failed = sweep / "paper_main" / "multiruns" / "tmc_pie_s0"
-    bad_failed.mkdir()
-    (bad_failed / "failed.json").write_text('{"model": "tmc", "message": "CUDA out')
-    assert main([str(sweep), "--out", str(tmp_path / "out"), "--no-plots"]) == 0
-    assert "14 runs, 0 failed, 0 skipped, 3 unreadable" in capsys.readouterr().out
-    md = (tmp_path / "out" / "results.md").read_text()
-    assert "## Unreadable jobs (3)" in md
-    assert (
-        f"- mgp / cub / seed 7: metrics.json holds a JSON list, not a job's record (an object); re-run the job to "
-        f"write it again ({listed.parent})"
-    ) in md
-    assert re.search(
-        r"\n- metrics\.json cannot be read \(Unterminated string starting at: line 1 column \d+ \(char "
-        rf"\d+\)\); re-run the job to write it again \({re.escape(str(cut.parent))}\)\n",
-        md,
-    )
-    assert "- tmc / None / seed None: failed.json cannot be read (" not in md  # its identity is not trusted
-    assert "failed.json cannot be read (" in md and f"({bad_failed})" in md
-    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
-    assert any(w.startswith(f"{cut} cannot be read (") for w in warned)
-    assert f"{listed} holds a JSON list, not a job's record (an object); the job is left out of the tables" in warned
-    rows = read_csv(tmp_path / "out" / "results.csv")  # the readable runs, as before
-    assert rows[("mnp", "pie", "test/acc", "paper_main", "")]["n"] == "3"
-    assert rows[("mgp", "cub", "test/acc", "paper_main", "")]["n"] == "2"
 
 
 def test_variants_duplicates_and_evaluate_outputs(tmp_path):
@@ -322,18 +175,6 @@ def test_selective_and_ood_detection_columns(tmp_path):
     assert "not in the paper" in (tmp_path / "out" / "results.tex").read_text()
 
 
-def test_paper_comparison(sweep, tmp_path):
-    report([sweep], tmp_path / "out", paper=True, plots=False)
-    with open(tmp_path / "out" / "paper_comparison.csv") as f:
-        rows = {(r["model"], r["dataset"], r["metric"]): r for r in csv.DictReader(f)}
-    r = rows[("mnp", "pie", "test/acc")]
-    assert float(r["paper"]) == pytest.approx(0.95) and float(r["diff"]) == pytest.approx(0.01)
-    assert float(rows[("mgp", "cub", "test/ece")]["paper"]) == pytest.approx(0.038)
-    md = (tmp_path / "out" / "results.md").read_text()
-    assert f"| paper_main | {MNP} | PIE | test/acc | 96.00 | 95.00 | +1.00 |" in md
-    assert re.search(r"\| paper_main \| MNP/MGP \| PIE \| speed-up train \| 0\.75 \| 2\.88 \| -2\.13 \|", md)
-
-
 @pytest.mark.slow
 def test_plots(sweep, tmp_path):
     # a context-size sweep: numeric variants
@@ -357,11 +198,6 @@ def test_plots(sweep, tmp_path):
     assert "plots/paper_main_reliability_pie.png" in (tmp_path / "out" / "results.md").read_text()
 
 
-def test_missing_directory_is_an_error(tmp_path, capsys):
-    assert main([str(tmp_path / "nope"), "--out", str(tmp_path / "out")]) == 1
-    assert "is not a directory" in capsys.readouterr().out
-
-
 # ---------------------------------------------------------------------------- table numbers
 def test_tables_numbered_consecutively_with_the_paper_table_named(sweep, tmp_path):
     # paper_main has no OOD sets (no paper Table 4); paper_ood has one dataset with OOD sets
@@ -379,85 +215,6 @@ def test_tables_numbered_consecutively_with_the_paper_table_named(sweep, tmp_pat
     tex = (tmp_path / "out" / "results.tex").read_text()
     assert tex.count(r"\caption{") == 13
     assert re.findall(r"cf\.\\ paper Table (\d)", tex) == [p for _, p in heads]
-
-
-# ---------------------------------------------------------------------------- the paper's numbers
-def test_paper_numbers_come_from_the_package_data_file():
-    from importlib import resources
-
-    import tomllib
-
-    from mnp.tools.report.report_paper import PAPER_FILE, paper_rows, paper_speedups, paper_values
-
-    printed = {(r["model"], r["dataset"], r["metric"]): r["value"] for r in paper_rows()}
-    assert [printed[("mnp", "handwritten", k)] for k in ("test/acc", "test/ece", "noise/acc_mean")] == [
-        "99.50",
-        "0.005",
-        "98.58",
-    ]
-    assert [printed[("mgp", "pie", k)] for k in ("test/acc", "test/ece", "noise/acc_mean")] == [
-        "92.06",
-        "0.079",
-        "90.97",
-    ]
-    assert printed[("mnp", "cifar10c", "ood/svhn/auroc")] == "0.872"
-    # in metrics.json units: accuracies as fractions, ECE and AUROC as printed
-    values = paper_values()
-    assert values[("mnp", "handwritten", "test/acc")] == pytest.approx(0.995)
-    assert values[("mgp", "pie", "noise/acc_mean")] == pytest.approx(0.9097)
-    assert values[("mgp", "pie", "test/ece")] == pytest.approx(0.079)
-    assert values[("mnp", "cifar10c", "ood/svhn/auroc")] == pytest.approx(0.872)
-    assert len(values) == 8 * 6 * 3 + 8 * 4  # Tables 1-3: 8 methods × 6 datasets; Table 4: 8 methods × 4
-    assert paper_speedups()["pie"] == {"train": 2.88, "test": 5.37}
-    # read through importlib.resources from inside the package, and declared as package data
-    assert resources.files("mnp.tools.report").joinpath(PAPER_FILE).is_file()
-    with open(Path(__file__).parents[1] / "pyproject.toml", "rb") as f:
-        assert PAPER_FILE in tomllib.load(f)["tool"]["setuptools"]["package-data"]["mnp.tools.report"]
-
-
-def test_paper_comparison_of_ood_and_speed_from_the_data_file(tmp_path):
-    root = tmp_path / "logs"
-    write_run(root, "paper_ood", "mnp", "cifar10c", 0, 0.75, 0.01, extra={"ood/svhn/auroc": 0.870})
-    write_run(root, "paper_ood", "mgp", "cifar10c", 0, 0.73, 0.02, extra={"ood/svhn/auroc": 0.80})
-    res = report([root], tmp_path / "out", paper=True, plots=False)
-    md = (tmp_path / "out" / "results.md").read_text()
-    section = md.split("## Comparison with the paper (docs/method.md §7)", 1)[1]
-    assert f"| paper_ood | {MNP} | CIFAR10-C | ood/svhn/auroc | 0.870 | 0.872 | -0.002 |" in section
-    assert f"| paper_ood | {MNP} | CIFAR10-C | test/acc | 75.00 | 74.92 | +0.08 |" in section
-    assert "| paper_ood | MGP | CIFAR10-C | test/ece | 0.020 | 0.018 | +0.002 |" in section
-    # times: mnp 1.0 s, mgp 1.0 s per epoch (seed 0) -> speed-up 1.00 against the paper's 1.17
-    assert "| paper_ood | MNP/MGP | CIFAR10-C | speed-up train | 1.00 | 1.17 | -0.17 |" in section
-    assert len(res["paper"]) == 2 * 3  # accuracy, ECE, AUROC SVHN per method
-
-
-def test_update_replaces_only_the_runs_rerun(sweep, tmp_path):
-    """--update: a re-run of seeds 0 and 1 of mnp on pie replaces those runs' rows of runs.csv (a metric they no
-    longer report goes with them) and keeps seed 2 and every other group's rows and tables, without their run
-    directories; results.csv is derived from the merged runs.csv."""
-    out = tmp_path / "out"
-    report([sweep], out, plots=False)
-    before = read_csv(out / "results.csv")
-    rerun = tmp_path / "rerun"
-    for s, a in enumerate([0.5, 0.7]):
-        write_run(rerun, "paper_main", "mnp", "pie", s, a, 0.01)
-        metrics = rerun / "paper_main" / "multiruns" / f"mnp_pie_None_s{s}" / "metrics.json"
-        m = json.loads(metrics.read_text())
-        del m["time/test_s"]
-        metrics.write_text(json.dumps(m))
-    assert main([str(rerun), "--out", str(out), "--no-plots", "--update"]) == 0
-    after = read_csv(out / "results.csv")
-    r = after[("mnp", "pie", "test/acc", "paper_main", "")]
-    assert float(r["mean"]) == pytest.approx((0.5 + 0.7 + 0.97) / 3) and r["n"] == "3"
-    assert after[("mnp", "pie", "time/test_s", "paper_main", "")]["n"] == "1"  # seed 2's only
-    assert {k: v for k, v in after.items() if k[:2] != ("mnp", "pie")} == {
-        k: v for k, v in before.items() if k[:2] != ("mnp", "pie")
-    }
-    with open(out / "runs.csv") as f:
-        runs = {(r["model"], r["dataset"], r["seed"]): r for r in csv.DictReader(f)}
-    assert len(runs) == 14 and float(runs[("mnp", "pie", "0")]["test/acc"]) == 0.5
-    assert runs[("mnp", "pie", "1")]["time/test_s"] == "" and runs[("mnp", "pie", "2")]["time/test_s"] == "0.5"
-    md = (out / "results.md").read_text()
-    assert "with the rows of 5 other groups kept" in md and "MGP" in md.split("## Experiment", 1)[1]
 
 
 def test_custom_runs_are_grouped_by_their_file_one_seed_shows_no_spread_and_the_report_stays_beside_them(
@@ -480,53 +237,6 @@ def test_custom_runs_are_grouped_by_their_file_one_seed_shows_no_spread_and_the_
         MNP: ["**97.00** (n = 1)", "<u>90.00</u> (n = 1)"],
     }
     assert r"\textbf{97.00}\,{\scriptsize($n = 1$)}" in (root / "report" / "results.tex").read_text()
-
-
-def test_interrupted_jobs_and_damaged_configs_are_listed_and_the_report_goes_on(sweep, tmp_path, capsys):
-    """N61, N62, N20: one damaged or YAML-tagged config.yaml aborted the whole report with a traceback, and a job
-    stopped before its metrics.json (its seed silently missing from the means) was not mentioned."""
-    tagged = write_run(sweep, "paper_main", "mnp", "pie", 3, 0.9, 0.05)
-    (tagged / "config.yaml").write_text('seed: !!python/object/apply:os.system ["touch PWNED_YAML"]\n')
-    damaged = write_run(sweep, "paper_main", "mgp", "pie", 3, 0.9, 0.05)
-    (damaged / "config.yaml").write_text("seed: [1, 2\n")
-    stopped = sweep / "paper_main" / "multiruns" / "mcd_cub_s2"
-    (stopped / "checkpoints").mkdir(parents=True)
-    (stopped / "checkpoints" / "last.ckpt").write_bytes(b"x")
-    (stopped / "config.yaml").write_text("seed: 2\nmodel:\n  name: mcd\ndataset:\n  name: cub\n")
-    (sweep / "paper_main" / "multiruns" / ".hydra-pending-999" / ".hydra").mkdir(parents=True)
-    (sweep / "paper_main" / "multiruns" / ".hydra-pending-999" / ".hydra" / "config.yaml").write_text("seed: 0\n")
-    assert main([str(sweep), "--out", str(tmp_path / "out"), "--no-plots"]) == 0
-    out = capsys.readouterr().out
-    assert "14 runs, 0 failed, 0 skipped, 2 unreadable, 1 interrupted" in out
-    assert not (Path.cwd() / "PWNED_YAML").exists()
-    md = (tmp_path / "out" / "results.md").read_text()
-    assert "## Interrupted jobs (1)" in md
-    assert (
-        f"- mcd / cub / seed 2: no metrics.json: the job stopped before it finished; its checkpoints/last.ckpt "
-        f"is kept, re-run it to finish ({stopped})"
-    ) in md
-    assert "config.yaml cannot be read (" in md and f"({tagged})" in md and f"({damaged})" in md
-
-
-@pytest.mark.parametrize(
-    "make, says",
-    [
-        (lambda out: (out / "results.csv").write_text("a,b\n1,2\n"), "it has no column 'experiment'"),
-        (lambda out: (out / "results.csv").write_bytes(b"\xff\xfe\x00garbage"), "'utf-8' codec can't decode"),
-    ],
-)
-def test_update_with_a_foreign_results_csv_or_an_out_below_a_file_is_one_line(sweep, tmp_path, capsys, make, says):
-    """N64, N65: a NotADirectoryError traceback, a KeyError traceback, and a decode error naming no file."""
-    out = tmp_path / "out"
-    out.mkdir()
-    make(out)
-    assert main([str(sweep), "--out", str(out), "--no-plots", "--update"]) == 1
-    assert capsys.readouterr().out.startswith(
-        f"error: {out / 'results.csv'} is not a results.csv written by mnp.tools.report ({says}"
-    )
-    (tmp_path / "file").write_text("x")
-    assert main([str(sweep), "--out", str(tmp_path / "file" / "sub"), "--no-plots"]) == 1
-    assert capsys.readouterr().out == f"error: [Errno 20] Not a directory: '{tmp_path / 'file' / 'sub'}'\n"
 
 
 def test_speed_up_only_between_cells_of_the_same_kind_of_record():

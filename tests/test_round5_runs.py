@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 from cfg_utils import compose_train
 from cli_utils import guarded_error, run_cli
-from test_checkpointing import MLP_RUN, SMALL_MNP, eval_cfg
+from test_checkpointing import MLP_RUN, eval_cfg
+from test_checkpointing_evaluation import SMALL_MNP
 from test_run_records import error_line, evaluate, g, snapshot, write_data
 
 from mnp.cli.cli import run_guarded

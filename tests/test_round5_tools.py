@@ -12,7 +12,8 @@ import subprocess
 
 import pytest
 from cfg_utils import ROOT
-from test_report import md_table, read_csv, write_run
+from conftest import write_run
+from test_report import md_table, read_csv
 from test_selection import _fake_run, _sweep
 
 from mnp.runs import codeversion

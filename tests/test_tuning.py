@@ -1,5 +1,6 @@
 """The tuning experiment (docs/tuning.md): folds on the training rows only, declared spaces, the study's budget,
-pruning, resume and records, and the end-to-end command."""
+pruning and resume, and the end-to-end command (the seed check: tests/test_tuning_seed_check.py; the records,
+mnp.tune.apply and the docs table: tests/test_tuning_records.py)."""
 
 from __future__ import annotations
 
@@ -22,9 +23,7 @@ from datamodules.errors import DataError
 from datamodules.folds import kfold_split
 from mnp.cli.resolvers import register_resolver
 from mnp.cli.validate import ConfigError, check_ranges
-from mnp.runs.signals import Terminated
 from mnp.tune.apply import apply
-from mnp.tune.records import tuned_config
 from mnp.tune.seedcheck import SeedCheck
 from mnp.tune.space import SpaceError, contains, distribution
 from mnp.tune.study import Study, TuneSettings
@@ -248,228 +247,9 @@ def test_study_settings_are_checked():
     TuneSettings(seed_check=SeedCheck(seeds=[0])).check(train_seed=3)
 
 
-# ---------------------------------------------------------------------------- the seed check
 def read_csv(study_dir):
     text = (study_dir / "trials.csv").read_text()
     return list(csv.DictReader(r for r in text.splitlines() if not r.startswith("#")))
-
-
-def ranked(study):
-    """The study's complete trials, best first."""
-    return sorted((t for t in study.study.trials if t.state.name == "COMPLETE"), key=lambda t: (t.value, t.number))
-
-
-def lr_of(trial):
-    """The learning rate a trial's jobs were given (its override, 4 significant digits)."""
-    return float(dict(o.split("=") for o in trial.user_attrs["overrides"])["model.optim.lr"])
-
-
-def test_a_candidate_whose_other_seeds_diverge_loses_to_a_stable_one_when_the_finished_study_is_rerun(tmp_path):
-    """The study runs without its check; re-run with the check on (not part of its declaration), it trains the
-    three best trials' folds at seeds 1 and 2: the study's best collapses at seed 1, so the second best wins."""
-    first = make_study(tmp_path, seed_check=SeedCheck(candidates=0))
-    first.run(fake_launch(by_lr, []))
-    assert yaml.safe_load((first.sweep_dir / "best.yaml").read_text())["chosen_by"] == "the study (seed check off)"
-    top = ranked(first)[:3]
-    lr = {t.number: lr_of(t) for t in top}
-
-    def scores(x, fold, seed):  # the study's best reaches chance (log 10) on two folds at seed 1
-        unstable = seed == 1 and fold < 2 and x == lr[top[0].number]
-        return math.log(10) if unstable else by_lr(x, fold)
-
-    calls = []
-    again = make_study(tmp_path, seed_check=SeedCheck(seeds=[1, 2], candidates=3))
-    again.run(fake_launch(scores, calls))
-    assert len(again.finished()) == 6 and len(calls) == 3 * 2 * 3  # no trial again: the check only
-    assert sorted({(c[-1], c[-2]) for c in calls}) == sorted(
-        {(f"seed={s}", f"dataset.cv_fold={f}") for s in (1, 2) for f in range(3)}
-    )
-    expected = {}
-    for t in top:
-        values = [scores(lr[t.number], f, s) for s in (0, 1, 2) for f in range(3)]
-        expected[t.number] = np.mean(values)
-    winner = min(top, key=lambda t: expected[t.number])
-    assert winner.number == top[1].number  # the stable second best
-    best = yaml.safe_load((again.sweep_dir / "best.yaml").read_text())
-    assert best["trial"] == winner.number and best["chosen_by"] == "seed check (seeds 0, 1, 2; 3 candidates)"
-    assert best["mean"] == pytest.approx(expected[winner.number], rel=1e-5)
-    assert best["fold_scores"][1] == pytest.approx([by_lr(lr[winner.number], f) for f in range(3)], rel=1e-5)
-    assert best["overrides"] == winner.user_attrs["overrides"] and best["seed_check_runs_to_go"] == 0
-    assert [c["trial"] for c in best["candidates"]] == [t.number for t in top]
-    assert best["study_best"]["trial"] == top[0].number and best["study_best"]["mean"] == pytest.approx(
-        top[0].value, rel=1e-5
-    )
-    rows = read_csv(again.sweep_dir)
-    checks = [r for r in rows if r["state"] == "seed check"]
-    assert [(int(r["trial"]), int(r["seed"])) for r in checks] == [(t.number, s) for t in top for s in (1, 2)]
-    unstable = next(r for r in checks if int(r["trial"]) == top[0].number and r["seed"] == "1")
-    assert [float(v) for v in unstable["fold_scores"].split()][:2] == pytest.approx([math.log(10)] * 2, rel=1e-5)
-    chosen = [r for r in rows if r["chosen"] == "True"]
-    assert [int(r["trial"]) for r in chosen] == [winner.number] and chosen[0]["seed"] == "0"
-    assert float(chosen[0]["seeds_mean"]) == pytest.approx(expected[winner.number], rel=1e-5)
-
-
-def test_trial_0_can_win_and_a_candidate_whose_run_fails_is_out(tmp_path):
-    """Three trials, all candidates: the defaults (lr 1e-2) are the worst at seed 0 but the only ones stable at
-    seed 1; one other candidate's run fails there, and its remaining runs are not trained."""
-    defaults = 1e-2
-
-    def scores(x, fold, seed):
-        if seed == 0 or x == defaults:
-            return by_lr(x, fold)
-        return RuntimeError("diverged") if x == failing else 5.0
-
-    failing = None
-    study = make_study(tmp_path, n_trials=3, seed_check=SeedCheck(candidates=0))
-    study.run(fake_launch(scores, []))
-    top = ranked(study)
-    assert top[-1].number == 0 and len(top) == 3  # the defaults: the study's worst
-    failing = lr_of(top[0])
-    calls = []
-    again = make_study(tmp_path, n_trials=3, seed_check=SeedCheck(seeds=[1, 2], candidates=3))
-    again.run(fake_launch(scores, calls))
-    assert sum(c[1] == f"model.optim.lr={failing:.4g}" for c in calls) == 1  # its first run fails: no other is trained
-    assert len(calls) == 1 + 2 * 2 * 3
-    best = yaml.safe_load((again.sweep_dir / "best.yaml").read_text())
-    assert best["trial"] == 0 and best["chosen_by"] == "seed check (seeds 0, 1, 2; 3 candidates)"
-    assert best["mean"] == pytest.approx(np.mean([by_lr(defaults, f) for f in range(3)]), rel=1e-5)
-    assert best["candidates"][0] == {"trial": top[0].number, "mean": None, "failed": "seed 1, fold 0: diverged"}
-    assert best["candidates"][1]["mean"] == pytest.approx(
-        np.mean([by_lr(lr_of(top[1]), f) for f in range(3)] + [5.0] * 6), rel=1e-5
-    )
-    failed = [r for r in read_csv(again.sweep_dir) if r["state"] == "seed check failed"]
-    assert [(int(r["trial"]), r["seed"], r["folds_done"]) for r in failed] == [(top[0].number, "1", "0")]
-
-
-class RunDirs:
-    """Fold jobs as ``skip_if_done`` runs them: a finished job's score is read back, not trained again; the session
-    is killed (SIGTERM) once ``kill_after`` seed-check runs have trained."""
-
-    def __init__(self):
-        self.done, self.trained, self.kill_after = {}, [], None
-
-    def launch(self, batch):
-        out = []
-        for job in batch:
-            key = tuple(job)
-            if key not in self.done:
-                if self.kill_after is not None and sum("seed=" in " ".join(j) for j in self.trained) >= self.kill_after:
-                    raise Terminated("terminated by SIGTERM")
-                self.trained.append(key)
-                kv = dict(j.split("=", 1) for j in job)
-                self.done[key] = by_lr(float(kv["model.optim.lr"]), int(kv["dataset.cv_fold"])) + 0.1 * int(
-                    kv.get("seed", 0)
-                )
-            out.append(self.done[key])
-        return out
-
-
-@pytest.mark.parametrize("parallel", [False, True])
-def test_a_check_killed_midway_resumes_without_training_a_finished_fold_again(tmp_path, parallel):
-    runs = RunDirs()
-    runs.kill_after = 4  # one at a time: inside the first candidate's seed 2; together: inside its batch of six
-    with pytest.raises(Terminated):
-        make_study(tmp_path, n_trials=3).run(runs.launch, parallel_folds=parallel)
-    stored = make_study(tmp_path, n_trials=3).study.user_attrs.get("seed_check", {}).get("scores", {})
-    recorded = sum(map(len, (v for t in stored.values() for v in t.values())))
-    assert recorded == (0 if parallel else 4)  # one at a time, each run is stored as it ends
-    to_go = 3 * 2 * 3 - recorded
-    assert (
-        f"# chosen_by: the study (its seed check is unfinished: {to_go} fold runs to go)"
-        in (tmp_path / "s" / "trials.csv").read_text()
-    )
-    with pytest.raises(ValueError) as refused:  # the study's budget is spent, its check is not
-        apply(tmp_path / "s", tmp_path / "results", tmp_path / "conf")
-    assert str(refused.value) == (
-        f"{tmp_path / 's'}: its seed check is not finished ({to_go} fold runs to go); finish it with: "
-        "python train.py -m model=mlp"
-    )
-    assert not (tmp_path / "results").exists()
-    runs.kill_after = None
-    again = make_study(tmp_path, n_trials=3)
-    again.run(runs.launch, parallel_folds=parallel)
-    assert len(runs.trained) == len(set(runs.trained)) == 3 * 3 + 3 * 2 * 3  # every run trained once
-    best = yaml.safe_load((again.sweep_dir / "best.yaml").read_text())
-    assert best["chosen_by"] == "seed check (seeds 0, 1, 2; 3 candidates)"
-    lr = float(best["overrides"][0].split("=")[1])
-    assert best["mean"] == pytest.approx(
-        np.mean([by_lr(lr, f) + 0.1 * s for s in (0, 1, 2) for f in range(3)]), rel=1e-4
-    )
-
-
-# ---------------------------------------------------------------------------- records
-def test_the_tuned_config_holds_the_winners_values_as_the_config_reads_them():
-    text = tuned_config(
-        ["model.optim.lr=0.00492", "model.hidden=[512,256]", "model.flag=true", "trainer.max_epochs=50"], "x"
-    )
-    assert text.startswith("# @package _global_\n")
-    cfg = OmegaConf.create(yaml.safe_load(text))
-    assert cfg.model.optim.lr == 0.00492 and list(cfg.model.hidden) == [512, 256] and cfg.model.flag is True
-    assert cfg.trainer.max_epochs == 50 and isinstance(cfg.trainer.max_epochs, int)
-
-
-def test_apply_refuses_an_unfinished_study_and_the_authors_model(tmp_path):
-    study = make_study(tmp_path, n_trials=2)
-    study.run(fake_launch(by_lr, []))
-    written = apply(study.sweep_dir, tmp_path / "results", tmp_path / "conf")
-    assert [p.name for p in written] == ["mlp_toy.csv", "mlp_toy.yaml"]
-    best = yaml.safe_load((study.sweep_dir / "best.yaml").read_text())
-    assert f"(trial {best['trial']}, seed check mean {best['mean']:.4g})" in written[1].read_text()
-    assert "# budget: 2 finished trials" in written[0].read_text()
-    text = (study.sweep_dir / "trials.csv").read_text().replace("# budget: 2 finished", "# budget: 9 finished")
-    (study.sweep_dir / "trials.csv").write_text(text)
-    with pytest.raises(ValueError, match="2 of 9 trials finished"):
-        apply(study.sweep_dir, tmp_path / "results", tmp_path / "conf")
-    best = study.sweep_dir / "best.yaml"
-    best.write_text(best.read_text().replace("model: mlp", "model: mnp_official"))
-    (study.sweep_dir / "trials.csv").write_text(text.replace("# budget: 9 finished", "# budget: 2 finished"))
-    with pytest.raises(ValueError, match="stays untuned"):
-        apply(study.sweep_dir, tmp_path / "results", tmp_path / "conf")
-
-
-def test_apply_takes_a_study_whose_check_is_off_and_refuses_a_record_older_than_the_check(tmp_path):
-    study = make_study(tmp_path, n_trials=2, seed_check=SeedCheck(candidates=0))
-    calls = []
-    study.run(fake_launch(by_lr, calls))
-    assert len(calls) == 2 * 3 and "# seed_check: off\n" in (study.sweep_dir / "trials.csv").read_text()
-    written = apply(study.sweep_dir, tmp_path / "results", tmp_path / "conf")
-    best = yaml.safe_load((study.sweep_dir / "best.yaml").read_text())
-    assert best["chosen_by"] == "the study (seed check off)" and best["trial"] == best["study_best"]["trial"]
-    assert f"(trial {best['trial']}, mean {best['mean']:.4g})" in written[1].read_text()
-    old = {k: v for k, v in best.items() if k not in ("seed_check", "chosen_by", "seed_check_runs_to_go")}
-    (study.sweep_dir / "best.yaml").write_text(yaml.safe_dump(old))
-    with pytest.raises(
-        ValueError, match=r": its seed check is not finished \(its record is older than the seed check\)"
-    ):
-        apply(study.sweep_dir, tmp_path / "results", tmp_path / "conf")
-
-
-def test_an_applied_study_wins_over_the_defaults_and_paper_tuned_refuses_a_pair_without_one(tmp_path):
-    from cfg_utils import compose_train
-
-    from mnp.cli.validate import validate
-
-    applied = sorted((ROOT / "conf" / "tuned").glob("*.yaml"))
-    assert applied, "no study is applied (conf/tuned/ is empty)"
-    for path in applied:
-        tuned = yaml.safe_load(path.read_text())
-        model, dataset = path.stem.rsplit("_", 1)
-        cfg = compose_train(tmp_path, ["experiment=paper_tuned", f"model={model}", f"dataset={dataset}"])
-        assert cfg.tuned_from == tuned["tuned_from"] and cfg.tuned_from.startswith(f"results/tuning/{path.stem}.csv")
-        assert (ROOT / cfg.tuned_from.split(" ")[0]).is_file()  # its record is committed
-        for key, value in tuned.get("model", {}).items():
-            if not isinstance(value, dict):
-                assert OmegaConf.to_container(cfg.model)[key] == value, (path.stem, key)
-        assert cfg.trainer.max_epochs == tuned["trainer"]["max_epochs"]
-        validate(cfg)  # the experiment accepts it
-        untuned = compose_train(tmp_path, ["experiment=paper_main", f"model={model}", f"dataset={dataset}", "~tuned"])
-        assert untuned.tuned_from is None
-        study = compose_train(tmp_path, ["experiment=tune", f"model={model}", f"dataset={dataset}"])
-        assert study.tuned_from is None and study.trainer.max_epochs == untuned.trainer.max_epochs  # as it began
-    with pytest.raises(ConfigError, match=r"conf/tuned/etp_synthetic.yaml does not exist: finish the study"):
-        validate(compose_train(tmp_path, ["experiment=paper_tuned", "model=etp", "dataset=synthetic"]))
-    with pytest.raises(ConfigError, match="mnp_official is the authors' configuration"):
-        validate(compose_train(tmp_path, ["experiment=paper_tuned", "model=mnp_official", "dataset=cub"]))
 
 
 # ---------------------------------------------------------------------------- the command
@@ -510,40 +290,3 @@ def test_the_tuning_command_runs_resumes_and_its_winner_becomes_a_config(tmp_pat
     best = yaml.safe_load((study / "best.yaml").read_text())
     tuned = yaml.safe_load(written[1].read_text())
     assert tuned["model"]["optim"]["lr"] == pytest.approx(float(best["overrides"][0].split("=")[1]))
-
-
-def test_the_docs_table_of_studies_reads_a_study_record(tmp_path):
-    from mnp.tools.docgen.docgen_tuning import render_tuning, study
-
-    s = make_study(tmp_path, n_trials=4)
-    s.run(fake_launch(by_lr, []))
-    got = study(s.sweep_dir / "trials.csv")
-    values = [t.value for t in s.study.trials]
-    assert got["budget"] == 4 and got["done"] == 4 and got["default"] == pytest.approx(values[0], rel=1e-5)
-    assert got["best"] == pytest.approx(min(values), rel=1e-5) and got["best_trial"] == values.index(min(values))
-    best = yaml.safe_load((s.sweep_dir / "best.yaml").read_text())
-    assert got["check"] == pytest.approx(best["mean"], rel=1e-5) and got["check_trial"] == best["trial"]
-    assert got["settings"] == " ".join(best["overrides"])
-    assert f"| MLP on toy | 4 of 4 (0, 0) | {values[0]:.4f} |" in render_tuning({"tuning": {"mlp_toy": got}})
-    assert f"| {got['check']:.4f} (trial {best['trial']}) | `{got['settings']}` |" in render_tuning(
-        {"tuning": {"mlp_toy": got}}
-    )
-
-
-def test_the_docs_table_reads_a_record_older_than_the_seed_check(tmp_path):
-    from mnp.tools.docgen.docgen_tuning import render_tuning, study
-
-    old = tmp_path / "trials.csv"  # as the studies wrote it before the check: no seed, seeds_mean or chosen_by
-    old.write_text(
-        "# study: etp_cub\n# budget: 3 finished trials; TPE (multivariate, seed 0, 8 start-up trials)\n"
-        "trial,state,requeued,settings,folds_done,mean,fold_scores,chosen\n"
-        "0,complete,False,model.optim.lr=0.01,2,0.3,0.2 0.4,False\n"
-        "1,pruned,False,model.optim.lr=0.02,1,,0.9,False\n"
-        "2,complete,False,model.optim.lr=0.005,2,0.25,0.2 0.3,True\n"
-    )
-    got = study(old)
-    assert (got["done"], got["pruned"], got["default"], got["best"], got["best_trial"]) == (3, 1, 0.3, 0.25, 2)
-    assert got["check"] is None and got["check_trial"] is None and got["settings"] == "model.optim.lr=0.005"
-    assert "| ETP on CUB | 3 of 3 (1, 0) | 0.3000 | 0.2500 (trial 2) | – | `model.optim.lr=0.005` |" in render_tuning(
-        {"tuning": {"etp_cub": got}}
-    )
