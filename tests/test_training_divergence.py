@@ -54,7 +54,9 @@ def test_a_run_without_a_metrics_log_is_named_in_one_line(tmp_path):
         main([str(tmp_path / "empty")])
 
 
-@pytest.mark.parametrize("name", ["etp_cub_divergence.json", "etp_cub_divergence_folds.json"])
+@pytest.mark.parametrize(
+    "name", ["etp_cub_divergence.json", "etp_cub_divergence_folds.json", "etp_cub_divergence_steps.json"]
+)
 def test_the_committed_summaries_agree_with_their_runs(name):
     doc = json.loads((ROOT / "benchmarks" / name).read_text())
     diverged = [r for r in doc["runs"] if r["diverged_at"]]
