@@ -148,6 +148,20 @@ def test_interrupted_jobs_and_damaged_configs_are_listed_and_the_report_goes_on(
     assert "config.yaml cannot be read (" in md and f"({tagged})" in md and f"({damaged})" in md
 
 
+def test_jobs_the_filters_leave_out_are_not_listed(sweep, tmp_path, capsys):
+    """A job still running at a seed outside ``--seeds`` (or another model than ``--models``) is not this report's:
+    listing it as interrupted put a false job into results.md."""
+    for model, seed in (("mcd", 11), ("mgp", 0), ("mcd", 0)):
+        stopped = sweep / "paper_main" / "multiruns" / f"{model}_cub_s{seed}_stopped"
+        stopped.mkdir(parents=True)
+        (stopped / "config.yaml").write_text(f"seed: {seed}\nmodel:\n  name: {model}\ndataset:\n  name: cub\n")
+    args = [str(sweep), "--out", str(tmp_path / "out"), "--no-plots", "--seeds", "0", "1", "--models", "mcd"]
+    assert main(args) == 0
+    assert "0 unreadable, 1 interrupted" in capsys.readouterr().out
+    md = (tmp_path / "out" / "results.md").read_text()
+    assert "## Interrupted jobs (1)" in md and "mcd / cub / seed 0:" in md and "seed 11" not in md
+
+
 @pytest.mark.parametrize(
     "make, says",
     [

@@ -135,7 +135,10 @@ def report(
     check_out(out)
     runs, jobs = load(dirs, relabel=relabel, evaluations=evaluations) if dirs else ([], [])
     out.mkdir(parents=True, exist_ok=True)
-    runs = [r for r in runs if (models is None or r.model in models) and (seeds is None or r.seed in seeds)]
+    chosen = lambda model, seed: (models is None or model in models) and (seeds is None or seed in seeds)  # noqa: E731
+    runs = [r for r in runs if chosen(r.model, r.seed)]
+    # a job the filters leave out is not this report's (a job whose record names no run stays listed)
+    jobs = [j for j in jobs if "model" not in j.record or chosen(j.record["model"], j.record.get("seed"))]
     runs, notes = notes_of(runs)
     records, previous = with_conformal_means(records_of(runs)), {}
     if from_runs is not None:
