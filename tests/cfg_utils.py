@@ -9,6 +9,20 @@ from hydra.core.global_hydra import GlobalHydra
 
 CONF = str(Path(__file__).resolve().parents[1] / "conf")
 ROOT = Path(__file__).resolve().parents[1]
+# two-view two moons and a small MNP with the warm-up, the memory update and the noise protocol all active
+TINY_MNP = [
+    "model=mnp",
+    "dataset.num_views=2",
+    "dataset.n_train=200",
+    "dataset.n_test=100",
+    "model.encoder.d_e=16",
+    "model.encoder.resmlp_depth=1",
+    "model.memory.size=20",
+    "model.warmup.epochs=1",
+    "model.decoder.num_samples=3",
+    "eval.noise_levels=[0.1,1.0]",
+    "skip_if_done=false",
+]
 
 
 def compose_train(out_dir, overrides=(), config_name: str = "train"):

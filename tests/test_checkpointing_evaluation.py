@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import pytorch_lightning as pl
 import torch
-from cfg_utils import ROOT, compose_train
+from cfg_utils import ROOT, TINY_MNP, compose_train
 from test_checkpointing import eval_cfg
 
 from mnp.cli.builders import build_datamodule, build_model, eval_protocol
@@ -16,20 +16,7 @@ from mnp.cli.pipeline import evaluate, train
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-SMALL_MNP = [
-    "model=mnp",
-    "dataset.num_views=2",
-    "dataset.n_train=200",
-    "dataset.n_test=100",
-    "model.encoder.d_e=16",
-    "model.encoder.resmlp_depth=1",
-    "model.memory.size=20",
-    "model.warmup.epochs=1",
-    "model.decoder.num_samples=3",
-    "eval.noise_levels=[0.1,1.0]",
-    "skip_if_done=false",
-    "seed=4",
-]
+SMALL_MNP = [*TINY_MNP, "seed=4"]
 
 
 # ---------------------------------------------------------------------------- 7: evaluation determinism

@@ -7,27 +7,12 @@ import numpy as np
 import pytest
 import pytorch_lightning as pl
 import torch
-from cfg_utils import compose_train
+from cfg_utils import TINY_MNP, compose_train
 
 from mnp.cli.builders import build_datamodule, build_model
 from mnp.cli.pipeline import train
 
-# two-view two moons, a small MNP with the warm-up, the memory update and the noise protocol all active
-MNP_RUN = [
-    "model=mnp",
-    "dataset.num_views=2",
-    "dataset.n_train=200",
-    "dataset.n_test=100",
-    "model.encoder.d_e=16",
-    "model.encoder.resmlp_depth=1",
-    "model.memory.size=20",
-    "model.warmup.epochs=1",
-    "model.decoder.num_samples=3",
-    "trainer.max_epochs=3",
-    "eval.noise_levels=[0.1,1.0]",
-    "skip_if_done=false",
-    "ckpt_path=null",
-]
+MNP_RUN = [*TINY_MNP, "trainer.max_epochs=3", "ckpt_path=null"]
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # small models: one thread is fastest on 2 shared cores
